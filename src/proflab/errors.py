@@ -1,0 +1,73 @@
+"""Every error proflab raises on purpose derives from :class:`ProflabError`.
+
+::
+
+    ProflabError                 base; the CLI prints its message on one line and exits 2
+    ├── InputError               a file the user handed us cannot be used
+    │   ├── InputNotFound        the path does not exist or holds no trace
+    │   ├── TruncatedInput       compressed or JSON data ends early
+    │   ├── CorruptInput         bytes that do not decode (bad gzip, broken JSON)
+    │   ├── UnsupportedFormat    valid data, but not a format proflab reads
+    │   ├── SchemaError          a known format with a missing or mistyped field
+    │   └── EmptyTrace           a trace with no events to analyse
+    └── UsageError               the command line or API call asks for something impossible
+
+Messages name the file and say what was expected, so that one line is enough to act on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "ProflabError",
+    "InputError",
+    "InputNotFound",
+    "TruncatedInput",
+    "CorruptInput",
+    "UnsupportedFormat",
+    "SchemaError",
+    "EmptyTrace",
+    "UsageError",
+]
+
+
+class ProflabError(Exception):
+    """Base of every deliberate proflab error."""
+
+
+class InputError(ProflabError):
+    """A user-supplied file cannot be used; ``path`` names it."""
+
+    def __init__(self, path: str | Path, problem: str) -> None:
+        self.path = str(path)
+        self.problem = problem
+        super().__init__(f"{self.path}: {problem}")
+
+
+class InputNotFound(InputError):
+    pass
+
+
+class TruncatedInput(InputError):
+    pass
+
+
+class CorruptInput(InputError):
+    pass
+
+
+class UnsupportedFormat(InputError):
+    pass
+
+
+class SchemaError(InputError):
+    pass
+
+
+class EmptyTrace(InputError):
+    pass
+
+
+class UsageError(ProflabError):
+    pass

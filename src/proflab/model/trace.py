@@ -1,0 +1,164 @@
+"""The trace model: a few typed polars tables, integer nanoseconds throughout.
+
+Tables (one row per event, never one Python object per event):
+
+``gpu``      kernels, memcpy and memset executed on a device
+``cpu``      host events: operators, annotations, Python frames, CUDA runtime/driver calls
+``steps``    profiler steps (``ProfilerStep#N``) as host-side windows
+``devices``  device properties as the trace reports them
+
+Columns and their units are fixed by the ``*_SCHEMA`` dicts below; readers must produce
+exactly these columns (``Trace.__post_init__`` checks), filling what the input lacks with null.
+Missing is not zero: a null ``bytes`` means the input did not say.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+GPU_KINDS = ["kernel", "memcpy", "memset"]
+COPY_KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "unknown"]
+MEMORY_KINDS = ["Pageable", "Pinned", "Device", "Managed", "Array", "unknown"]
+CPU_CATS = [
+    "cpu_op",
+    "user_annotation",
+    "python_function",
+    "cuda_runtime",
+    "cuda_driver",
+    "gpu_user_annotation",
+]
+
+GPU_SCHEMA: dict[str, pl.DataType] = {
+    "kind": pl.Enum(GPU_KINDS),
+    "name": pl.String,
+    "device": pl.Int32,
+    "stream": pl.Int64,
+    "start_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "correlation": pl.Int64,
+    "external_id": pl.Int64,
+    "bytes": pl.Int64,  # memcpy / memset payload; null for kernels
+    "copy_kind": pl.Enum(COPY_KINDS),  # null unless kind == memcpy
+    "src_kind": pl.Enum(MEMORY_KINDS),
+    "dst_kind": pl.Enum(MEMORY_KINDS),
+    "grid_x": pl.Int32,
+    "grid_y": pl.Int32,
+    "grid_z": pl.Int32,
+    "block_x": pl.Int32,
+    "block_y": pl.Int32,
+    "block_z": pl.Int32,
+    "registers": pl.Int32,  # registers per thread
+    "shared_mem_bytes": pl.Int64,  # static + dynamic shared memory per block
+    "is_comm": pl.Boolean,  # NCCL or another collective library kernel
+}
+
+CPU_SCHEMA: dict[str, pl.DataType] = {
+    "cat": pl.Enum(CPU_CATS),
+    "name": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "start_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "external_id": pl.Int64,
+    "correlation": pl.Int64,  # runtime/driver calls: links to the GPU work they launched
+    "python_id": pl.Int64,  # python_function frames only
+    "python_parent_id": pl.Int64,
+    "input_types": pl.String,  # cpu_op with record_shapes: dtypes joined by ","
+}
+
+STEP_SCHEMA: dict[str, pl.DataType] = {
+    "step": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+DEVICE_SCHEMA: dict[str, pl.DataType] = {
+    "device": pl.Int32,
+    "name": pl.String,
+    "sm_count": pl.Int32,
+    "compute_major": pl.Int32,
+    "compute_minor": pl.Int32,
+    "total_memory_bytes": pl.Int64,
+    "max_threads_per_sm": pl.Int32,
+    "regs_per_sm": pl.Int32,
+    "shared_mem_per_sm_bytes": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """Where a trace came from. ``notes`` are reader remarks worth showing the user."""
+
+    source: str
+    format: str  # "kineto"
+    format_version: str | None = None
+    size_bytes: int | None = None
+    event_count: int = 0
+    base_time_ns: int | None = None
+    with_stack: bool | None = None
+    record_shapes: bool | None = None
+    distributed: dict[str, Any] | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One profiled process: typed tables plus where they came from."""
+
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    steps: pl.DataFrame
+    devices: pl.DataFrame
+    meta: TraceMeta
+
+    def __post_init__(self) -> None:
+        for name, schema in (
+            ("gpu", GPU_SCHEMA),
+            ("cpu", CPU_SCHEMA),
+            ("steps", STEP_SCHEMA),
+            ("devices", DEVICE_SCHEMA),
+        ):
+            got = dict(getattr(self, name).schema)
+            if got != schema:
+                raise TypeError(f"Trace.{name} schema mismatch: {got} != {schema}")
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu.height > 0
+
+    @property
+    def kernels(self) -> pl.DataFrame:
+        return self.gpu.filter(pl.col("kind") == "kernel")
+
+    @property
+    def memcpy(self) -> pl.DataFrame:
+        return self.gpu.filter(pl.col("kind") == "memcpy")
+
+    @property
+    def window_ns(self) -> tuple[int, int]:
+        """The analysed span: the profiler steps if any, widened to cover all GPU work."""
+        gpu_end = (self.gpu["start_ns"] + self.gpu["dur_ns"]).max()
+        if self.steps.height:
+            starts = [self.steps["start_ns"].min(), self.gpu["start_ns"].min()]
+            ends = [self.steps["end_ns"].max(), gpu_end]
+        else:
+            starts = [self.cpu["start_ns"].min(), self.gpu["start_ns"].min()]
+            ends = [(self.cpu["start_ns"] + self.cpu["dur_ns"]).max(), gpu_end]
+        starts = [t for t in starts if t is not None]
+        ends = [t for t in ends if t is not None]
+        if not starts:
+            return 0, 0
+        return int(min(starts)), int(max(ends))
+
+    def __repr__(self) -> str:
+        return (
+            f"Trace({self.meta.source!r}, gpu={self.gpu.height} events, cpu={self.cpu.height} events, "
+            f"steps={self.steps.height}, devices={self.devices.height})"
+        )
+
+
+def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema)

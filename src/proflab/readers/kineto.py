@@ -1,0 +1,358 @@
+"""Reader for torch.profiler / Kineto Chrome-trace JSON (PyTorch 2.0 to current).
+
+Accepts ``export_chrome_trace`` output and ``tensorboard_trace_handler`` files
+(``*.pt.trace.json``), plain or gzip-compressed. The JSON is decoded by msgspec straight
+into slim typed structs holding only the fields proflab uses (the decoder is the cost that
+matters on large traces), then turned into the columnar model in one pass per column.
+
+Timestamps are microseconds (float) in the file; the model holds integer nanoseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections import Counter
+from operator import attrgetter
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import polars as pl
+from msgspec import Struct, field
+
+from proflab.errors import (
+    CorruptInput,
+    EmptyTrace,
+    SchemaError,
+    TruncatedInput,
+    UnsupportedFormat,
+)
+from proflab.model.trace import (
+    COPY_KINDS,
+    CPU_SCHEMA,
+    DEVICE_SCHEMA,
+    GPU_SCHEMA,
+    MEMORY_KINDS,
+    STEP_SCHEMA,
+    Trace,
+    TraceMeta,
+)
+
+__all__ = ["sniff", "read", "read_bytes"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+# Kineto category -> model kind. The capitalised names are what PyTorch 1.x wrote.
+_GPU_CATS = {
+    "kernel": "kernel",
+    "Kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "Memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "Memset": "memset",
+}
+_CPU_CATS = {
+    "cpu_op": "cpu_op",
+    "Operator": "cpu_op",
+    "user_annotation": "user_annotation",
+    "python_function": "python_function",
+    "cuda_runtime": "cuda_runtime",
+    "Runtime": "cuda_runtime",
+    "cuda_driver": "cuda_driver",
+    "gpu_user_annotation": "gpu_user_annotation",
+}
+# Categories Kineto writes that proflab knowingly does not use (flows, spans, counters...).
+_IGNORED_CATS = {
+    "ac2g",
+    "fwdbwd",
+    "Trace",
+    "cpu_instant_event",
+    "overhead",
+    "cuda_profiler_range",
+    "cuda_sync",
+    "Memory",
+    "",
+}
+_COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
+
+
+class _Args(Struct, frozen=True, gc=False):
+    external_id: int | None = field(name="External id", default=None)
+    correlation: int | None = None
+    device: int | None = None
+    stream: int | None = None
+    bytes: int | None = None
+    grid: list[int] | None = None
+    block: list[int] | None = None
+    registers: int | None = field(name="registers per thread", default=None)
+    shared_memory: int | None = field(name="shared memory", default=None)
+    python_id: int | None = field(name="Python id", default=None)
+    python_parent_id: int | None = field(name="Python parent id", default=None)
+    input_types: list[Any] | None = field(name="Input type", default=None)
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(Struct, gc=False):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _DeviceProps(Struct, gc=False):
+    id: int | None = None
+    name: str | None = None
+    numSms: int | None = None
+    computeMajor: int | None = None
+    computeMinor: int | None = None
+    totalGlobalMem: int | None = None
+    maxThreadsPerMultiprocessor: int | None = None
+    regsPerMultiprocessor: int | None = None
+    sharedMemPerMultiprocessor: int | None = None
+
+
+class _Doc(Struct, gc=False):
+    traceEvents: list[_Event]
+    schemaVersion: int | str | None = None
+    deviceProperties: list[_DeviceProps] | None = None
+    distributedInfo: dict[str, Any] | None = None
+    baseTimeNanoseconds: int | None = None
+    with_stack: int | bool | None = None
+    record_shapes: int | bool | None = None
+
+
+_DECODER = msgspec.json.Decoder(_Doc | list[_Event])
+
+
+def sniff(path: Path) -> bool:
+    """True when the file looks like JSON (plain or gzip): Kineto is then the reader to try."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    if head.startswith(_GZIP_MAGIC):
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 256)
+        except zlib.error:
+            return True  # gzip magic but corrupt: let read() say so precisely
+    return head.lstrip()[:1] in (b"{", b"[") or head.strip() == b""
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise CorruptInput(path, f"cannot read: {e.strerror or e}") from e
+    if data.startswith(_GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except EOFError as e:
+            raise TruncatedInput(path, "gzip stream ends early (truncated .gz file)") from e
+        except (OSError, zlib.error) as e:
+            raise CorruptInput(path, f"corrupt gzip data ({e})") from e
+    return data
+
+
+def read(path: str | Path) -> Trace:
+    """Read a Kineto trace into the model. Raises an InputError subclass on bad input."""
+    path = Path(path)
+    data = read_bytes(path)
+    if not data.strip():
+        raise EmptyTrace(path, "file is empty")
+    doc = _decode(path, data)
+    size = len(data)
+    del data
+    if isinstance(doc, list):  # the Chrome "JSON array" form: events only
+        doc = _Doc(traceEvents=doc)
+    events = doc.traceEvents
+    if not events:
+        raise EmptyTrace(path, "trace has no events (traceEvents is empty)")
+
+    gpu_evs = [e for e in events if e.cat in _GPU_CATS]
+    cpu_evs = [e for e in events if e.cat in _CPU_CATS and e.ph == "X"]
+    unknown = Counter(
+        e.cat for e in events if e.cat not in _GPU_CATS and e.cat not in _CPU_CATS and e.cat not in _IGNORED_CATS
+    )
+    if not gpu_evs and not cpu_evs:
+        if unknown:
+            found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
+            raise UnsupportedFormat(
+                path, f"no torch.profiler/Kineto events; the event categories found are {found}"
+            )
+        raise EmptyTrace(path, "trace holds no host or GPU events (only metadata)")
+
+    notes: list[str] = []
+    if unknown:
+        listed = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
+        notes.append(f"ignored {sum(unknown.values())} events of unrecognised categories: {listed}")
+
+    gpu = _gpu_table(gpu_evs)
+    cpu = _cpu_table(cpu_evs)
+    del gpu_evs, cpu_evs
+    meta = TraceMeta(
+        source=str(path),
+        format="kineto",
+        format_version=None if doc.schemaVersion is None else str(doc.schemaVersion),
+        size_bytes=size,
+        event_count=len(events),
+        base_time_ns=doc.baseTimeNanoseconds,
+        with_stack=None if doc.with_stack is None else bool(doc.with_stack),
+        record_shapes=None if doc.record_shapes is None else bool(doc.record_shapes),
+        distributed=doc.distributedInfo,
+        notes=tuple(notes),
+    )
+    return Trace(gpu=gpu, cpu=cpu, steps=_steps(cpu), devices=_devices(doc.deviceProperties), meta=meta)
+
+
+def _decode(path: Path, data: bytes) -> _Doc | list[_Event]:
+    try:
+        return _DECODER.decode(data)
+    except msgspec.ValidationError as e:
+        msg = str(e)
+        if "missing required field `traceEvents`" in msg:
+            raise UnsupportedFormat(path, "JSON, but not a profiler trace: it has no 'traceEvents' array") from e
+        if msg.startswith("Expected `object | array`"):
+            raise UnsupportedFormat(path, f"JSON, but not a profiler trace ({msg})") from e
+        raise SchemaError(path, f"unexpected trace content: {msg.replace('$[...]', '$')}") from e
+    except msgspec.DecodeError as e:
+        msg = str(e)
+        if "truncated" in msg:
+            raise TruncatedInput(path, "JSON ends early (truncated file)") from e
+        raise CorruptInput(path, f"not valid JSON ({msg})") from e
+
+
+def _ns(values: list[float]) -> pl.Series:
+    return (pl.Series(values, dtype=pl.Float64) * 1000.0).round().cast(pl.Int64)
+
+
+def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
+    # pid/tid may be strings ("Spans", "stream 7" in old traces): keep the digits, else null.
+    try:
+        return pl.Series(values, dtype=dtype)
+    except (TypeError, pl.exceptions.PolarsError):
+        s = pl.Series([str(v) for v in values], dtype=pl.String)
+        return s.str.extract(r"(\d+)$").cast(dtype)
+
+
+def _xyz(values: list[list[int] | None], axis: int) -> pl.Series:
+    return pl.Series(values, dtype=pl.List(pl.Int64)).list.get(axis, null_on_oob=True).cast(pl.Int32)
+
+
+def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
+    if not evs:
+        return pl.DataFrame(schema=GPU_SCHEMA)
+    get = attrgetter
+    args = list(map(get("args"), evs))
+    device = pl.Series(list(map(get("device"), args)), dtype=pl.Int32)
+    stream = pl.Series(list(map(get("stream"), args)), dtype=pl.Int64)
+    grid = list(map(get("grid"), args))
+    block = list(map(get("block"), args))
+    df = pl.DataFrame(
+        {
+            "kind": pl.Series([_GPU_CATS[c] for c in map(get("cat"), evs)], dtype=pl.Enum(["kernel", "memcpy", "memset"])),
+            "name": pl.Series(list(map(get("name"), evs)), dtype=pl.String),
+            "device": device.fill_null(_ints(list(map(get("pid"), evs)), pl.Int32)),
+            "stream": stream.fill_null(_ints(list(map(get("tid"), evs)))),
+            "start_ns": _ns(list(map(get("ts"), evs))),
+            "dur_ns": _ns(list(map(get("dur"), evs))).clip(lower_bound=0),
+            "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
+            "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
+            "bytes": pl.Series(list(map(get("bytes"), args)), dtype=pl.Int64),
+            "grid_x": _xyz(grid, 0),
+            "grid_y": _xyz(grid, 1),
+            "grid_z": _xyz(grid, 2),
+            "block_x": _xyz(block, 0),
+            "block_y": _xyz(block, 1),
+            "block_z": _xyz(block, 2),
+            "registers": pl.Series(list(map(get("registers"), args)), dtype=pl.Int32),
+            "shared_mem_bytes": pl.Series(list(map(get("shared_memory"), args)), dtype=pl.Int64),
+        }
+    )
+    copy = pl.col("name").str.extract_groups(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
+    df = df.with_columns(
+        _enum(copy.struct.field("1"), COPY_KINDS).alias("copy_kind"),
+        _enum(copy.struct.field("2"), MEMORY_KINDS).alias("src_kind"),
+        _enum(copy.struct.field("3"), MEMORY_KINDS).alias("dst_kind"),
+        (pl.col("kind") == "kernel").and_(pl.col("name").str.contains(_COMM_PATTERN)).alias("is_comm"),
+    ).with_columns(
+        # a memcpy whose name did not parse still is a memcpy, of unknown direction
+        pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
+    )
+    return df.select(list(GPU_SCHEMA)).sort("start_ns")
+
+
+def _enum(expr: pl.Expr, values: list[str]) -> pl.Expr:
+    return (
+        pl.when(expr.is_in(values)).then(expr).when(expr.is_not_null()).then(pl.lit("unknown")).cast(pl.Enum(values))
+    )
+
+
+def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
+    if not evs:
+        return pl.DataFrame(schema=CPU_SCHEMA)
+    get = attrgetter
+    args = list(map(get("args"), evs))
+    types = pl.Series(
+        [None if t is None else [str(x) for x in t] for t in map(get("input_types"), args)],
+        dtype=pl.List(pl.String),
+    )
+    df = pl.DataFrame(
+        {
+            "cat": pl.Series([_CPU_CATS[c] for c in map(get("cat"), evs)], dtype=CPU_SCHEMA["cat"]),
+            "name": pl.Series(list(map(get("name"), evs)), dtype=pl.String),
+            "pid": _ints(list(map(get("pid"), evs))),
+            "tid": _ints(list(map(get("tid"), evs))),
+            "start_ns": _ns(list(map(get("ts"), evs))),
+            "dur_ns": _ns(list(map(get("dur"), evs))).clip(lower_bound=0),
+            "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
+            "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
+            "python_id": pl.Series(list(map(get("python_id"), args)), dtype=pl.Int64),
+            "python_parent_id": pl.Series(list(map(get("python_parent_id"), args)), dtype=pl.Int64),
+            "input_types": types.list.join(","),
+        }
+    )
+    return df.sort("start_ns")
+
+
+def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
+    steps = (
+        cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(
+            pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64).alias("step"),
+            pl.col("start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .drop_nulls("step")
+        .unique("step", keep="first")
+        .sort("start_ns")
+    )
+    return steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA)
+
+
+def _devices(props: list[_DeviceProps] | None) -> pl.DataFrame:
+    if not props:
+        return pl.DataFrame(schema=DEVICE_SCHEMA)
+    rows = [
+        {
+            "device": p.id,
+            "name": p.name,
+            "sm_count": p.numSms,
+            "compute_major": p.computeMajor,
+            "compute_minor": p.computeMinor,
+            "total_memory_bytes": p.totalGlobalMem,
+            "max_threads_per_sm": p.maxThreadsPerMultiprocessor,
+            "regs_per_sm": p.regsPerMultiprocessor,
+            "shared_mem_per_sm_bytes": p.sharedMemPerMultiprocessor,
+        }
+        for p in props
+    ]
+    return pl.DataFrame(rows, schema=DEVICE_SCHEMA)
