@@ -1,0 +1,5 @@
+import sys
+
+from proflab.cli import main
+
+sys.exit(main())

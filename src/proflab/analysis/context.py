@@ -1,0 +1,103 @@
+"""The analysis context: every table computed at most once, shared by all rules."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import polars as pl
+
+from proflab.analysis import gaps as _gaps
+from proflab.analysis import kernels as _kernels
+from proflab.analysis import launch as _launch
+from proflab.analysis import memcpy as _memcpy
+from proflab.analysis import timeline as _timeline
+from proflab.analysis.intervals import IntervalSet
+from proflab.model import Trace
+from proflab.report import Missing
+
+__all__ = ["Context"]
+
+
+class Context:
+    """Lazy, cached analyses of one trace. Rules read from it and record missing signals."""
+
+    def __init__(self, trace: Trace) -> None:
+        self.trace = trace
+        self._missing: dict[str, Missing] = {}
+
+    # -- bookkeeping ---------------------------------------------------------------------
+    def note_missing(self, signal: str, reason: str, *skipped: str) -> None:
+        prev = self._missing.get(signal)
+        merged = tuple(dict.fromkeys((*(prev.skipped if prev else ()), *skipped)))
+        self._missing[signal] = Missing(signal, reason, merged)
+
+    @property
+    def missing(self) -> tuple[Missing, ...]:
+        return tuple(self._missing.values())
+
+    # -- timeline ------------------------------------------------------------------------
+    @cached_property
+    def window(self) -> tuple[int, int]:
+        return self.trace.window_ns
+
+    @property
+    def wall_ns(self) -> int:
+        lo, hi = self.window
+        return max(hi - lo, 0)
+
+    @cached_property
+    def device_sets(self) -> dict[int, dict[str, IntervalSet]]:
+        return _timeline.device_sets(self.trace)
+
+    @cached_property
+    def busy(self) -> dict[int, IntervalSet]:
+        return {d: s["memset"] for d, s in self.device_sets.items()}
+
+    @cached_property
+    def device_breakdowns(self) -> dict[int, _timeline.Breakdown]:
+        lo, hi = self.window
+        return {d: _timeline.window_breakdown(s, lo, hi) for d, s in self.device_sets.items()}
+
+    @cached_property
+    def step_table(self) -> pl.DataFrame:
+        return _timeline.step_table(self.trace, self.device_sets)
+
+    @cached_property
+    def gaps(self) -> pl.DataFrame:
+        return _gaps.idle_gaps(self.trace, self.busy, self.window)
+
+    @cached_property
+    def has_launch_links(self) -> bool:
+        """Whether host launch calls carry correlation ids that match GPU work."""
+        return self.trace.cpu.filter(
+            pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null()
+        ).height > 0
+
+    # -- kernels, copies, launches ----------------------------------------------------------
+    @cached_property
+    def kernel_rows(self) -> pl.DataFrame:
+        return _kernels.kernel_rows(self.trace)
+
+    def hot_kernels(self, top: int | None = 20) -> pl.DataFrame:
+        return self._hot_kernels.head(top) if top is not None else self._hot_kernels
+
+    @cached_property
+    def _hot_kernels(self) -> pl.DataFrame:
+        return _kernels.hot_kernels(self.trace, self.kernel_rows, top=50)
+
+    @cached_property
+    def memcpy_table(self) -> pl.DataFrame:
+        return _memcpy.memcpy_table(self.trace)
+
+    @cached_property
+    def launch_stats(self) -> _launch.LaunchStats:
+        return _launch.launch_stats(self.trace, self.kernel_rows)
+
+    @cached_property
+    def device_info(self) -> dict:
+        d = self.trace.devices
+        active = list(self.device_sets) or [None]
+        row = d.filter(pl.col("device") == active[0]) if active[0] is not None else d.head(1)
+        if row.height == 0:
+            row = d.head(1)
+        return row.to_dicts()[0] if row.height else {}

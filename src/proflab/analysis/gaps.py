@@ -1,0 +1,148 @@
+"""GPU idle gaps and what caused each one.
+
+For each gap on a device we look at the GPU work that ended it and the host call that
+launched that work (joined by CUPTI correlation id):
+
+``dependency``  the launch call had returned before the GPU went idle: the work was queued
+                but waited (another stream, an event, the copy engine) — not the host's fault.
+``sync``        the host was blocked in a synchronising call (cudaStreamSynchronize,
+                cudaDeviceSynchronize, a blocking memcpy — what ``.item()`` does) that returned
+                as the GPU drained; the GPU then waited for the host to launch again.
+``launch``      a short gap (< ``LAUNCH_GAP_NS``) before a host launch: per-kernel launch and
+                dispatch overhead is longer than the kernels.
+``host``        a longer gap before a host launch: the host was busy elsewhere (input
+                pipeline, Python, logging) while the GPU had nothing queued.
+``unknown``     no launch call found for the work (host side not traced), or the idle tail
+                after the last GPU work in the window.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from proflab.analysis.intervals import IntervalSet
+from proflab.model import Trace
+
+__all__ = ["CAUSES", "LAUNCH_GAP_NS", "SYNC_TOLERANCE_NS", "idle_gaps", "blocking_calls", "launch_calls"]
+
+CAUSES = ["host", "sync", "launch", "dependency", "unknown"]
+LAUNCH_GAP_NS = 50_000
+# A synchronising call returns shortly after the GPU drains; allow for that wake-up latency.
+SYNC_TOLERANCE_NS = 5_000
+
+_SYNC_CALL = (
+    r"Synchronize|^cudaMemcpy(?:_v\d+)?$|^cudaMemcpy[23]D(?:_v\d+)?$|^cudaMemset(?:_v\d+)?$"
+    r"|^cuMemcpy(?:DtoH|HtoD|DtoD)?(?:_v\d+)?$|^cuMemsetD\d+(?:_v\d+)?$"
+)
+
+GAP_SCHEMA = {
+    "device": pl.Int32,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "dur_ns": pl.Int64,
+    "cause": pl.Enum(CAUSES),
+    "launch_name": pl.String,
+    "launch_start_ns": pl.Int64,
+    "tid": pl.Int64,
+    "sync_name": pl.String,
+    "sync_external_id": pl.Int64,
+    "step": pl.Int64,
+}
+
+
+def launch_calls(trace: Trace) -> pl.DataFrame:
+    """Host runtime/driver calls that carry a correlation id (they launched GPU work)."""
+    return trace.cpu.filter(
+        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null()
+    ).select(
+        "correlation",
+        pl.col("name").alias("launch_name"),
+        pl.col("start_ns").alias("launch_start_ns"),
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("launch_end_ns"),
+        "tid",
+    ).unique("correlation", keep="first")
+
+
+def blocking_calls(trace: Trace) -> pl.DataFrame:
+    """Host calls that block until the GPU has drained: sync APIs, blocking memcpy/memset, and
+    async memcpy to or from pageable memory (staged through a driver buffer, so synchronous)."""
+    cpu = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    pageable = trace.gpu.filter(
+        (pl.col("kind") == "memcpy") & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
+    ).select("correlation", pl.lit(True).alias("pageable"))
+    return (
+        cpu.join(pageable, on="correlation", how="left")
+        .filter(pl.col("name").str.contains(_SYNC_CALL) | pl.col("pageable").fill_null(False))
+        .select(
+            "tid",
+            pl.col("name").alias("sync_name"),
+            pl.col("start_ns").alias("sync_start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("sync_end_ns"),
+            pl.col("external_id").alias("sync_external_id"),
+        )
+    )
+
+
+def idle_gaps(
+    trace: Trace, busy: dict[int, IntervalSet], window: tuple[int, int]
+) -> pl.DataFrame:
+    """Every idle gap inside the window on every active device, with its cause (see module doc)."""
+    lo, hi = window
+    rows = []
+    for device, sets in busy.items():
+        gs, ge = sets.gaps(lo, hi)
+        if gs.size:
+            rows.append(
+                pl.DataFrame(
+                    {"device": np.full(gs.size, device, dtype=np.int32), "start_ns": gs, "end_ns": ge}
+                )
+            )
+    if not rows:
+        return pl.DataFrame(schema=GAP_SCHEMA)
+    gaps = pl.concat(rows).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+
+    # The work that ended each gap starts exactly at the gap's end.
+    first_work = (
+        trace.gpu.select("device", "start_ns", "correlation")
+        .sort("start_ns")
+        .unique(["device", "start_ns"], keep="first")
+        .rename({"start_ns": "end_ns"})
+    )
+    gaps = gaps.join(first_work, on=["device", "end_ns"], how="left")
+    gaps = gaps.join(launch_calls(trace), on="correlation", how="left")
+
+    # The latest blocking call on the launching thread that ended before the launch.
+    sync = blocking_calls(trace).drop_nulls("tid").sort("sync_end_ns")
+    gaps = (
+        gaps.with_columns(pl.col("launch_start_ns").fill_null(-1).alias("_t"), pl.col("tid").fill_null(-1))
+        .sort("_t")
+        .join_asof(sync, left_on="_t", right_on="sync_end_ns", by="tid", strategy="backward")
+    )
+    synced = (
+        pl.col("sync_end_ns").is_not_null()
+        & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
+        & (pl.col("sync_start_ns") <= pl.col("start_ns"))
+    )
+    cause = (
+        pl.when(pl.col("launch_start_ns").is_null())
+        .then(pl.lit("unknown"))
+        .when(pl.col("launch_end_ns") <= pl.col("start_ns"))
+        .then(pl.lit("dependency"))
+        .when(synced)
+        .then(pl.lit("sync"))
+        .when(pl.col("dur_ns") < LAUNCH_GAP_NS)
+        .then(pl.lit("launch"))
+        .otherwise(pl.lit("host"))
+        .cast(pl.Enum(CAUSES))
+    )
+    gaps = gaps.with_columns(
+        cause.alias("cause"),
+        pl.when(synced).then(pl.col("sync_name")).alias("sync_name"),
+        pl.when(synced).then(pl.col("sync_external_id")).alias("sync_external_id"),
+        pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
+    )
+    steps = trace.steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")).sort("_s")
+    gaps = gaps.sort("start_ns").join_asof(steps, left_on="start_ns", right_on="_s", strategy="backward")
+    gaps = gaps.with_columns(pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("step")).alias("step"))
+    return gaps.select(list(GAP_SCHEMA)).cast(GAP_SCHEMA).sort("device", "start_ns")

@@ -1,0 +1,97 @@
+"""Interval arithmetic on integer-nanosecond spans, vectorised with numpy.
+
+An :class:`IntervalSet` is a sorted list of disjoint half-open spans ``[start, end)``. It
+answers "how much of ``[a, b)`` is covered" for many windows at once through a prefix sum,
+which is what busy time per step, per gap and per range all reduce to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["IntervalSet"]
+
+
+@dataclass(frozen=True, eq=False)
+class IntervalSet:
+    """Disjoint, sorted spans. ``starts``/``ends`` are int64 ns arrays of equal length."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def from_spans(cls, starts, ends) -> IntervalSet:
+        """The union of possibly overlapping spans (touching spans merge; empty ones vanish)."""
+        s = np.asarray(starts, dtype=np.int64)
+        e = np.asarray(ends, dtype=np.int64)
+        keep = e > s
+        s, e = s[keep], e[keep]
+        if s.size == 0:
+            return cls.empty()
+        order = np.argsort(s, kind="stable")
+        s, e = s[order], e[order]
+        reach = np.maximum.accumulate(e)
+        new = np.empty(s.size, dtype=bool)
+        new[0] = True
+        new[1:] = s[1:] > reach[:-1]
+        first = np.flatnonzero(new)
+        last = np.append(first[1:] - 1, s.size - 1)
+        return cls(s[first], reach[last])
+
+    @classmethod
+    def empty(cls) -> IntervalSet:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z)
+
+    def __len__(self) -> int:
+        return int(self.starts.size)
+
+    @property
+    def total_ns(self) -> int:
+        return int((self.ends - self.starts).sum())
+
+    def union(self, other: IntervalSet) -> IntervalSet:
+        return IntervalSet.from_spans(
+            np.concatenate([self.starts, other.starts]), np.concatenate([self.ends, other.ends])
+        )
+
+    def covered_before(self, t) -> np.ndarray:
+        """Covered time in ``(-inf, t)`` for each t (vectorised)."""
+        t = np.asarray(t, dtype=np.int64)
+        if self.starts.size == 0:
+            return np.zeros(t.shape, dtype=np.int64)
+        lengths = self.ends - self.starts
+        before = np.concatenate([[0], np.cumsum(lengths)])
+        i = np.searchsorted(self.starts, t, side="right") - 1
+        inside = np.clip(t - self.starts[np.maximum(i, 0)], 0, lengths[np.maximum(i, 0)])
+        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+
+    def covered_within(self, a, b) -> np.ndarray:
+        """Covered time in each window ``[a, b)`` (arrays of equal shape, ns)."""
+        a = np.asarray(a, dtype=np.int64)
+        b = np.maximum(np.asarray(b, dtype=np.int64), a)
+        return self.covered_before(b) - self.covered_before(a)
+
+    def clip(self, lo: int, hi: int) -> IntervalSet:
+        return IntervalSet.from_spans(np.clip(self.starts, lo, hi), np.clip(self.ends, lo, hi))
+
+    def gaps(self, lo: int | None = None, hi: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Uncovered spans between the first and last covered instant, or within [lo, hi)."""
+        if self.starts.size == 0:
+            if lo is None or hi is None or hi <= lo:
+                return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return np.array([lo], np.int64), np.array([hi], np.int64)
+        gs, ge = self.ends[:-1], self.starts[1:]
+        if lo is not None and lo < self.starts[0]:
+            gs, ge = np.append([lo], gs), np.append([self.starts[0]], ge)
+        if hi is not None and hi > self.ends[-1]:
+            gs, ge = np.append(gs, [self.ends[-1]]), np.append(ge, [hi])
+        if lo is not None or hi is not None:
+            lo_ = lo if lo is not None else np.iinfo(np.int64).min
+            hi_ = hi if hi is not None else np.iinfo(np.int64).max
+            gs, ge = np.clip(gs, lo_, hi_), np.clip(ge, lo_, hi_)
+            keep = ge > gs
+            gs, ge = gs[keep], ge[keep]
+        return gs, ge

@@ -1,0 +1,93 @@
+"""Hot kernels: which kernels own the GPU time, and who launched them.
+
+Tensor-core use is read from the kernel name (cuBLAS/cuDNN/CUTLASS name their tiles after
+the instruction and data type) and, when the trace has ``record_shapes``, from the dtypes of
+the operator that launched the kernel. Name-based detection is a heuristic and is reported
+as such.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from proflab.analysis.gaps import launch_calls
+from proflab.analysis.source import user_frames
+from proflab.model import Trace
+
+__all__ = ["kernel_rows", "hot_kernels", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
+
+# Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
+TENSOR_CORE_PATTERN = (
+    r"(?i)tf32|bf16|fp16|f16f16|bf16bf16|e4m3|e5m2|hmma|imma|wgmma|gmma|tensorop|"
+    r"s1688|s16816|h1688|h16816|i8816|16816|1688gemm|nvjet_(?:h|b|e|t)|_hsh|_bsb|flash|fmha|cudnn.*(?:hmma|h884|h1688)"
+)
+# GEMM-like kernels (cuBLAS, cuBLASLt, CUTLASS, cuDNN implicit GEMM).
+GEMM_PATTERN = r"(?i)gemm|gemv|nvjet|cutlass|xmma|matmul|sgemm|dgemm|hgemm"
+# FP32 GEMMs on the CUDA cores (no TF32): SIMT sgemm tiles and fp32-only xmma/nvjet tiles.
+FP32_SIMT_PATTERN = r"(?i)sgemm|simt.*gemm|gemm.*simt|gemv.*float|gemvx?.*<float|f32f32_f32f32_f32|nvjet_sss|gemmSN.*float"
+GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation|conv\w*|cudnn_convolution\w*|convolution\w*|_convolution)$"
+
+
+def kernel_rows(trace: Trace) -> pl.DataFrame:
+    """Kernels joined to the host call that launched them and the operator it ran under."""
+    ops = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
+    ops = ops.select(
+        "external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types")
+    ).unique("external_id", keep="first")
+    k = trace.kernels.join(launch_calls(trace), on="correlation", how="left")
+    k = k.join(ops, on="external_id", how="left")
+    return k.with_columns(
+        pl.col("name").str.contains(GEMM_PATTERN).or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
+        pl.col("name").str.contains(TENSOR_CORE_PATTERN).alias("tc_by_name"),
+        pl.col("name").str.contains(FP32_SIMT_PATTERN).alias("fp32_simt_by_name"),
+        pl.col("op_input_types").fill_null("").str.contains(r"(?:^|,)float(?:,|$)").alias("op_fp32"),
+    )
+
+
+def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, with_source: bool = True) -> pl.DataFrame:
+    """Kernels grouped by name, sorted by total time (ns), with share of all kernel time (%)."""
+    if rows.height == 0:
+        return pl.DataFrame()
+    total = rows["dur_ns"].sum() or 1
+    grid = pl.format("{}x{}x{}", "grid_x", "grid_y", "grid_z")
+    block = pl.format("{}x{}x{}", "block_x", "block_y", "block_z")
+    table = (
+        rows.with_columns(grid.alias("grid"), block.alias("block"))
+        .group_by("name")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").mean().alias("mean_ns"),
+            pl.col("dur_ns").median().alias("median_ns"),
+            pl.col("dur_ns").max().alias("max_ns"),
+            pl.col("device").unique().sort().alias("devices"),
+            pl.col("grid").drop_nulls().mode().first().alias("grid"),
+            pl.col("block").drop_nulls().mode().first().alias("block"),
+            pl.col("registers").max().alias("registers"),
+            pl.col("shared_mem_bytes").max().alias("shared_mem_bytes"),
+            pl.col("op").drop_nulls().mode().first().alias("op"),
+            pl.col("is_comm").first(),
+            pl.col("is_gemm").first(),
+            pl.col("tc_by_name").first().alias("tensor_cores"),
+            pl.col("fp32_simt_by_name").first(),
+            pl.col("op_fp32").any(),
+        )
+        .with_columns((100.0 * pl.col("total_ns") / total).alias("share_pct"))
+        .sort("total_ns", "name", descending=[True, False])
+    )
+    if top is not None:
+        table = table.head(top)
+    if with_source and trace.cpu.filter(pl.col("cat") == "python_function").height:
+        launches = rows.filter(pl.col("name").is_in(table["name"].implode()) & pl.col("tid").is_not_null())
+        if launches.height:
+            frames = user_frames(trace, launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
+            lines = (
+                launches.select("name").with_columns(frames.alias("source"))
+                .drop_nulls("source")
+                .group_by("name")
+                .agg(pl.col("source").mode().first())
+            )
+            table = table.join(lines, on="name", how="left")
+    if "source" not in table.columns:
+        table = table.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
+    return table

@@ -1,0 +1,61 @@
+"""Memory copies: direction, pageable vs pinned, bytes and achieved bandwidth.
+
+The reference bandwidth for host<->device copies is the best pinned copy of the same
+direction measured in this trace when there is one (>= 1 MiB), else a practical PCIe figure
+for the device's generation — which is then marked as a reference, not a measurement.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from proflab.model import Trace
+
+__all__ = ["memcpy_table", "reference_link"]
+
+_MIN_MEASURE_BYTES = 1 << 20
+
+# Practical pinned host<->device bandwidth per x16 link (GB/s), by PCIe generation.
+_PCIE_PRACTICAL_GBPS = {3: 12.0, 4: 25.0, 5: 50.0}
+
+
+def reference_link(compute_major: int | None) -> tuple[str, float]:
+    """(description, practical GB/s) of the host link a device of this generation sits on."""
+    if compute_major is None:
+        return "PCIe Gen4 x16 (assumed: device generation unknown)", _PCIE_PRACTICAL_GBPS[4]
+    gen = 5 if compute_major >= 9 else 4 if compute_major >= 8 else 3
+    return f"PCIe Gen{gen} x16 (practical pinned rate)", _PCIE_PRACTICAL_GBPS[gen]
+
+
+def memcpy_table(trace: Trace) -> pl.DataFrame:
+    """Copies grouped by direction and memory kinds: count, bytes, time (ns), GB/s."""
+    m = trace.memcpy
+    if m.height == 0:
+        return pl.DataFrame()
+    return (
+        m.group_by("copy_kind", "src_kind", "dst_kind")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("bytes").sum().alias("bytes"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("bytes").is_null().any().alias("bytes_missing"),
+        )
+        .with_columns(
+            (pl.col("bytes") / pl.col("time_ns").clip(lower_bound=1)).alias("gbps"),  # bytes/ns == GB/s
+            ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")).alias("pageable"),
+        )
+        .sort("time_ns", descending=True)
+    )
+
+
+def best_pinned_gbps(trace: Trace, copy_kind: str) -> float | None:
+    """Highest measured rate (GB/s) of a pinned copy of this direction of at least 1 MiB."""
+    m = trace.memcpy.filter(
+        (pl.col("copy_kind") == copy_kind)
+        & (pl.col("bytes") >= _MIN_MEASURE_BYTES)
+        & ((pl.col("src_kind") == "Pinned") | (pl.col("dst_kind") == "Pinned"))
+        & (pl.col("dur_ns") > 0)
+    )
+    if m.height == 0:
+        return None
+    return float((m["bytes"] / m["dur_ns"]).max())

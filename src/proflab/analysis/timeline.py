@@ -1,0 +1,134 @@
+"""Where GPU time goes: busy vs idle and the compute / communication / memcpy / memset split.
+
+Busy time is the union of activity on a device (overlapping streams count once). The split
+is exclusive, by priority: an instant counts as compute if any non-communication kernel runs,
+else communication, else memcpy, else memset. So ``communication_ns`` and ``memcpy_ns`` are
+the *exposed* parts, not hidden behind compute, and the five parts add up to the wall time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from proflab.analysis.intervals import IntervalSet
+from proflab.model import Trace
+
+__all__ = ["Breakdown", "device_sets", "breakdown", "step_table"]
+
+PARTS = ("compute", "communication", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Time in ns over a window; ``busy_pct`` is percent of ``wall_ns``."""
+
+    wall_ns: int
+    compute_ns: int
+    communication_ns: int
+    memcpy_ns: int
+    memset_ns: int
+
+    @property
+    def busy_ns(self) -> int:
+        return self.compute_ns + self.communication_ns + self.memcpy_ns + self.memset_ns
+
+    @property
+    def idle_ns(self) -> int:
+        return max(self.wall_ns - self.busy_ns, 0)
+
+    @property
+    def busy_pct(self) -> float:
+        return 100.0 * self.busy_ns / self.wall_ns if self.wall_ns else 0.0
+
+
+def device_sets(trace: Trace) -> dict[int, dict[str, IntervalSet]]:
+    """Per device, the cumulative priority unions: compute, +communication, +memcpy, +memset.
+
+    ``sets[d]["memset"]`` is therefore all activity on device d.
+    """
+    gpu = trace.gpu.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    out: dict[int, dict[str, IntervalSet]] = {}
+    for (device,), g in gpu.group_by(["device"], maintain_order=True):
+        if device is None:
+            continue
+        part = (
+            pl.when(pl.col("kind") == "kernel")
+            .then(pl.when(pl.col("is_comm")).then(pl.lit(1)).otherwise(pl.lit(0)))
+            .when(pl.col("kind") == "memcpy")
+            .then(pl.lit(2))
+            .otherwise(pl.lit(3))
+        )
+        g = g.with_columns(part.alias("part"))
+        sets: dict[str, IntervalSet] = {}
+        for level, name in enumerate(PARTS):
+            sub = g.filter(pl.col("part") <= level)
+            sets[name] = IntervalSet.from_spans(sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
+        out[int(device)] = sets
+    return dict(sorted(out.items()))
+
+
+def breakdown(sets: dict[str, IntervalSet], lo, hi) -> dict[str, np.ndarray]:
+    """Exclusive split for windows ``[lo, hi)`` (scalars or arrays), in ns."""
+    lo = np.asarray(lo, dtype=np.int64)
+    hi = np.asarray(hi, dtype=np.int64)
+    cum = {name: sets[name].covered_within(lo, hi) for name in PARTS}
+    out = {"wall": hi - lo, "compute": cum["compute"]}
+    prev = cum["compute"]
+    for name in PARTS[1:]:
+        out[name] = cum[name] - prev
+        prev = cum[name]
+    out["busy"] = prev
+    out["idle"] = np.maximum(out["wall"] - prev, 0)
+    return out
+
+
+def window_breakdown(sets: dict[str, IntervalSet], lo: int, hi: int) -> Breakdown:
+    b = breakdown(sets, lo, hi)
+    return Breakdown(
+        wall_ns=int(b["wall"]),
+        compute_ns=int(b["compute"]),
+        communication_ns=int(b["communication"]),
+        memcpy_ns=int(b["memcpy"]),
+        memset_ns=int(b["memset"]),
+    )
+
+
+def step_table(trace: Trace, sets_by_device: dict[int, dict[str, IntervalSet]]) -> pl.DataFrame:
+    """One row per (step, device): the step's host-side window and its GPU split, in ns."""
+    steps = trace.steps
+    schema = {
+        "step": pl.Int64,
+        "device": pl.Int32,
+        "start_ns": pl.Int64,
+        "dur_ns": pl.Int64,
+        **{f"{p}_ns": pl.Int64 for p in (*PARTS, "busy", "idle")},
+        "busy_pct": pl.Float64,
+    }
+    if steps.height == 0:
+        return pl.DataFrame(schema=schema)
+    lo = steps["start_ns"].to_numpy()
+    hi = steps["end_ns"].to_numpy()
+    frames = []
+    devices = list(sets_by_device) or [None]
+    for device in devices:
+        cols: dict[str, object] = {
+            "step": steps["step"],
+            "device": pl.Series([device] * steps.height, dtype=pl.Int32),
+            "start_ns": steps["start_ns"],
+            "dur_ns": pl.Series(hi - lo, dtype=pl.Int64),
+        }
+        if device is None:
+            zeros = np.zeros(steps.height, dtype=np.int64)
+            parts = {p: zeros for p in (*PARTS, "busy")} | {"idle": hi - lo}
+        else:
+            parts = breakdown(sets_by_device[device], lo, hi)
+        for p in (*PARTS, "busy", "idle"):
+            cols[f"{p}_ns"] = pl.Series(parts[p], dtype=pl.Int64)
+        frames.append(pl.DataFrame(cols))
+    df = pl.concat(frames)
+    return df.with_columns(
+        (100.0 * pl.col("busy_ns") / pl.col("dur_ns").clip(lower_bound=1)).alias("busy_pct")
+    ).select(list(schema))

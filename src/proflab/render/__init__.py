@@ -1,0 +1,34 @@
+"""Renderers: each turns one Report into one output format. Chosen by name or file suffix."""
+
+from __future__ import annotations
+
+from proflab.errors import UsageError
+
+__all__ = ["render", "FORMATS", "format_for_path"]
+
+FORMATS = ("term", "json", "md")
+_SUFFIX = {".json": "json", ".md": "md", ".markdown": "md", ".txt": "term"}
+
+
+def format_for_path(path: str) -> str | None:
+    for suffix, fmt in _SUFFIX.items():
+        if path.endswith(suffix):
+            return fmt
+    return None
+
+
+def render(reports, fmt: str, *, width: int | None = None, color: bool = False) -> str:
+    """Text of one or several reports in ``fmt`` ("term", "json" or "md")."""
+    if fmt == "json":
+        from proflab.render.json import render_json
+
+        return render_json(reports)
+    if fmt == "md":
+        from proflab.render.markdown import render_markdown
+
+        return "\n\n".join(render_markdown(r) for r in reports)
+    if fmt == "term":
+        from proflab.render.terminal import render_terminal
+
+        return "\n".join(render_terminal(r, width=width, color=color) for r in reports)
+    raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -1,0 +1,66 @@
+"""Markdown: for pull requests, issues and notebooks. Names are escaped, never trusted."""
+
+from __future__ import annotations
+
+from proflab.render._text import evidence_lines, fmt_num, shorten
+
+__all__ = ["render_markdown"]
+
+# Enough to keep names from becoming markup, links or HTML; readable in raw form too.
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
+                             "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def esc(text) -> str:
+    return str(text).translate(_MD_SPECIAL).replace("\n", " ")
+
+
+def render_markdown(report) -> str:
+    d = report.to_dict()
+    src = d["source"]["inputs"][0]
+    s = d["summary"]
+    dev = d["device"]
+    lines = [f"# proflab report: {esc(src['path'])}", ""]
+    lines.append(f"- Device: {esc(dev.get('name') or 'unknown')}")
+    lines.append(f"- Window: {fmt_num(s['wall_ms'])} ms, {s['step_count']} steps"
+                 + (f", median step {fmt_num(s['median_step_ms'])} ms" if s.get("median_step_ms") is not None else ""))
+    if s.get("gpu_busy_pct") is not None:
+        b = s["breakdown_ms"]
+        lines.append(f"- GPU busy: {fmt_num(s['gpu_busy_pct'])} %")
+        lines += ["", "| compute ms | communication ms | memcpy ms | memset ms | idle ms |", "|---:|---:|---:|---:|---:|"]
+        lines.append("| " + " | ".join(fmt_num(b[k]) for k in ("compute", "communication", "memcpy", "memset", "idle")) + " |")
+    lines += ["", "## Findings", ""]
+    if not d["findings"]:
+        lines.append("No findings.")
+    for i, f in enumerate(d["findings"], 1):
+        lines.append(f"### {i}. [{f['severity']}] {esc(f['title'])}")
+        lines.append("")
+        lines.append(f"*{f['category']}* — estimated gain {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])} %)"
+                     + (f", assuming {esc(f['assumption'])}" if f.get("assumption") else ""))
+        lines.append("")
+        for e in evidence_lines(f["evidence"], width=200):
+            lines.append(f"- {esc(e)}")
+        lines.append("")
+        lines.append(f"**Fix:** {esc(f['fix'])}")
+        where = {k: v for k, v in f["where"].items() if v}
+        if where:
+            lines.append("")
+            for k, v in where.items():
+                lines.append(f"- where ({esc(k)}): " + ", ".join(f"`{shorten(str(x), 120).replace('`', '')}`" for x in v[:8]))
+        lines.append("")
+    if d["kernels"]:
+        lines += ["## Hot kernels", "", "| # | kernel | total ms | count | share % | tensor cores | op |", "|---:|---|---:|---:|---:|---|---|"]
+        for i, k in enumerate(d["kernels"], 1):
+            lines.append(
+                f"| {i} | {esc(shorten(k['name'], 90))} | {fmt_num(k['total_ms'])} | {fmt_num(k['count'])} | "
+                f"{fmt_num(k['share_pct'])} | {esc(k['tensor_cores'] or '-')} | {esc(k['op'] or '-')} |"
+            )
+        lines.append("")
+    if d["missing"]:
+        lines += ["## Missing signals", ""]
+        for m in d["missing"]:
+            lines.append(f"- **{esc(m['signal'])}**: {esc(m['reason'])}" + (f" (skipped: {esc(', '.join(m['skipped']))})" if m["skipped"] else ""))
+        lines.append("")
+    for n in d["notes"]:
+        lines.append(f"> note: {esc(n)}")
+    return "\n".join(lines).rstrip() + "\n"

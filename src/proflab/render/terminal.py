@@ -1,0 +1,122 @@
+"""Terminal: a rich summary that reads well in 80 columns.
+
+User-controlled text (kernel, op and file names) goes in as ``rich.text.Text``, never as
+markup, so a name like ``[bold]`` prints literally.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from proflab.render._text import evidence_lines, fmt_num, shorten
+
+__all__ = ["render_terminal"]
+
+_SEV_STYLE = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
+_BAR = 30
+
+
+def render_terminal(report, *, width: int | None = None, color: bool = False) -> str:
+    width = width or 80
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+        no_color=not color, highlight=False, soft_wrap=False,
+    )
+    console.print(_body(report.to_dict(), width))
+    return buf.getvalue()
+
+
+def _body(d: dict, width: int) -> Group:
+    parts: list = []
+    src = d["source"]["inputs"][0]
+    s = d["summary"]
+    dev = d["device"]
+    head = Text("proflab ", style="bold")
+    head.append(Text(shorten(src["path"].rsplit("/", 1)[-1], width - 30)))
+    if dev.get("name"):
+        head.append(" · ")
+        head.append(Text(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
+    parts.append(head)
+    line = f"Window {fmt_num(s['wall_ms'])} ms · {s['step_count']} steps"
+    if s.get("median_step_ms") is not None:
+        sp = s["step_spread_ms"]
+        line += f" · median step {fmt_num(s['median_step_ms'])} ms (p10 {fmt_num(sp['p10'])}, p90 {fmt_num(sp['p90'])})"
+    parts.append(Text(line))
+    if s.get("gpu_busy_pct") is not None:
+        busy = s["gpu_busy_pct"]
+        filled = round(_BAR * busy / 100)
+        t = Text(f"GPU busy {busy:5.1f}% ")
+        t.append("█" * filled, style="green")
+        t.append("░" * (_BAR - filled), style="dim")
+        parts.append(t)
+        b = s["breakdown_ms"]
+        parts.append(Text(
+            f"  compute {fmt_num(b['compute'])} · comm {fmt_num(b['communication'])} · memcpy {fmt_num(b['memcpy'])}"
+            f" · memset {fmt_num(b['memset'])} · idle {fmt_num(b['idle'])} ms"
+        ))
+        idle = d.get("idle") or {}
+        if idle.get("by_cause_ms"):
+            causes = " · ".join(f"{k} {fmt_num(v)}" for k, v in idle["by_cause_ms"].items() if v)
+            if causes:
+                parts.append(Text(f"  idle by cause (ms): {causes}"))
+    parts.append(Text(""))
+    parts.append(Text("Findings, largest estimated gain first", style="bold underline"))
+    if not d["findings"]:
+        parts.append(Text("  none"))
+    for i, f in enumerate(d["findings"], 1):
+        t = Text(f"{i:>2} ")
+        t.append(f"{f['severity'].upper():<8}", style=_SEV_STYLE[f["severity"]])
+        t.append(Text(f["title"]))
+        parts.append(t)
+        if f["category"] != "healthy":
+            parts.append(Text(
+                f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
+                + (f" if {f['assumption']}" if f.get("assumption") else ""),
+                style="dim",
+            ))
+        for e in evidence_lines(f["evidence"], width - 5)[:8]:
+            parts.append(Text("   · " + e))
+        parts.append(Text("   fix: " + f["fix"], style="green"))
+        for k, v in f["where"].items():
+            if v:
+                parts.append(Text(shorten(f"   where {k}: " + ", ".join(str(x) for x in v[:5]), width - 1), style="dim"))
+    if d["kernels"]:
+        parts.append(Text(""))
+        table = Table(title=None, box=None, pad_edge=False, show_edge=False, expand=False, header_style="bold")
+        table.add_column("#", justify="right", width=2)
+        name_w = max(width - 42, 20)
+        table.add_column("hot kernel", width=name_w, no_wrap=True, overflow="ellipsis")
+        table.add_column("ms", justify="right", width=9)
+        table.add_column("count", justify="right", width=7)
+        table.add_column("%", justify="right", width=5)
+        table.add_column("TC", width=4)
+        for i, k in enumerate(d["kernels"][:10], 1):
+            tc = "yes" if (k["tensor_cores"] or "").startswith("yes") else ("no" if k["tensor_cores"] == "no" else "-")
+            table.add_row(str(i), Text(shorten(k["name"], name_w)), fmt_num(k["total_ms"]), fmt_num(k["count"]),
+                          f"{k['share_pct']:.1f}", tc)
+        parts.append(table)
+    elif d.get("host_ops"):
+        parts.append(Text(""))
+        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        table.add_column("top host ops", width=max(width - 24, 20), no_wrap=True, overflow="ellipsis")
+        table.add_column("ms", justify="right", width=9)
+        table.add_column("count", justify="right", width=7)
+        for o in d["host_ops"][:10]:
+            table.add_row(Text(o["name"]), fmt_num(o["total_ms"]), fmt_num(o["count"]))
+        parts.append(table)
+    if d["missing"]:
+        parts.append(Text(""))
+        for m in d["missing"]:
+            t = Text("missing: ", style="yellow")
+            t.append(Text(f"{m['signal']} — {m['reason']}"))
+            if m["skipped"]:
+                t.append(Text(f"; skipped: {', '.join(m['skipped'])}", style="dim"))
+            parts.append(t)
+    for n in d["notes"]:
+        parts.append(Text("note: " + n, style="dim"))
+    return Group(*parts)

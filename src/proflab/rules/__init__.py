@@ -1,0 +1,32 @@
+"""Diagnosis rules: ``rule(trace, ctx) -> list[Finding]``, one module per family.
+
+Rules are pure: they read the trace and the analysis context, return findings with their
+evidence and estimated gain, and record a missing signal instead of guessing.
+"""
+
+from __future__ import annotations
+
+from proflab.analysis.context import Context
+from proflab.model import Trace
+from proflab.report import Finding
+from proflab.rules import host, memcpy, tensor_cores, utilization
+
+__all__ = ["RULES", "run_rules"]
+
+RULES = (
+    host.sync_bound,
+    host.launch_bound,
+    host.host_bound,
+    memcpy.pageable_memcpy,
+    memcpy.memcpy_bound,
+    tensor_cores.tensor_cores_unused,
+    utilization.low_utilization,
+)
+
+
+def run_rules(trace: Trace, ctx: Context) -> list[Finding]:
+    """All rules, ranked by estimated gain (largest first); ``healthy`` when nothing material."""
+    findings = [f for rule in RULES for f in rule(trace, ctx)]
+    findings.sort(key=lambda f: (-f.est_gain_ms, f.id))
+    findings.extend(utilization.healthy(trace, ctx, findings))
+    return findings

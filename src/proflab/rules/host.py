@@ -1,0 +1,251 @@
+"""Idle GPU time the host caused: synchronisation, launch overhead, and host-side work.
+
+All three read the classified idle gaps (``analysis.gaps``). The estimated gain of each is
+the idle time of its gaps on the worst device: what the GPU would gain if the host kept the
+queue full, an upper bound that assumes the host work itself fits under the GPU work.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from proflab.analysis.context import Context
+from proflab.analysis.source import user_frames
+from proflab.model import Trace
+from proflab.report import Finding
+from proflab.rules._common import MIN_GAIN_PCT, ms, pct, severity, us
+
+__all__ = ["sync_bound", "launch_bound", "host_bound"]
+
+_SKIP = ("GPU idle-gap causes",)
+
+
+def _gaps_of(trace: Trace, ctx: Context, cause: str) -> tuple[pl.DataFrame, int] | None:
+    """Gaps of one cause on the device where they cost most, and their total (ns)."""
+    if not trace.has_gpu:
+        return None
+    if not ctx.has_launch_links:
+        ctx.note_missing(
+            "host launch calls",
+            "the trace has no CUDA runtime/driver events with correlation ids, so idle gaps "
+            "cannot be tied to what the host was doing",
+            *_SKIP,
+        )
+        return None
+    g = ctx.gaps.filter(pl.col("cause") == cause)
+    if g.height == 0:
+        return None
+    per_dev = g.group_by("device").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
+    device = per_dev["device"][0]
+    g = g.filter(pl.col("device") == device)
+    total = int(per_dev["dur_ns"][0])
+    if pct(total, ctx.wall_ns, 3) < MIN_GAIN_PCT:
+        return None
+    return g, total
+
+
+def _steps(g: pl.DataFrame) -> list[int]:
+    return sorted(int(s) for s in g["step"].drop_nulls().unique())
+
+
+def _idle_pct_of_busy(ctx: Context, device: int) -> float:
+    b = ctx.device_breakdowns.get(device)
+    return round(b.busy_pct, 1) if b else 0.0
+
+
+def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
+    found = _gaps_of(trace, ctx, "sync")
+    if not found:
+        return []
+    g, total = found
+    device = int(g["device"][0])
+    ops = (
+        trace.cpu.filter(pl.col("cat") == "cpu_op")
+        .select(pl.col("external_id").alias("sync_external_id"), pl.col("name").alias("op"))
+        .unique("sync_external_id", keep="first")
+    )
+    by_call = (
+        g.join(ops, on="sync_external_id", how="left")
+        .group_by("sync_name", "op")
+        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("idle_ns"))
+        .sort("idle_ns", descending=True)
+    )
+    lines = _lines_at(trace, g.select("tid", pl.col("start_ns").alias("t_ns")))
+    per_step = g.group_by("step").len()["len"].median() if g["step"].drop_nulls().len() else None
+    evidence = {
+        "sync_idle_ms": ms(total),
+        "sync_gaps": g.height,
+        "syncs_per_step": per_step,
+        "median_gap_us": us(g["dur_ns"].median()),
+        "idle_pct_of_window": pct(total, ctx.wall_ns),
+        "gpu_busy_pct": _idle_pct_of_busy(ctx, device),
+        "calls": [
+            {"call": r["sync_name"], "op": r["op"], "count": r["count"], "idle_ms": ms(r["idle_ns"])}
+            for r in by_call.head(5).iter_rows(named=True)
+        ],
+    }
+    top = by_call.row(0, named=True)
+    what = f"{top['op']} ({top['sync_name']})" if top["op"] else top["sync_name"]
+    gain_pct = pct(total, ctx.wall_ns, 2)
+    return [
+        Finding(
+            id="sync_bound",
+            category="sync_bound",
+            severity=severity(gain_pct),
+            title=f"Host synchronisation drains the GPU: {g.height} syncs leave it idle {ms(total, 2)} ms "
+            f"({pct(total, ctx.wall_ns)}% of the window); top: {what}",
+            evidence=evidence,
+            est_gain_ms=total / 1e6,
+            est_gain_pct=gain_pct,
+            fix=(
+                "Remove host synchronisation from the hot loop: no .item(), .cpu(), .tolist(), print(tensor) "
+                "or tensor-valued `if` per step; keep running sums on the GPU and read them every N steps; "
+                "use non_blocking=True copies into pinned buffers; drop torch.cuda.synchronize() outside timing code."
+            ),
+            where={"steps": _steps(g), "ops": [o for o in by_call["op"].drop_nulls().unique(maintain_order=True).head(5)], "lines": lines},
+            assumption="without the syncs the host runs ahead and keeps the GPU queue full, hiding these gaps",
+        )
+    ]
+
+
+def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
+    found = _gaps_of(trace, ctx, "launch")
+    if not found:
+        return []
+    g, total = found
+    device = int(g["device"][0])
+    ls = ctx.launch_stats
+    short_ops = (
+        ctx.kernel_rows.filter(pl.col("dur_ns") < 10_000)
+        .group_by("op")
+        .agg(pl.len().alias("n"))
+        .drop_nulls("op")
+        .sort("n", descending=True)
+        .head(5)
+    )
+    lines = _lines_at(trace, g.select("tid", pl.col("end_ns").alias("t_ns")))
+    gain_pct = pct(total, ctx.wall_ns, 2)
+    evidence = {
+        "launch_idle_ms": ms(total),
+        "short_gaps": g.height,
+        "median_gap_us": us(g["dur_ns"].median()),
+        "idle_pct_of_window": pct(total, ctx.wall_ns),
+        "gpu_busy_pct": _idle_pct_of_busy(ctx, device),
+        "kernels": ls.kernel_count,
+        "median_kernel_us": us(ls.median_kernel_ns),
+        "kernels_under_5us_pct": None if ls.short_kernel_pct is None else round(ls.short_kernel_pct, 1),
+        "launches_per_step": ls.launches_per_step,
+        "median_launch_call_us": us(ls.median_launch_call_ns),
+        "median_launch_to_start_us": us(ls.median_delay_ns),
+    }
+    return [
+        Finding(
+            id="launch_bound",
+            category="launch_bound",
+            severity=severity(gain_pct),
+            title=f"Launch-bound: {g.height} short idle gaps between small kernels cost {ms(total, 2)} ms "
+            f"({pct(total, ctx.wall_ns)}%); median kernel {us(ls.median_kernel_ns)} us",
+            evidence=evidence,
+            est_gain_ms=total / 1e6,
+            est_gain_pct=gain_pct,
+            fix=(
+                "Cut per-kernel launch cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead') "
+                "or torch.cuda.graphs), fuse elementwise chains with torch.compile, batch small tensors into "
+                "larger ones (foreach/multi-tensor ops, fused optimizers), and avoid per-element Python loops."
+            ),
+            where={"steps": _steps(g), "ops": short_ops["op"].to_list(), "lines": lines},
+            assumption="with launches batched or graph-captured the GPU runs these kernels back to back",
+        )
+    ]
+
+
+def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
+    found = _gaps_of(trace, ctx, "host")
+    if not found:
+        return []
+    g, total = found
+    device = int(g["device"][0])
+    activity = _host_activity(trace, g)
+    gain_pct = pct(total, ctx.wall_ns, 2)
+    top = activity[0]["name"] if activity else None
+    loader = any("DataLoader" in a["name"] or "dataloader" in a["name"].lower() for a in activity[:3])
+    if loader:
+        fix = (
+            "The input pipeline starves the GPU: use DataLoader(num_workers>0, pin_memory=True, "
+            "persistent_workers=True, prefetch_factor=2-4), move heavy transforms into the workers or onto "
+            "the GPU, and cache decoded data."
+        )
+    else:
+        fix = (
+            "Take host work off the GPU's critical path: launch the next GPU work before the CPU-heavy part "
+            "(or move it to a worker thread/process), vectorise Python loops, and use torch.compile / CUDA graphs "
+            "to cut Python overhead."
+        )
+    lines = _lines_at(trace, g.select("tid", pl.col("start_ns").alias("t_ns")))
+    evidence = {
+        "host_idle_ms": ms(total),
+        "gaps": g.height,
+        "median_gap_ms": ms(g["dur_ns"].median()),
+        "max_gap_ms": ms(g["dur_ns"].max()),
+        "idle_pct_of_window": pct(total, ctx.wall_ns),
+        "gpu_busy_pct": _idle_pct_of_busy(ctx, device),
+        "host_activity_in_gaps": activity[:5],
+    }
+    title = (
+        f"Host-bound: the GPU waits {ms(total, 2)} ms ({pct(total, ctx.wall_ns)}%) in {g.height} gaps "
+        f"while the host works" + (f", mostly in {top}" if top else "")
+    )
+    return [
+        Finding(
+            id="host_bound",
+            category="host_bound",
+            severity=severity(gain_pct),
+            title=title,
+            evidence=evidence,
+            est_gain_ms=total / 1e6,
+            est_gain_pct=gain_pct,
+            fix=fix,
+            where={"steps": _steps(g), "ops": [a["name"] for a in activity[:5]], "lines": lines},
+            assumption="if the host work overlaps GPU work (workers, prefetch), these gaps close",
+        )
+    ]
+
+
+def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
+    """What the launching thread was inside during the gaps: names by overlapped time."""
+    gaps = g.filter(pl.col("tid").is_not_null()).select(
+        "tid", pl.col("start_ns").alias("g0"), pl.col("launch_start_ns").alias("g1")
+    ).with_row_index("gap")
+    if gaps.height == 0:
+        return []
+    events = trace.cpu.filter(
+        pl.col("cat").is_in(["cpu_op", "user_annotation"]) & ~pl.col("name").str.starts_with("ProfilerStep#")
+    ).select(pl.col("tid").alias("etid"), "name", pl.col("start_ns").alias("e0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("e1"))
+    hits = gaps.join_where(
+        events, pl.col("tid") == pl.col("etid"), pl.col("e0") < pl.col("g1"), pl.col("e1") > pl.col("g0")
+    )
+    total = int((gaps["g1"] - gaps["g0"]).clip(lower_bound=0).sum()) or 1
+    agg = (
+        hits.with_columns(
+            (pl.min_horizontal("e1", "g1") - pl.max_horizontal("e0", "g0")).clip(lower_bound=0).alias("ov")
+        )
+        .group_by("name")
+        .agg(pl.col("ov").sum().alias("ov_ns"))
+        .sort("ov_ns", descending=True)
+        .head(8)
+    )
+    return [
+        {"name": r["name"], "overlap_ms": ms(r["ov_ns"]), "pct_of_gap_time": pct(r["ov_ns"], total)}
+        for r in agg.iter_rows(named=True)
+    ]
+
+
+def _lines_at(trace: Trace, points: pl.DataFrame, top: int = 5) -> list[str]:
+    """Most frequent user source lines at these host instants (needs with_stack)."""
+    points = points.drop_nulls()
+    if points.height == 0 or not trace.cpu.filter(pl.col("cat") == "python_function").height:
+        return []
+    frames = user_frames(trace, points).drop_nulls()
+    if frames.len() == 0:
+        return []
+    return frames.value_counts(sort=True).head(top)["frame"].to_list()

@@ -1,0 +1,163 @@
+"""Host<->device copies: pageable memory, and copy time the GPU cannot hide.
+
+Gains are split so the two findings never count the same time twice: ``pageable_memcpy``
+claims what pinning would save (copy time down to the pinned rate); ``memcpy_bound`` claims
+the exposed copy time that would remain after that.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from proflab.analysis.context import Context
+from proflab.analysis.memcpy import best_pinned_gbps, reference_link
+from proflab.model import Trace
+from proflab.report import Finding
+from proflab.rules._common import MIN_GAIN_PCT, ms, pct, severity
+
+__all__ = ["pageable_memcpy", "memcpy_bound", "pinning_savings"]
+
+_HOST_DIRECTIONS = ("HtoD", "DtoH")
+
+
+def _reference(trace: Trace, ctx: Context, direction: str) -> tuple[float, str]:
+    measured = best_pinned_gbps(trace, direction)
+    if measured:
+        return measured, f"best pinned {direction} copy measured in this trace"
+    desc, gbps = reference_link(ctx.device_info.get("compute_major"))
+    return gbps, f"reference, not measured: {desc}"
+
+
+def pinning_savings(trace: Trace, ctx: Context) -> tuple[int, list[dict]]:
+    """Copy time (ns) pinning would save, and per-direction evidence rows."""
+    saved = 0
+    rows: list[dict] = []
+    m = trace.memcpy.filter(
+        pl.col("copy_kind").is_in(_HOST_DIRECTIONS)
+        & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
+    )
+    for (direction,), g in m.group_by(["copy_kind"], maintain_order=True):
+        known = g.drop_nulls("bytes")
+        if known.height == 0:
+            ctx.note_missing("memcpy bytes", "copy events carry no byte counts", "pageable copy savings")
+            continue
+        ref_gbps, ref_src = _reference(trace, ctx, str(direction))
+        ideal = (known["bytes"] / ref_gbps).cast(pl.Int64)  # bytes / (GB/s) == ns
+        s = int((known["dur_ns"] - ideal).clip(lower_bound=0).sum())
+        saved += s
+        t = int(known["dur_ns"].sum())
+        rows.append(
+            {
+                "direction": str(direction),
+                "copies": g.height,
+                "bytes": int(known["bytes"].sum()),
+                "time_ms": ms(t),
+                "achieved_gbps": round(float(known["bytes"].sum()) / max(t, 1), 2),
+                "reference_gbps": round(ref_gbps, 2),
+                "reference": ref_src,
+                "saving_ms": ms(s),
+            }
+        )
+    return saved, rows
+
+
+def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
+    if not trace.has_gpu or trace.memcpy.height == 0:
+        return []
+    saved, rows = pinning_savings(trace, ctx)
+    gain_pct = pct(saved, ctx.wall_ns, 2)
+    if not rows or gain_pct < MIN_GAIN_PCT:
+        return []
+    total_bytes = sum(r["bytes"] for r in rows)
+    copies = sum(r["copies"] for r in rows)
+    main = max(rows, key=lambda r: r["saving_ms"] or 0)
+    ops = _copy_ops(trace, pageable=True)
+    return [
+        Finding(
+            id="pageable_memcpy",
+            category="pageable_memcpy",
+            severity=severity(gain_pct),
+            title=(
+                f"Pageable host memory: {copies} copies ({total_bytes / 2**20:.0f} MiB) run at "
+                f"{main['achieved_gbps']} GB/s {main['direction']} instead of ~{main['reference_gbps']} GB/s pinned, "
+                "and block the host"
+            ),
+            evidence={"directions": rows, "pageable_copy_ms": round(sum(r["time_ms"] for r in rows), 3)},
+            est_gain_ms=saved / 1e6,
+            est_gain_pct=gain_pct,
+            fix=(
+                "Allocate host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True), "
+                "torch.empty(..., pin_memory=True) staging buffers) and copy with .to('cuda', non_blocking=True) "
+                "so copies run at the link rate, stop blocking the host, and can overlap compute."
+            ),
+            where={"ops": ops, "directions": [r["direction"] for r in rows]},
+            assumption="pinned copies run at the reference rate stated per direction",
+        )
+    ]
+
+
+def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
+    if not trace.has_gpu or trace.memcpy.height == 0:
+        return []
+    breakdowns = ctx.device_breakdowns
+    device, b = max(breakdowns.items(), key=lambda kv: kv[1].memcpy_ns)
+    pinned_saved, _ = pinning_savings(trace, ctx)
+    remaining = max(b.memcpy_ns - pinned_saved, 0)
+    gain_pct = pct(remaining, ctx.wall_ns, 2)
+    if gain_pct < MIN_GAIN_PCT or pct(b.memcpy_ns, b.wall_ns) < 5.0:
+        return []
+    table = ctx.memcpy_table.filter(pl.col("copy_kind").is_not_null())
+    directions = [
+        {
+            "direction": str(r["copy_kind"]),
+            "memory": f"{r['src_kind']} -> {r['dst_kind']}",
+            "copies": r["count"],
+            "bytes": r["bytes"],
+            "time_ms": ms(r["time_ns"]),
+            "achieved_gbps": None if r["bytes"] is None else round(r["gbps"], 2),
+        }
+        for r in table.iter_rows(named=True)
+    ]
+    total_copy = int(trace.memcpy.filter(pl.col("device") == device)["dur_ns"].sum())
+    return [
+        Finding(
+            id="memcpy_bound",
+            category="memcpy_bound",
+            severity=severity(gain_pct),
+            title=(
+                f"Copies the GPU cannot hide: {ms(b.memcpy_ns, 2)} ms of memcpy ({pct(b.memcpy_ns, b.wall_ns)}% of the "
+                "window) runs with no kernel alongside"
+            ),
+            evidence={
+                "exposed_memcpy_ms": ms(b.memcpy_ns),
+                "memcpy_total_ms": ms(total_copy),
+                "exposed_pct_of_window": pct(b.memcpy_ns, b.wall_ns),
+                "already_claimed_by_pinning_ms": ms(pinned_saved),
+                "directions": directions,
+            },
+            est_gain_ms=remaining / 1e6,
+            est_gain_pct=gain_pct,
+            fix=(
+                "Keep data on the GPU between steps (no round trips), prefetch the next batch on a side stream "
+                "with pinned memory and non_blocking=True so copies overlap compute, and move fewer bytes "
+                "(smaller dtypes, preprocessing on the GPU)."
+            ),
+            where={"ops": _copy_ops(trace, pageable=None), "directions": sorted({d["direction"] for d in directions})},
+            assumption="overlapped with compute (or avoided), the exposed copy time left after pinning disappears",
+        )
+    ]
+
+
+def _copy_ops(trace: Trace, *, pageable: bool | None) -> list[str]:
+    m = trace.memcpy
+    if pageable:
+        m = m.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
+    ops = trace.cpu.filter(pl.col("cat") == "cpu_op").select("external_id", pl.col("name").alias("op"))
+    return (
+        m.join(ops.unique("external_id"), on="external_id", how="inner")
+        .group_by("op")
+        .agg(pl.col("dur_ns").sum())
+        .sort("dur_ns", descending=True)
+        .head(5)["op"]
+        .to_list()
+    )

@@ -1,0 +1,84 @@
+"""Overall GPU utilisation: idle time no specific rule explains, and the healthy verdict."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from proflab.analysis.context import Context
+from proflab.model import Trace
+from proflab.report import Finding
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, pct, severity
+
+__all__ = ["low_utilization", "healthy", "LOW_BUSY_PCT"]
+
+LOW_BUSY_PCT = 80.0
+_EXPLAINED = ("host", "sync", "launch")
+
+
+def low_utilization(trace: Trace, ctx: Context) -> list[Finding]:
+    if not trace.has_gpu or not ctx.device_breakdowns:
+        return []
+    device, b = min(ctx.device_breakdowns.items(), key=lambda kv: kv[1].busy_pct)
+    if b.busy_pct >= LOW_BUSY_PCT:
+        return []
+    g = ctx.gaps.filter(pl.col("device") == device)
+    by_cause = g.group_by("cause").agg(pl.col("dur_ns").sum()).sort("cause")
+    by = {str(r["cause"]): int(r["dur_ns"]) for r in by_cause.iter_rows(named=True)}
+    unexplained = b.idle_ns - sum(by.get(c, 0) for c in _EXPLAINED)
+    gain_pct = pct(unexplained, ctx.wall_ns, 2)
+    if gain_pct < MIN_GAIN_PCT:
+        return []
+    return [
+        Finding(
+            id="low_utilization",
+            category="low_utilization",
+            severity=severity(gain_pct),
+            title=(
+                f"GPU {device} busy only {b.busy_pct:.1f}% of {ms(b.wall_ns, 2)} ms; "
+                f"{ms(unexplained, 2)} ms of idle has no host-side cause in the trace"
+            ),
+            evidence={
+                "gpu_busy_pct": round(b.busy_pct, 1),
+                "idle_ms": ms(b.idle_ns),
+                "idle_by_cause_ms": {c: ms(v) for c, v in by.items()},
+                "unexplained_idle_ms": ms(unexplained),
+            },
+            est_gain_ms=unexplained / 1e6,
+            est_gain_pct=gain_pct,
+            fix=(
+                "Idle with work already queued means GPU-side dependencies: check cross-stream waits "
+                "(cudaStreamWaitEvent), serialised copies, and small batches; raise the batch size or overlap "
+                "independent work on separate streams. If host events are missing, re-profile with CPU and CUDA "
+                "activities so the host side can be diagnosed."
+            ),
+            where={"devices": [device]},
+            assumption="the unexplained idle can be filled with useful work",
+        )
+    ]
+
+
+def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding]:
+    """The ``healthy`` verdict when no finding reaches warning level."""
+    if any(f.severity in ("critical", "warning") for f in findings) or not trace.has_gpu:
+        return []
+    parts = []
+    for device, b in ctx.device_breakdowns.items():
+        parts.append(f"GPU {device} busy {b.busy_pct:.1f}%")
+    return [
+        Finding(
+            id="healthy",
+            category="healthy",
+            severity="info",
+            title=f"No material timeline problem: {', '.join(parts)}; no cause of idle time reaches {WARNING_PCT:g}%",
+            evidence={
+                "gpu_busy_pct": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
+                "wall_ms": ms(ctx.wall_ns),
+                "minor_findings": [f.id for f in findings],
+            },
+            est_gain_ms=0.0,
+            est_gain_pct=0.0,
+            fix="Nothing to change at the timeline level; profile the hot kernels next (proflab kernels).",
+            where={},
+            assumption="",
+        )
+    ]
