@@ -240,8 +240,10 @@ def print_report(r: Report) -> None:
         print(f"{'HTA idle-time breakdown':<24}{fmt(h['idle_time_s']):>10}")
         print(f"{'HTA total (3 phases)':<24}{fmt(h['total_s']):>10}{fmt(h['peak_rss_mib'], '.0f'):>15}")
         print(f"{'HTA whole process':<24}{fmt(h['process_wall_s']):>10}")
-    else:
+    elif h:
         print(f"{'HTA 0.5.0':<24}  FAILED: {h.get('error')}\n{h.get('log_tail', '')}")
+    else:
+        print(f"{'HTA 0.5.0':<24}  skipped")
     p = r.proflab
     if p.get("ok"):
         print(f"{'proflab analyze':<24}{fmt(p['wall_s']):>10}{fmt(p['peak_rss_mib'], '.0f'):>15}")

@@ -7,7 +7,8 @@ launched that work (joined by CUPTI correlation id):
                 but waited (another stream, an event, the copy engine) — not the host's fault.
 ``sync``        the host was blocked in a synchronising call (cudaStreamSynchronize,
                 cudaDeviceSynchronize, a blocking memcpy — what ``.item()`` does) that returned
-                as the GPU drained; the GPU then waited for the host to launch again.
+                as the GPU drained, and relaunched within ``LAUNCH_GAP_NS``; the GPU waited
+                for that relaunch. (A sync followed by long host work counts as ``host``.)
 ``launch``      a short gap (< ``LAUNCH_GAP_NS``) before a host launch: per-kernel launch and
                 dispatch overhead is longer than the kernels.
 ``host``        a longer gap before a host launch: the host was busy elsewhere (input
@@ -123,6 +124,9 @@ def idle_gaps(
         pl.col("sync_end_ns").is_not_null()
         & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
         & (pl.col("sync_start_ns") <= pl.col("start_ns"))
+        # ...and the host relaunched promptly: a long stretch of other host work after the
+        # sync returned means that work, not the sync, kept the GPU waiting.
+        & (pl.col("launch_start_ns") - pl.col("sync_end_ns") < LAUNCH_GAP_NS)
     )
     cause = (
         pl.when(pl.col("launch_start_ns").is_null())
