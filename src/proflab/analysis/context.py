@@ -83,7 +83,7 @@ class Context:
 
     @cached_property
     def _hot_kernels(self) -> pl.DataFrame:
-        return _kernels.hot_kernels(self.trace, self.kernel_rows, top=50)
+        return _kernels.hot_kernels(self.trace, self.kernel_rows)
 
     @cached_property
     def memcpy_table(self) -> pl.DataFrame:

@@ -118,7 +118,7 @@ def idle_gaps(
     gaps = (
         gaps.with_columns(pl.col("launch_start_ns").fill_null(-1).alias("_t"), pl.col("tid").fill_null(-1))
         .sort("_t")
-        .join_asof(sync, left_on="_t", right_on="sync_end_ns", by="tid", strategy="backward")
+        .join_asof(sync, left_on="_t", right_on="sync_end_ns", by="tid", strategy="backward", check_sortedness=False)
     )
     synced = (
         pl.col("sync_end_ns").is_not_null()

@@ -44,8 +44,11 @@ def kernel_rows(trace: Trace) -> pl.DataFrame:
     )
 
 
-def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, with_source: bool = True) -> pl.DataFrame:
-    """Kernels grouped by name, sorted by total time (ns), with share of all kernel time (%)."""
+def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, source_top: int = 30) -> pl.DataFrame:
+    """Kernels grouped by name, sorted by total time (ns), with share of all kernel time (%).
+
+    ``source`` (the user line that launched it; needs with_stack) is looked up for the first
+    ``source_top`` kernels only: the walk up the Python stack is per launch."""
     if rows.height == 0:
         return pl.DataFrame()
     total = rows["dur_ns"].sum() or 1
@@ -77,8 +80,9 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, wit
     )
     if top is not None:
         table = table.head(top)
-    if with_source and trace.cpu.filter(pl.col("cat") == "python_function").height:
-        launches = rows.filter(pl.col("name").is_in(table["name"].implode()) & pl.col("tid").is_not_null())
+    if source_top and trace.cpu.filter(pl.col("cat") == "python_function").height:
+        names = table["name"].head(source_top).implode()
+        launches = rows.filter(pl.col("name").is_in(names) & pl.col("tid").is_not_null())
         if launches.height:
             frames = user_frames(trace, launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
             lines = (

@@ -58,7 +58,9 @@ def user_frames(trace: Trace, points: pl.DataFrame) -> pl.Series:
         points.select(pl.col("tid").cast(pl.Int64), pl.col("t_ns").cast(pl.Int64))
         .with_row_index("_i")
         .sort("t_ns")
-        .join_asof(frames.select("tid", "start_ns", "row"), left_on="t_ns", right_on="start_ns", by="tid")
+        .join_asof(
+            frames.select("tid", "start_ns", "row"), left_on="t_ns", right_on="start_ns", by="tid", check_sortedness=False
+        )
         .sort("_i")
     )
     t = cand["t_ns"].to_numpy()

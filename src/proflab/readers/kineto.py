@@ -244,7 +244,8 @@ def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
 
 
 def _xyz(values: list[list[int] | None], axis: int) -> pl.Series:
-    return pl.Series(values, dtype=pl.List(pl.Int64)).list.get(axis, null_on_oob=True).cast(pl.Int32)
+    # A comprehension beats building a polars List column from Python lists by ~20x.
+    return pl.Series([v[axis] if v is not None and len(v) > axis else None for v in values], dtype=pl.Int32)
 
 
 def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
@@ -302,8 +303,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     get = attrgetter
     args = list(map(get("args"), evs))
     types = pl.Series(
-        [None if t is None else [str(x) for x in t] for t in map(get("input_types"), args)],
-        dtype=pl.List(pl.String),
+        [None if t is None else ",".join(map(str, t)) for t in map(get("input_types"), args)], dtype=pl.String
     )
     df = pl.DataFrame(
         {
@@ -317,7 +317,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
             "python_id": pl.Series(list(map(get("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(get("python_parent_id"), args)), dtype=pl.Int64),
-            "input_types": types.list.join(","),
+            "input_types": types,
         }
     )
     return df.sort("start_ns")

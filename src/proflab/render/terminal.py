@@ -70,7 +70,7 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text("  none"))
     for i, f in enumerate(d["findings"], 1):
         t = Text(f"{i:>2} ")
-        t.append(f"{f['severity'].upper():<8}", style=_SEV_STYLE[f["severity"]])
+        t.append(f"{f['severity'].upper():<9}", style=_SEV_STYLE[f["severity"]])
         t.append(Text(f["title"]))
         parts.append(t)
         if f["category"] != "healthy":

@@ -1,0 +1,39 @@
+"""GPU tests: run only where torch sees a CUDA device (the GPU machine); skipped elsewhere."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+RECORDER = Path(__file__).resolve().parents[1] / "data" / "record" / "record_kineto.py"
+
+
+def _cuda_reason() -> str | None:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = _cuda_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"GPU test: {reason}")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def recorder():
+    """The workload recorder that produced tests/data/kineto, imported from its file."""
+    spec = importlib.util.spec_from_file_location("record_kineto", RECORDER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
