@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import polars as pl
@@ -168,42 +168,39 @@ def read(path: str | Path) -> Trace:
     data = read_bytes(path)
     if not data.strip():
         raise EmptyTrace(path, "file is empty")
-    doc = _decode(path, data)
     size = len(data)
+    parts = _decode_chunked(data)
+    if parts is None:  # not Kineto's own layout, or a chunk failed: decode whole for exact errors
+        doc = _decode(path, data)
+        if isinstance(doc, list):  # the Chrome "JSON array" form: events only
+            doc = _Doc(traceEvents=doc)
+        parts = doc, [_tables(doc.traceEvents)]
+        doc.traceEvents = []
     del data
-    if isinstance(doc, list):  # the Chrome "JSON array" form: events only
-        doc = _Doc(traceEvents=doc)
-    events = doc.traceEvents
-    if not events:
+    doc, tables = parts
+    event_count = sum(t.events for t in tables)
+    if event_count == 0:
         raise EmptyTrace(path, "trace has no events (traceEvents is empty)")
-
-    gpu_evs = [e for e in events if e.cat in _GPU_CATS]
-    cpu_evs = [e for e in events if e.cat in _CPU_CATS and e.ph == "X"]
-    unknown = Counter(
-        e.cat for e in events if e.cat not in _GPU_CATS and e.cat not in _CPU_CATS and e.cat not in _IGNORED_CATS
-    )
-    if not gpu_evs and not cpu_evs:
+    unknown: Counter[str] = Counter()
+    for t in tables:
+        unknown.update(t.unknown)
+    gpu = pl.concat([t.gpu for t in tables]).sort("start_ns")
+    cpu = pl.concat([t.cpu for t in tables]).sort("start_ns")
+    if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
-            raise UnsupportedFormat(
-                path, f"no torch.profiler/Kineto events; the event categories found are {found}"
-            )
+            raise UnsupportedFormat(path, f"no torch.profiler/Kineto events; the event categories found are {found}")
         raise EmptyTrace(path, "trace holds no host or GPU events (only metadata)")
-
     notes: list[str] = []
     if unknown:
         listed = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
         notes.append(f"ignored {sum(unknown.values())} events of unrecognised categories: {listed}")
-
-    gpu = _gpu_table(gpu_evs)
-    cpu = _cpu_table(cpu_evs)
-    del gpu_evs, cpu_evs
     meta = TraceMeta(
         source=str(path),
         format="kineto",
         format_version=None if doc.schemaVersion is None else str(doc.schemaVersion),
         size_bytes=size,
-        event_count=len(events),
+        event_count=event_count,
         base_time_ns=doc.baseTimeNanoseconds,
         with_stack=None if doc.with_stack is None else bool(doc.with_stack),
         record_shapes=None if doc.record_shapes is None else bool(doc.record_shapes),
@@ -211,6 +208,74 @@ def read(path: str | Path) -> Trace:
         notes=tuple(notes),
     )
     return Trace(gpu=gpu, cpu=cpu, steps=_steps(cpu), devices=_devices(doc.deviceProperties), meta=meta)
+
+
+class _Tables(NamedTuple):
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    unknown: Counter
+    events: int
+
+
+def _tables(events: list[_Event]) -> _Tables:
+    """Columns for one batch of decoded events; the structs can be freed right after."""
+    gpu_evs = [e for e in events if e.cat in _GPU_CATS]
+    cpu_evs = [e for e in events if e.cat in _CPU_CATS and e.ph == "X"]
+    unknown = Counter(
+        e.cat for e in events if e.cat not in _GPU_CATS and e.cat not in _CPU_CATS and e.cat not in _IGNORED_CATS
+    )
+    return _Tables(_gpu_table(gpu_evs), _cpu_table(cpu_evs), unknown, len(events))
+
+
+# Kineto writes one event per block starting with this at the array's indentation; JSON
+# strings cannot hold a raw newline, so it can only occur between events.
+_EVENT_START = b"\n  {"
+_CHUNK_BYTES = 32 << 20
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+def _decode_chunked(data: bytes) -> tuple[_Doc, list[_Tables]] | None:
+    """Decode Kineto's own layout a slice of events at a time, so decoded structs never
+    outnumber one slice (peak memory ~ file + one slice, not file + every event object).
+
+    Returns None when the layout is not recognised or any slice does not decode; the caller
+    then decodes the whole document, which also yields the precise error."""
+    key = data.find(b'"traceEvents"')
+    if key < 0:
+        return None
+    open_ = data.find(b"[", key)
+    first = data.find(_EVENT_START, open_)
+    last = data.rfind(b"\n  }")
+    if open_ < 0 or first < 0 or last < first or data[open_ + 1 : first].strip():
+        return None
+    close = last + 4
+    tail = data[close:].lstrip()
+    if tail.startswith(b","):
+        tail = tail[1:].lstrip()
+    if not tail.startswith(b"]"):
+        return None
+    close = len(data) - len(tail)
+    try:
+        doc = msgspec.json.decode(data[:open_] + b"[]" + data[close + 1 :], type=_Doc)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    tables: list[_Tables] = []
+    begin = first
+    while begin < close:
+        cut = data.find(_EVENT_START, begin + _CHUNK_BYTES, close)
+        end = close if cut < 0 else cut
+        body = data[begin:end].rstrip()
+        if body.endswith(b","):
+            body = body[:-1]
+        try:
+            events = _EVENTS_DECODER.decode(b"[" + body + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        del body
+        tables.append(_tables(events))
+        del events
+        begin = end
+    return doc, tables
 
 
 def _decode(path: Path, data: bytes) -> _Doc | list[_Event]:
@@ -288,7 +353,7 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
         # a memcpy whose name did not parse still is a memcpy, of unknown direction
         pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
     )
-    return df.select(list(GPU_SCHEMA)).sort("start_ns")
+    return df.select(list(GPU_SCHEMA))
 
 
 def _enum(expr: pl.Expr, values: list[str]) -> pl.Expr:
@@ -320,7 +385,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "input_types": types,
         }
     )
-    return df.sort("start_ns")
+    return df
 
 
 def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
