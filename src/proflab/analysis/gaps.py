@@ -7,8 +7,11 @@ launched that work (joined by CUPTI correlation id):
                 but waited (another stream, an event, the copy engine) — not the host's fault.
 ``sync``        the host was blocked in a synchronising call (cudaStreamSynchronize,
                 cudaDeviceSynchronize, a blocking memcpy — what ``.item()`` does) that returned
-                as the GPU drained, and relaunched within ``LAUNCH_GAP_NS``; the GPU waited
-                for that relaunch. (A sync followed by long host work counts as ``host``.)
+                as the GPU drained; the GPU then waited for the host to launch again.
+                Had the host not waited, its work after the sync would have overlapped the
+                GPU work before the gap; when the GPU was mostly idle over that stretch
+                anyway (e.g. loading the next batch after ``loss.item()``), the gap counts
+                as ``host``.
 ``launch``      a short gap (< ``LAUNCH_GAP_NS``) before a host launch: per-kernel launch and
                 dispatch overhead is longer than the kernels.
 ``host``        a longer gap before a host launch: the host was busy elsewhere (input
@@ -85,6 +88,16 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
     )
 
 
+def _with_recent_busy(gaps: pl.DataFrame, busy: dict[int, IntervalSet]) -> pl.DataFrame:
+    """GPU busy time in the ``relaunch_ns`` before each gap's start, per device."""
+    parts = []
+    for (device,), g in gaps.group_by(["device"], maintain_order=True):
+        start = g["start_ns"].to_numpy()
+        covered = busy[int(device)].covered_within(start - g["relaunch_ns"].to_numpy(), start)
+        parts.append(g.with_columns(pl.Series("recent_busy_ns", covered, dtype=pl.Int64)))
+    return pl.concat(parts) if parts else gaps.with_columns(pl.lit(0, dtype=pl.Int64).alias("recent_busy_ns"))
+
+
 def idle_gaps(
     trace: Trace, busy: dict[int, IntervalSet], window: tuple[int, int]
 ) -> pl.DataFrame:
@@ -95,9 +108,7 @@ def idle_gaps(
         gs, ge = sets.gaps(lo, hi)
         if gs.size:
             rows.append(
-                pl.DataFrame(
-                    {"device": np.full(gs.size, device, dtype=np.int32), "start_ns": gs, "end_ns": ge}
-                )
+                pl.DataFrame({"device": np.full(gs.size, device, dtype=np.int32), "start_ns": gs, "end_ns": ge})
             )
     if not rows:
         return pl.DataFrame(schema=GAP_SCHEMA)
@@ -113,20 +124,30 @@ def idle_gaps(
     gaps = gaps.join(first_work, on=["device", "end_ns"], how="left")
     gaps = gaps.join(launch_calls(trace), on="correlation", how="left")
 
-    # The latest blocking call on the launching thread that ended before the launch.
-    sync = blocking_calls(trace).drop_nulls("tid").sort("sync_end_ns")
+    # The blocking call the launching thread was in when the GPU went idle: the latest one
+    # that started before the gap (a pageable copy and the stream sync after it both block;
+    # the first is the one that waited for the GPU).
+    sync = blocking_calls(trace).drop_nulls("tid").sort("sync_start_ns")
     gaps = (
-        gaps.with_columns(pl.col("launch_start_ns").fill_null(-1).alias("_t"), pl.col("tid").fill_null(-1))
-        .sort("_t")
-        .join_asof(sync, left_on="_t", right_on="sync_end_ns", by="tid", strategy="backward", check_sortedness=False)
+        gaps.with_columns(pl.col("tid").fill_null(-1))
+        .sort("start_ns")
+        .join_asof(
+            sync, left_on="start_ns", right_on="sync_start_ns", by="tid", strategy="backward", check_sortedness=False
+        )
     )
+    gaps = gaps.with_columns(
+        (pl.col("launch_start_ns") - pl.col("sync_end_ns")).clip(lower_bound=0).fill_null(0).alias("relaunch_ns")
+    )
+    gaps = _with_recent_busy(gaps, busy)
     synced = (
         pl.col("sync_end_ns").is_not_null()
         & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
-        & (pl.col("sync_start_ns") <= pl.col("start_ns"))
-        # ...and the host relaunched promptly: a long stretch of other host work after the
-        # sync returned means that work, not the sync, kept the GPU waiting.
-        & (pl.col("launch_start_ns") - pl.col("sync_end_ns") < LAUNCH_GAP_NS)
+        & (pl.col("sync_end_ns") <= pl.col("launch_start_ns"))
+        # Without the sync, the host's work after it (the relaunch time R) would have run
+        # while the GPU was still busy: the sync owns the gap when the GPU was busy for at
+        # least half of the R before the gap; when it mostly was not (a long host stretch,
+        # e.g. loading the next batch after loss.item()), the host work is the cause.
+        & ((2 * pl.col("recent_busy_ns") >= pl.col("relaunch_ns")) | (pl.col("relaunch_ns") < LAUNCH_GAP_NS))
     )
     cause = (
         pl.when(pl.col("launch_start_ns").is_null())
