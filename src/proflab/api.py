@@ -179,7 +179,7 @@ def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
                 "block": r["block"],
                 "registers": r["registers"],
                 "shared_mem_bytes": r["shared_mem_bytes"],
-                "tensor_cores": "yes (by name)" if r["tensor_cores"] else ("no" if r["is_gemm"] else None),
+                "tensor_cores": "yes" if r["tensor_cores"] else ("no" if r["is_gemm"] else None),
                 "is_gemm": r["is_gemm"],
                 "is_comm": r["is_comm"],
                 "op": r["op"],

@@ -1,9 +1,10 @@
 """Hot kernels: which kernels own the GPU time, and who launched them.
 
 Tensor-core use is read from the kernel name (cuBLAS/cuDNN/CUTLASS name their tiles after
-the instruction and data type) and, when the trace has ``record_shapes``, from the dtypes of
-the operator that launched the kernel. Name-based detection is a heuristic and is reported
-as such.
+the instruction and data type: ``nvjet``, ``hmma``, ``tf32``, ``s16816``; FP32 SIMT tiles say
+``sgemm`` or ``ffma``) and, when the trace has ``record_shapes``, from the dtypes of the
+operator that launched the kernel (bf16/fp16 GEMMs use tensor cores). Name-based detection is
+a heuristic and is reported as such.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ __all__ = ["kernel_rows", "hot_kernels", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", 
 # Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
 TENSOR_CORE_PATTERN = (
     r"(?i)tf32|bf16|fp16|f16f16|bf16bf16|e4m3|e5m2|hmma|imma|wgmma|gmma|tensorop|"
-    r"s1688|s16816|h1688|h16816|i8816|16816|1688gemm|nvjet_(?:h|b|e|t)|_hsh|_bsb|flash|fmha|cudnn.*(?:hmma|h884|h1688)"
+    r"s1688|s16816|h1688|h16816|i8816|16816|1688gemm|nvjet|_hsh|_bsb|flash|fmha|sdpa|cudnn.*(?:hmma|h884|h1688)"
 )
 # GEMM-like kernels (cuBLAS, cuBLASLt, CUTLASS, cuDNN implicit GEMM).
 GEMM_PATTERN = r"(?i)gemm|gemv|nvjet|cutlass|xmma|matmul|sgemm|dgemm|hgemm"
 # FP32 GEMMs on the CUDA cores (no TF32): SIMT sgemm tiles and fp32-only xmma/nvjet tiles.
-FP32_SIMT_PATTERN = r"(?i)sgemm|simt.*gemm|gemm.*simt|gemv.*float|gemvx?.*<float|f32f32_f32f32_f32|nvjet_sss|gemmSN.*float"
+FP32_SIMT_PATTERN = r"(?i)sgemm|simt.*gemm|gemm.*simt|gemv.*float|gemvx?.*<float|f32f32_f32f32_f32|gemm.*_ffma_|gemmSN.*float"
 GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation|conv\w*|cudnn_convolution\w*|convolution\w*|_convolution)$"
 
 
@@ -41,6 +42,10 @@ def kernel_rows(trace: Trace) -> pl.DataFrame:
         pl.col("name").str.contains(TENSOR_CORE_PATTERN).alias("tc_by_name"),
         pl.col("name").str.contains(FP32_SIMT_PATTERN).alias("fp32_simt_by_name"),
         pl.col("op_input_types").fill_null("").str.contains(r"(?:^|,)float(?:,|$)").alias("op_fp32"),
+        pl.col("op_input_types").fill_null("").str.contains(r"BFloat16|Half|Float8").alias("op_lowp"),
+    ).with_columns(
+        # Reduced-precision GEMMs run on tensor cores on every GPU since Volta.
+        (pl.col("tc_by_name") | (pl.col("is_gemm") & pl.col("op_lowp"))).alias("tensor_cores"),
     )
 
 
@@ -71,7 +76,7 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, sou
             pl.col("op").drop_nulls().mode().first().alias("op"),
             pl.col("is_comm").first(),
             pl.col("is_gemm").first(),
-            pl.col("tc_by_name").first().alias("tensor_cores"),
+            pl.col("tensor_cores").first(),
             pl.col("fp32_simt_by_name").first(),
             pl.col("op_fp32").any(),
         )

@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import polars as pl
@@ -77,18 +77,25 @@ _IGNORED_CATS = {
 _COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
 
 
+# Bounds the model's column types can hold; the decoder rejects anything outside them with
+# the JSON path of the offending value, instead of failing later in a cast.
+_I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
+_I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+_US = Annotated[float, msgspec.Meta(ge=-9.2e12, le=9.2e12)]  # microseconds whose ns fit in int64
+
+
 class _Args(Struct, frozen=True, gc=False):
-    external_id: int | None = field(name="External id", default=None)
-    correlation: int | None = None
-    device: int | None = None
-    stream: int | None = None
-    bytes: int | None = None
-    grid: list[int] | None = None
-    block: list[int] | None = None
-    registers: int | None = field(name="registers per thread", default=None)
-    shared_memory: int | None = field(name="shared memory", default=None)
-    python_id: int | None = field(name="Python id", default=None)
-    python_parent_id: int | None = field(name="Python parent id", default=None)
+    external_id: _I64 | None = field(name="External id", default=None)
+    correlation: _I64 | None = None
+    device: _I32 | None = None
+    stream: _I64 | None = None
+    bytes: _I64 | None = None
+    grid: list[_I32] | None = None
+    block: list[_I32] | None = None
+    registers: _I32 | None = field(name="registers per thread", default=None)
+    shared_memory: _I64 | None = field(name="shared memory", default=None)
+    python_id: _I64 | None = field(name="Python id", default=None)
+    python_parent_id: _I64 | None = field(name="Python parent id", default=None)
     input_types: list[Any] | None = field(name="Input type", default=None)
 
 
@@ -101,8 +108,8 @@ class _Event(Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: _US = 0.0
+    dur: _US = 0.0
     args: _Args = _NO_ARGS
 
 

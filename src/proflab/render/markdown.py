@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proflab.render._text import evidence_lines, fmt_num, shorten
+from proflab.render._text import evidence_lines, fmt_num, kernel_label, shorten
 
 __all__ = ["render_markdown"]
 
@@ -52,7 +52,7 @@ def render_markdown(report) -> str:
         lines += ["## Hot kernels", "", "| # | kernel | total ms | count | share % | tensor cores | op |", "|---:|---|---:|---:|---:|---|---|"]
         for i, k in enumerate(d["kernels"], 1):
             lines.append(
-                f"| {i} | {esc(shorten(k['name'], 90))} | {fmt_num(k['total_ms'])} | {fmt_num(k['count'])} | "
+                f"| {i} | {esc(shorten(kernel_label(k['name']), 90))} | {fmt_num(k['total_ms'])} | {fmt_num(k['count'])} | "
                 f"{fmt_num(k['share_pct'])} | {esc(k['tensor_cores'] or '-')} | {esc(k['op'] or '-')} |"
             )
         lines.append("")

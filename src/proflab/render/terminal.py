@@ -9,10 +9,11 @@ from __future__ import annotations
 import io
 
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from proflab.render._text import evidence_lines, fmt_num, shorten
+from proflab.render._text import evidence_lines, fmt_num, kernel_label, shorten
 
 __all__ = ["render_terminal"]
 
@@ -28,7 +29,18 @@ def render_terminal(report, *, width: int | None = None, color: bool = False) ->
         no_color=not color, highlight=False, soft_wrap=False,
     )
     console.print(_body(report.to_dict(), width))
-    return buf.getvalue()
+    # Padding fills lines to the full width; trailing blanks only get in the way of pipes.
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _line(text) -> Text:
+    """One output line: user text never breaks the layout with its own newlines."""
+    return Text(" ".join(str(text).split()))
+
+
+def _indent(renderable, cols: int = 3) -> Padding:
+    """Indented block whose wrapped lines keep the indent."""
+    return Padding(renderable, (0, 0, 0, cols))
 
 
 def _body(d: dict, width: int) -> Group:
@@ -37,15 +49,17 @@ def _body(d: dict, width: int) -> Group:
     s = d["summary"]
     dev = d["device"]
     head = Text("proflab ", style="bold")
-    head.append(Text(shorten(src["path"].rsplit("/", 1)[-1], width - 30)))
+    head.append(_line(shorten(src["path"].rsplit("/", 1)[-1], width - 30)))
     if dev.get("name"):
         head.append(" · ")
-        head.append(Text(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
+        head.append(_line(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
     parts.append(head)
     line = f"Window {fmt_num(s['wall_ms'])} ms · {s['step_count']} steps"
     if s.get("median_step_ms") is not None:
-        sp = s["step_spread_ms"]
-        line += f" · median step {fmt_num(s['median_step_ms'])} ms (p10 {fmt_num(sp['p10'])}, p90 {fmt_num(sp['p90'])})"
+        line += f" · median step {fmt_num(s['median_step_ms'])} ms"
+        sp = s.get("step_spread_ms")
+        if sp:
+            line += f" (p10 {fmt_num(sp.get('p10'))}, p90 {fmt_num(sp.get('p90'))})"
     parts.append(Text(line))
     if s.get("gpu_busy_pct") is not None:
         busy = s["gpu_busy_pct"]
@@ -71,34 +85,41 @@ def _body(d: dict, width: int) -> Group:
     for i, f in enumerate(d["findings"], 1):
         t = Text(f"{i:>2} ")
         t.append(f"{f['severity'].upper():<9}", style=_SEV_STYLE[f["severity"]])
-        t.append(Text(f["title"]))
+        t.append(_line(f["title"]))
         parts.append(t)
         if f["category"] != "healthy":
-            parts.append(Text(
+            gain = _line(
                 f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
-                + (f" if {f['assumption']}" if f.get("assumption") else ""),
-                style="dim",
-            ))
-        for e in evidence_lines(f["evidence"], width - 5)[:8]:
-            parts.append(Text("   · " + e))
-        parts.append(Text("   fix: " + f["fix"], style="green"))
+                + (f" if {f['assumption']}" if f.get("assumption") else "")
+            )
+            gain.stylize("dim")
+            parts.append(_indent(gain))
+        for e in evidence_lines(f["evidence"], width - 5)[:10]:
+            parts.append(_indent(Text("· ").append(_line(e))))
+        fix = _line("fix: " + f["fix"])
+        fix.stylize("green")
+        parts.append(_indent(fix))
         for k, v in f["where"].items():
             if v:
-                parts.append(Text(shorten(f"   where {k}: " + ", ".join(str(x) for x in v[:5]), width - 1), style="dim"))
+                names = [kernel_label(x) if k == "kernels" else str(x) for x in v[:5]]
+                where = _line(shorten(f"where {k}: " + ", ".join(names), width - 4))
+                where.stylize("dim")
+                parts.append(_indent(where))
     if d["kernels"]:
         parts.append(Text(""))
         table = Table(title=None, box=None, pad_edge=False, show_edge=False, expand=False, header_style="bold")
         table.add_column("#", justify="right", width=2)
-        name_w = max(width - 42, 20)
+        name_w = max(width - 34, 20)
         table.add_column("hot kernel", width=name_w, no_wrap=True, overflow="ellipsis")
         table.add_column("ms", justify="right", width=9)
-        table.add_column("count", justify="right", width=7)
+        table.add_column("count", justify="right", width=6)
         table.add_column("%", justify="right", width=5)
-        table.add_column("TC", width=4)
+        table.add_column("TC", width=3)
         for i, k in enumerate(d["kernels"][:10], 1):
-            tc = "yes" if (k["tensor_cores"] or "").startswith("yes") else ("no" if k["tensor_cores"] == "no" else "-")
-            table.add_row(str(i), Text(shorten(k["name"], name_w)), fmt_num(k["total_ms"]), fmt_num(k["count"]),
-                          f"{k['share_pct']:.1f}", tc)
+            tc = k["tensor_cores"] or "-"
+            cells = (str(i), shorten(kernel_label(k["name"]), name_w), fmt_num(k["total_ms"]), fmt_num(k["count"]),
+                     f"{k['share_pct']:.1f}", tc)
+            table.add_row(*(_line(c) for c in cells))
         parts.append(table)
     elif d.get("host_ops"):
         parts.append(Text(""))
@@ -107,16 +128,18 @@ def _body(d: dict, width: int) -> Group:
         table.add_column("ms", justify="right", width=9)
         table.add_column("count", justify="right", width=7)
         for o in d["host_ops"][:10]:
-            table.add_row(Text(o["name"]), fmt_num(o["total_ms"]), fmt_num(o["count"]))
+            table.add_row(*(_line(c) for c in (o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"]))))
         parts.append(table)
     if d["missing"]:
         parts.append(Text(""))
         for m in d["missing"]:
             t = Text("missing: ", style="yellow")
-            t.append(Text(f"{m['signal']} — {m['reason']}"))
+            t.append(_line(f"{m['signal']} — {m['reason']}"))
             if m["skipped"]:
-                t.append(Text(f"; skipped: {', '.join(m['skipped'])}", style="dim"))
+                skipped = _line(f"; skipped: {', '.join(m['skipped'])}")
+                skipped.stylize("dim")
+                t.append(skipped)
             parts.append(t)
     for n in d["notes"]:
-        parts.append(Text("note: " + n, style="dim"))
+        parts.append(_line("note: " + n))
     return Group(*parts)

@@ -206,7 +206,7 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
             est_gain_pct=gain_pct,
             fix=fix,
             where={"steps": _steps(g), "ops": [a["name"] for a in activity[:5]], "lines": lines},
-            assumption="if the host work overlaps GPU work (workers, prefetch), these gaps close",
+            assumption="the host work moves off the critical path (workers, prefetch), closing these gaps",
         )
     ]
 
