@@ -69,15 +69,30 @@ def _body(d: dict, width: int) -> Group:
         t.append("░" * (_BAR - filled), style="dim")
         parts.append(t)
         b = s["breakdown_ms"]
-        parts.append(Text(
-            f"  compute {fmt_num(b['compute'])} · comm {fmt_num(b['communication'])} · memcpy {fmt_num(b['memcpy'])}"
+        parts.append(_indent(Text(
+            f"compute {fmt_num(b['compute'])} · comm {fmt_num(b['communication'])} · memcpy {fmt_num(b['memcpy'])}"
             f" · memset {fmt_num(b['memset'])} · idle {fmt_num(b['idle'])} ms"
-        ))
+        ), 2))
         idle = d.get("idle") or {}
         if idle.get("by_cause_ms"):
             causes = " · ".join(f"{k} {fmt_num(v)}" for k, v in idle["by_cause_ms"].items() if v)
             if causes:
-                parts.append(Text(f"  idle by cause (ms): {causes}"))
+                parts.append(_indent(Text(f"idle by cause (ms): {causes}"), 2))
+    launch = d.get("launch") or {}
+    if launch.get("kernels"):
+        parts.append(_indent(_line(
+            f"{fmt_num(launch['kernels'])} kernels, median {fmt_num(launch['median_kernel_us'])} us, "
+            f"{fmt_num(launch['kernels_under_5us_pct'])}% under 5 us; launch->start median "
+            f"{fmt_num(launch['median_launch_to_start_us'])} us"
+            + (f"; {fmt_num(launch['launches_per_step'])} launches/step" if launch.get("launches_per_step") is not None else "")
+        ), 2))
+    for m in d.get("memcpy") or []:
+        parts.append(_indent(_line(
+            f"memcpy {m['direction']} {m['memory']}: {fmt_num(m['count'])} copies, "
+            + (f"{m['bytes'] / 2**20:,.1f} MiB, " if m.get("bytes") is not None else "")
+            + f"{fmt_num(m['time_ms'])} ms"
+            + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None else "")
+        ), 2))
     parts.append(Text(""))
     parts.append(Text("Findings, largest estimated gain first", style="bold underline"))
     if not d["findings"]:

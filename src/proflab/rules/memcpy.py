@@ -79,8 +79,9 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
             severity=severity(gain_pct),
             title=(
                 f"Pageable host memory: {copies} copies ({total_bytes / 2**20:.0f} MiB) run at "
-                f"{main['achieved_gbps']} GB/s {main['direction']} instead of ~{main['reference_gbps']} GB/s pinned, "
-                "and block the host"
+                f"{main['achieved_gbps']} GB/s {main['direction']}, against ~{main['reference_gbps']:g} GB/s pinned "
+                + ("(measured here)" if main["reference"].startswith("best") else "(PCIe reference)")
+                + ", and block the host"
             ),
             evidence={"directions": rows, "pageable_copy_ms": round(sum(r["time_ms"] for r in rows), 3)},
             est_gain_ms=saved / 1e6,

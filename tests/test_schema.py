@@ -1,0 +1,40 @@
+"""Every report proflab writes validates against the published JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+import proflab
+from proflab.cli import main
+
+KINETO = Path(__file__).parent / "data" / "kineto"
+TRACES = sorted(KINETO.glob("*.json.gz"))
+
+
+@pytest.fixture(scope="module")
+def validator():
+    schema = json.loads(resources.files("proflab").joinpath("schema/report.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=[t.name for t in TRACES])
+def test_cli_json_validates(trace, validator, capsys):
+    assert main(["analyze", str(trace), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.path))
+    assert not errors, [f"{list(e.path)}: {e.message}" for e in errors[:5]]
+    gains = [f["est_gain_ms"] for f in doc["findings"]]
+    assert gains == sorted(gains, reverse=True)
+
+
+def test_schema_rejects_a_broken_report(validator):
+    """The schema is strict enough to catch a contract break (so the test above can fail)."""
+    doc = proflab.analyze(TRACES[0]).to_dict()
+    doc["findings"] = [{"id": "x", "category": "not_a_category", "severity": "loud"}]
+    assert list(validator.iter_errors(doc))
