@@ -172,6 +172,7 @@ def run_proflab(trace: Path, work: Path) -> dict[str, Any]:
 DECODERS = {
     "json.load": "import json\nwith opener(p, 'rb') as f: d = json.load(f)\nn = len(d['traceEvents'])",
     "orjson.loads": "import orjson\nwith opener(p, 'rb') as f: d = orjson.loads(f.read())\nn = len(d['traceEvents'])",
+    "orjson.loads, gc off": "import orjson, gc\ngc.disable()\nwith opener(p, 'rb') as f: d = orjson.loads(f.read())\nn = len(d['traceEvents'])",
     "msgspec typed": """import msgspec
 class Event(msgspec.Struct):
     ph: str
@@ -190,7 +191,7 @@ n = len(d.traceEvents)""",
 
 
 def run_decoders(trace: Path, work: Path) -> dict[str, Any]:
-    """Reference: decode the whole file with three decoders, each in a child."""
+    """Reference: decode the whole file with each decoder, each in its own child."""
     res: dict[str, Any] = {}
     prelude = (
         "import sys, time, gzip\np = sys.argv[1]\n"
@@ -198,7 +199,7 @@ def run_decoders(trace: Path, work: Path) -> dict[str, Any]:
     )
     for name, body in DECODERS.items():
         code = prelude + body + "\nprint(n, time.perf_counter() - t0)"
-        out = work / f"decoder_{name.split()[0]}.out"
+        out = work / "decoder.out"
         child = run_child([sys.executable, "-c", code, str(trace)], work / "decoder.log", stdout=out)
         if child.ok:
             n, secs = out.read_text().split()

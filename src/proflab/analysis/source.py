@@ -22,6 +22,8 @@ _NOT_USER = (
     r"site-packages|dist-packages|/lib/python\d|^<built-in|^<frozen|^<string>|^<lambda>|"
     rf"^(?:torch|torchvision|torchaudio|triton|numpy|lightning|pytorch_lightning|transformers)/|^(?:{_STDLIB})(?:/|\.py\()"
 )
+# A source frame reads "file.py(42): function"; "nn.Module: Linear_0" and the like are not.
+_FRAME = r"^.+\.py\(\d+\): "
 _MAX_DEPTH = 256
 
 
@@ -39,7 +41,7 @@ def user_frames(trace: Trace, points: pl.DataFrame) -> pl.Series:
             "python_id",
             "python_parent_id",
             "name",
-            ~pl.col("name").str.contains(_NOT_USER).alias("is_user"),
+            (pl.col("name").str.contains(_FRAME) & ~pl.col("name").str.contains(_NOT_USER)).alias("is_user"),
         )
         .sort("start_ns")
         .with_row_index("row")
