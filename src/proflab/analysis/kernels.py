@@ -49,6 +49,39 @@ def kernel_rows(trace: Trace) -> pl.DataFrame:
     )
 
 
+def launch_sources(trace: Trace, launches: pl.DataFrame) -> pl.Series:
+    """The user line behind each launch (rows with ``tid`` and ``launch_start_ns``).
+
+    Backward kernels run on autograd's thread, which has no Python frames: for those the
+    line is the forward call that created the autograd node (matched by sequence number),
+    marked "(backward)"."""
+    direct = user_frames(trace, launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
+    if direct.null_count() == 0:
+        return direct
+    ops = trace.cpu.filter((pl.col("cat") == "cpu_op") & pl.col("sequence").is_not_null())
+    nodes = ops.filter(pl.col("name").str.starts_with("autograd::engine::evaluate_function")).select(
+        "tid", pl.col("start_ns").alias("node_start"), (pl.col("start_ns") + pl.col("dur_ns")).alias("node_end"), "sequence"
+    ).sort("node_start")
+    forward = (
+        ops.filter(~pl.col("name").str.contains(r"Backward|^autograd::"))
+        .sort("start_ns")
+        .unique("sequence", keep="first")
+        .select("sequence", pl.col("tid").alias("fwd_tid"), pl.col("start_ns").alias("fwd_ns"))
+    )
+    pts = (
+        launches.select(pl.col("tid"), pl.col("launch_start_ns").alias("t"))
+        .with_row_index("_i")
+        .sort("t")
+        .join_asof(nodes, left_on="t", right_on="node_start", by="tid", check_sortedness=False)
+        .with_columns(pl.when(pl.col("node_end") >= pl.col("t")).then(pl.col("sequence")).alias("sequence"))
+        .join(forward, on="sequence", how="left")
+        .sort("_i")
+    )
+    back = user_frames(trace, pts.select(pl.col("fwd_tid").alias("tid"), pl.col("fwd_ns").alias("t_ns")))
+    back = pl.select(pl.when(back.is_not_null()).then(pl.concat_str([back, pl.lit(" (backward)")]))).to_series()
+    return direct.fill_null(back)
+
+
 def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, source_top: int = 30) -> pl.DataFrame:
     """Kernels grouped by name, sorted by total time (ns), with share of all kernel time (%).
 
@@ -89,9 +122,9 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, sou
         names = table["name"].head(source_top).implode()
         launches = rows.filter(pl.col("name").is_in(names) & pl.col("tid").is_not_null())
         if launches.height:
-            frames = user_frames(trace, launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
             lines = (
-                launches.select("name").with_columns(frames.alias("source"))
+                launches.select("name")
+                .with_columns(launch_sources(trace, launches).alias("source"))
                 .drop_nulls("source")
                 .group_by("name")
                 .agg(pl.col("source").mode().first())

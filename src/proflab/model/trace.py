@@ -66,6 +66,7 @@ CPU_SCHEMA: dict[str, pl.DataType] = {
     "correlation": pl.Int64,  # runtime/driver calls: links to the GPU work they launched
     "python_id": pl.Int64,  # python_function frames only
     "python_parent_id": pl.Int64,
+    "sequence": pl.Int64,  # autograd sequence number: ties a backward node to its forward op
     "input_types": pl.String,  # cpu_op with record_shapes: dtypes joined by ","
 }
 

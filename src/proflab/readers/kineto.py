@@ -96,6 +96,7 @@ class _Args(Struct, frozen=True, gc=False):
     shared_memory: _I64 | None = field(name="shared memory", default=None)
     python_id: _I64 | None = field(name="Python id", default=None)
     python_parent_id: _I64 | None = field(name="Python parent id", default=None)
+    sequence: _I64 | None = field(name="Sequence number", default=None)
     input_types: list[Any] | None = field(name="Input type", default=None)
 
 
@@ -389,6 +390,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
             "python_id": pl.Series(list(map(get("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(get("python_parent_id"), args)), dtype=pl.Int64),
+            "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
             "input_types": types,
         }
     )
