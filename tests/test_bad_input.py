@@ -1,0 +1,360 @@
+"""Bad input: one clear line on stderr naming the file and the problem, exit 2, no traceback,
+and the input left exactly as it was. Plus the inputs that look odd but are *not* errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proflab.cli import main
+
+# A kernel event shaped like Kineto's, to be broken one field at a time.
+_KERNEL = {
+    "ph": "X",
+    "cat": "kernel",
+    "name": "void gemm_kernel<float>(float*)",
+    "pid": 0,
+    "tid": 7,
+    "ts": 1000.5,
+    "dur": 12.25,
+    "args": {"device": 0, "stream": 7, "correlation": 42, "External id": 3, "grid": [1, 1, 1], "block": [128, 1, 1]},
+}
+_CPU_OP = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 990.0, "dur": 20.0, "args": {"External id": 3}}
+
+
+def _json(path: Path, doc) -> Path:
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+def _gz_payload(trace: Path) -> bytes:
+    return gzip.decompress(trace.read_bytes())
+
+
+def _truncated_gz(d: Path, trace: Path) -> Path:
+    raw = trace.read_bytes()
+    p = d / "cut.pt.trace.json.gz"
+    p.write_bytes(raw[: len(raw) // 2])
+    return p
+
+
+def _corrupt_gz(d: Path, trace: Path) -> Path:
+    p = d / "corrupt.pt.trace.json.gz"
+    p.write_bytes(b"\x1f\x8b" + bytes(range(7, 250)) * 4)
+    return p
+
+
+def _json_middle_cut(d: Path, trace: Path) -> Path:
+    data = _gz_payload(trace)
+    mid = len(data) // 2
+    p = d / "midcut.pt.trace.json"
+    p.write_bytes(data[:mid] + data[mid + 997 :])
+    return p
+
+
+def _json_truncated(d: Path, trace: Path) -> Path:
+    data = _gz_payload(trace)
+    p = d / "truncated.pt.trace.json"
+    p.write_bytes(data[: len(data) // 2])
+    return p
+
+
+def _not_a_trace_object(d, trace):
+    return _json(d / "object.json", {"a": 1})
+
+
+def _not_a_trace_array(d, trace):
+    return _json(d / "array.json", [1, 2])
+
+
+def _not_a_trace_number(d, trace):
+    return _json(d / "number.json", 42)
+
+
+def _ts_string(d, trace):
+    return _json(d / "ts.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "ts": "abc"}]})
+
+
+def _correlation_string(d, trace):
+    return _json(d / "corr.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "args": {**_KERNEL["args"], "correlation": "x"}}]})
+
+
+def _unknown_categories(d, trace):
+    evs = [{**_KERNEL, "cat": "mystery_cat"}, {**_CPU_OP, "cat": "other_cat"}, {**_CPU_OP, "cat": "other_cat"}]
+    return _json(d / "unknown.json", {"traceEvents": evs})
+
+
+def _empty_file(d, trace):
+    p = d / "empty.json"
+    p.write_bytes(b"")
+    return p
+
+
+def _no_events(d, trace):
+    return _json(d / "noevents.json", {"traceEvents": []})
+
+
+def _metadata_only(d, trace):
+    evs = [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python3"}},
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 1, "args": {"name": "thread 1 (python3)"}},
+        {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 0}},
+    ]
+    return _json(d / "meta.json", {"schemaVersion": 1, "traceEvents": evs})
+
+
+def _empty_dir(d, trace):
+    p = d / "traces"
+    p.mkdir()
+    (p / "README.txt").write_text("not a trace\n")
+    return p
+
+
+def _missing_path(d, trace):
+    return d / "no_such_trace.pt.trace.json.gz"
+
+
+def _binary_file(d, trace):
+    p = d / "model.bin"
+    p.write_bytes(bytes(range(256)) * 16)
+    return p
+
+
+def _binary_named_json(d, trace):
+    p = d / "weights.pt.trace.json"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8)
+    return p
+
+
+def _ts_out_of_range(d, trace):
+    # A float microsecond timestamp whose nanosecond value does not fit in int64.
+    return _json(d / "hugets.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "ts": 1e17}]})
+
+
+def _device_out_of_range(d, trace):
+    return _json(d / "bigdev.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "args": {**_KERNEL["args"], "device": 2**40}}]})
+
+
+# id -> (make(dir, real_gz_trace) -> path, regex the message must match once the path is removed)
+CASES = {
+    "truncated-gz": (_truncated_gz, r"truncat|ends early|incomplete"),
+    "corrupt-gzip": (_corrupt_gz, r"gzip|compress"),
+    "json-bytes-cut-from-middle": (_json_middle_cut, r"JSON|malformed"),
+    "json-truncated": (_json_truncated, r"truncat|ends early"),
+    "json-object-not-trace": (_not_a_trace_object, r"traceEvents|not a (profiler )?trace"),
+    "json-array-not-trace": (_not_a_trace_array, r"trace|event|expected"),
+    "json-number-not-trace": (_not_a_trace_number, r"trace|format"),
+    "ts-is-string": (_ts_string, r"\bts\b"),
+    "correlation-is-string": (_correlation_string, r"correlation"),
+    "all-categories-unknown": (_unknown_categories, r"categor"),
+    "empty-file": (_empty_file, r"empty"),
+    "empty-traceEvents": (_no_events, r"no events|empty"),
+    "metadata-only": (_metadata_only, r"metadata|no (host|GPU|host or GPU) events"),
+    "dir-without-traces": (_empty_dir, r"no trace"),
+    "missing-path": (_missing_path, r"no such|not found|does not exist"),
+    "binary-file": (_binary_file, r"format|not .*trace"),
+    "binary-named-json": (_binary_named_json, r"format|not .*trace|JSON"),
+    "ts-beyond-int64-ns": (_ts_out_of_range, r"\bts\b"),
+    "device-beyond-int32": (_device_out_of_range, r"\bdevice\b"),
+}
+
+def _params():
+    return [pytest.param(k, id=k) for k in CASES]
+
+
+def _make(case: str, tmp_path: Path, cpu_trace: Path, copy_trace) -> tuple[Path, str]:
+    make, problem = CASES[case]
+    d = tmp_path / "in"
+    d.mkdir()
+    # real gz bytes come from a private copy, so the committed trace can never be touched
+    real = copy_trace(cpu_trace, tmp_path / "src")
+    return make(d, real), problem
+
+
+def _snapshot(p: Path):
+    """Everything about the input that a read-only tool must not change."""
+    if not p.exists():
+        return ("absent",)
+    if p.is_dir():
+        return ("dir", sorted((c.name, c.read_bytes(), c.stat().st_mtime_ns) for c in p.iterdir()), p.stat().st_mtime_ns)
+    return ("file", p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_size)
+
+
+def _check_one_line(err: str, path: Path, problem: str) -> None:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}:\n{err}"
+    line = lines[0]
+    assert "Traceback" not in err
+    assert str(path) in line, f"the message does not name the file: {line!r}"
+    rest = line.replace(str(path), "<FILE>")
+    assert re.search(problem, rest, re.IGNORECASE), f"the message does not say the problem ({problem}): {line!r}"
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_input_via_main(case, tmp_path, cpu_trace, copy_trace, capsys):
+    path, problem = _make(case, tmp_path, cpu_trace, copy_trace)
+    before = _snapshot(path)
+    rc = main(["analyze", str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    assert out == ""
+    _check_one_line(err, path, problem)
+    assert _snapshot(path) == before
+
+
+@pytest.mark.parametrize("case", _params())
+def test_bad_input_via_subprocess(case, tmp_path, cpu_trace, copy_trace):
+    path, problem = _make(case, tmp_path, cpu_trace, copy_trace)
+    before = _snapshot(path)
+    r = subprocess.run(
+        [sys.executable, "-m", "proflab", "analyze", str(path)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == ""
+    _check_one_line(r.stderr, path, problem)
+    assert _snapshot(path) == before
+
+
+def test_bad_file_among_good_ones_fails_the_run(tmp_path, cpu_trace, capsys, copy_trace):
+    good = copy_trace(cpu_trace, tmp_path)
+    bad = _json(tmp_path / "bad.json", {"a": 1})
+    rc = main(["analyze", str(good), str(bad), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 2
+    _check_one_line(err, bad, r"trace")
+
+
+# -- -o must never overwrite an input ----------------------------------------------------------
+
+
+def _refused(argv, protected: Path, capsys) -> None:
+    before = _snapshot(protected)
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(r"overwrite|input", lines[0], re.IGNORECASE), lines[0]
+    assert _snapshot(protected) == before
+    assert not [p for p in protected.parent.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_output_onto_the_input_trace_is_refused(tmp_path, cpu_trace, capsys, copy_trace):
+    trace = copy_trace(cpu_trace, tmp_path)
+    _refused(["analyze", str(trace), "-o", str(trace)], trace, capsys)
+
+
+def test_output_onto_the_input_by_another_spelling_is_refused(tmp_path, cpu_trace, capsys, copy_trace):
+    trace = copy_trace(cpu_trace, tmp_path / "run")
+    (tmp_path / "other").mkdir()
+    other_spelling = tmp_path / "other" / ".." / "run" / trace.name
+    _refused(["analyze", str(trace), "-o", str(other_spelling), "-f", "json"], trace, capsys)
+
+
+def test_output_onto_the_input_given_relative_is_refused(tmp_path, cpu_trace, capsys, copy_trace, monkeypatch):
+    trace = copy_trace(cpu_trace, tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    _refused(["analyze", f"run/{trace.name}", "-o", str(trace)], trace, capsys)
+    _refused(["analyze", str(trace), "-o", f"./run/{trace.name}"], trace, capsys)
+
+
+def test_output_onto_the_input_through_a_symlink_is_refused(tmp_path, cpu_trace, capsys, copy_trace):
+    trace = copy_trace(cpu_trace, tmp_path / "run")
+    link = tmp_path / "latest.pt.trace.json.gz"
+    link.symlink_to(trace)
+    _refused(["analyze", str(link), "-o", str(trace)], trace, capsys)
+
+
+def test_output_onto_a_trace_inside_an_input_folder_is_refused(tmp_path, cpu_trace, capsys, copy_trace):
+    folder = tmp_path / "tb"
+    trace = copy_trace(cpu_trace, folder, "worker0.1790857026000.pt.trace.json.gz")
+    _refused(["analyze", str(folder), "-o", str(trace)], trace, capsys)
+
+
+# -- odd but valid ---------------------------------------------------------------------------
+
+
+def test_unknown_categories_among_known_ones_are_noted_not_fatal(tmp_path, cpu_trace, capsys):
+    doc = json.loads(_gz_payload(cpu_trace))
+    template = next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")
+    doc["traceEvents"] += [{**template, "cat": "future_kineto_cat", "name": f"x{i}"} for i in range(3)]
+    doc["traceEvents"].append({**template, "cat": "another_new_cat"})
+    p = tmp_path / "extra_cats.pt.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    rc = main(["analyze", str(p), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    report = json.loads(out)
+    notes = " ".join(report["notes"])
+    assert "future_kineto_cat" in notes and "another_new_cat" in notes, report["notes"]
+    # the known events were analysed as usual
+    assert report["summary"]["step_count"] >= 1
+    assert report["host_ops"]
+
+
+def test_cpu_only_trace_is_analysed_and_says_what_was_skipped(cpu_trace, capsys):
+    rc = main(["analyze", str(cpu_trace), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert err == ""
+    report = json.loads(out)
+    # missing is not zero: no GPU numbers at all, and the report says why
+    assert report["summary"]["gpu_busy_pct"] is None
+    assert report["summary"]["breakdown_ms"] is None
+    assert report["kernels"] == []
+    gpu_missing = [m for m in report["missing"] if "GPU" in m["signal"] or "GPU" in m["reason"]]
+    assert gpu_missing, report["missing"]
+    skipped = [s for m in gpu_missing for s in m["skipped"]]
+    assert skipped, "the report must list which GPU analyses were skipped"
+    assert any("kernel" in s for s in skipped), skipped
+
+
+def test_cpu_only_trace_terminal_says_what_is_missing(cpu_trace, capsys):
+    rc = main(["analyze", str(cpu_trace), "--width", "100"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert re.search(r"missing.*GPU", out), out
+
+
+_TS_BOUND = (
+    "src/proflab/readers/kineto.py:84 bounds ts/dur with _US = Meta(ge=-9.2e12, le=9.2e12) microseconds, "
+    "but int64 nanoseconds hold up to 9.22e18 ns = 9.2e15 us: the bound is 1000x too tight, so a trace whose "
+    "host clock reads more than 9.2e12 us (monotonic clock after ~106 days of uptime, or Unix-epoch "
+    "microseconds ~1.7e15) is rejected as 'Expected `float` <= 9200000000000.0 - at $.traceEvents[0].ts'"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=_TS_BOUND)
+@pytest.mark.parametrize(
+    "first_ts_us",
+    [2.0e13, 1.7e15],
+    ids=["monotonic-clock-after-231-days-uptime", "unix-epoch-microseconds"],
+)
+def test_large_but_valid_timestamps_are_read(first_ts_us, tmp_path, cpu_trace, cpu_report, capsys):
+    # Kineto's ts is microseconds on the host clock; its value depends on the machine (uptime,
+    # or the Unix epoch in older traces). Anything whose nanoseconds fit in int64 is valid.
+    doc = json.loads(_gz_payload(cpu_trace))
+    timed = [e for e in doc["traceEvents"] if isinstance(e.get("ts"), (int, float))]
+    shift = first_ts_us - min(e["ts"] for e in timed)
+    for e in timed:
+        e["ts"] += shift
+    p = tmp_path / "late.pt.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode()))
+
+    rc = main(["analyze", str(p), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    got = json.loads(out)["summary"]
+    assert got["step_count"] == cpu_report.summary["step_count"]
+    # a shift of the clock changes no duration (up to float64 spacing of the shifted us values)
+    assert got["wall_ms"] == pytest.approx(cpu_report.summary["wall_ms"], abs=0.005)
+    assert got["median_step_ms"] == pytest.approx(cpu_report.summary["median_step_ms"], abs=0.005)
