@@ -40,7 +40,7 @@ def main(trace_dir: str, out_path: str) -> None:
     times["temporal"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    idle, idle_stats = analyzer.get_idle_time_breakdown(visualize=False)
+    idle, _idle_stats = analyzer.get_idle_time_breakdown(visualize=False)
     times["idle_time"] = time.perf_counter() - t0
 
     result = {

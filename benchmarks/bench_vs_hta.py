@@ -48,7 +48,7 @@ TARGET_RATIO = 20.0
 TARGET_RSS_MIB = 1024.0
 
 sys.path.insert(0, str(HERE))
-import gen_kineto  # noqa: E402
+import gen_kineto
 
 
 @dataclass
@@ -153,6 +153,20 @@ def proflab_available() -> str | None:
     return None
 
 
+def repo_revision() -> str | None:
+    """Short commit of this checkout, with '+dirty' if src/ has local changes."""
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO), "status", "--porcelain", "--", "src"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return rev + ("+dirty" if dirty else "")
+
+
 def run_proflab(trace: Path, work: Path) -> dict[str, Any]:
     """``python -m proflab analyze TRACE --format json``, as a user runs it."""
     why = proflab_available()
@@ -161,7 +175,7 @@ def run_proflab(trace: Path, work: Path) -> dict[str, Any]:
     out = work / "proflab.json"
     cmd = [sys.executable, "-m", "proflab", "analyze", str(trace), "--format", "json"]
     child = run_child(cmd, work / "proflab.log", stdout=out)
-    info: dict[str, Any] = {"cmd": " ".join(cmd[1:]), "returncode": child.returncode}
+    info: dict[str, Any] = {"cmd": " ".join(cmd[1:]), "revision": repo_revision(), "returncode": child.returncode}
     try:
         json.loads(out.read_bytes())
     except ValueError:
@@ -203,7 +217,12 @@ def run_decoders(trace: Path, work: Path) -> dict[str, Any]:
         child = run_child([sys.executable, "-c", code, str(trace)], work / "decoder.log", stdout=out)
         if child.ok:
             n, secs = out.read_text().split()
-            res[name] = {"decode_s": float(secs), "wall_s": child.wall_s, "peak_rss_mib": child.maxrss_mib, "events": int(n)}
+            res[name] = {
+                "decode_s": float(secs),
+                "wall_s": child.wall_s,
+                "peak_rss_mib": child.maxrss_mib,
+                "events": int(n),
+            }
         else:
             res[name] = {"error": tail(child.log, 3)}
     return res
@@ -232,6 +251,8 @@ def print_report(r: Report) -> None:
     print()
     print(f"trace: {r.trace}")
     print(f"       {r.trace_mb:.1f} MB, {r.events:,} events" + (f", {r.steps} steps" if r.steps else ""))
+    if r.generate_s is not None:
+        print(f"       generated in {r.generate_s:.1f} s")
     print()
     print(f"{'tool':<24}{'wall s':>10}{'peak RSS MiB':>15}")
     h = r.hta
@@ -247,7 +268,9 @@ def print_report(r: Report) -> None:
         print(f"{'HTA 0.5.0':<24}  skipped")
     p = r.proflab
     if p.get("ok"):
-        print(f"{'proflab analyze':<24}{fmt(p['wall_s']):>10}{fmt(p['peak_rss_mib'], '.0f'):>15}")
+        print(
+            f"{'proflab analyze':<24}{fmt(p['wall_s']):>10}{fmt(p['peak_rss_mib'], '.0f'):>15}   (revision {p['revision']})"
+        )
     else:
         print(f"{'proflab analyze':<24}  NOT MEASURED: {p.get('error')}")
         if p.get("log_tail"):
@@ -260,13 +283,17 @@ def print_report(r: Report) -> None:
     print()
     t = r.targets
     if r.ratio is not None:
-        print(f"ratio HTA/proflab: {r.ratio:.1f}x   (target >= {TARGET_RATIO:.0f}x: {'met' if t['ratio_met'] else 'NOT met'})")
+        print(
+            f"ratio HTA/proflab: {r.ratio:.1f}x   (target >= {TARGET_RATIO:.0f}x: {'met' if t['ratio_met'] else 'NOT met'})"
+        )
         print(
             f"proflab peak RSS: {p['peak_rss_mib']:.0f} MiB   "
             f"(target <= {TARGET_RSS_MIB:.0f} MiB: {'met' if t['rss_met'] else 'NOT met'})"
         )
     else:
-        print(f"ratio HTA/proflab: not available (target >= {TARGET_RATIO:.0f}x, proflab peak RSS <= {TARGET_RSS_MIB:.0f} MiB)")
+        print(
+            f"ratio HTA/proflab: not available (target >= {TARGET_RATIO:.0f}x, proflab peak RSS <= {TARGET_RSS_MIB:.0f} MiB)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,9 +39,10 @@ import gzip
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -317,7 +318,7 @@ def header_bytes(top: dict[str, Any]) -> tuple[bytes, bytes]:
     """Top-level keys before and after ``traceEvents`` (Kineto order)."""
     keys = list(top)
     i = keys.index("traceEvents")
-    dump = lambda k: f'  "{k}": ' + json.dumps(top[k], indent=2).replace("\n", "\n  ")  # noqa: E731
+    dump = lambda k: f'  "{k}": ' + json.dumps(top[k], indent=2).replace("\n", "\n  ")
     head = "{\n" + "".join(dump(k) + ",\n" for k in keys[:i]) + '  "traceEvents": [\n'
     tail = "\n  ]" + "".join(",\n" + dump(k) for k in keys[i + 1 :]) + "\n}\n"
     return head.encode(), tail.encode()
