@@ -390,12 +390,6 @@ def _kernel_rows(out: str, n: int) -> list[str]:
     return lines[head + 1 : head + 1 + n]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src/proflab/render/terminal.py:132 table.add_column('TC', width=3): in the rendered table the "
-    "cell holds fewer than 3 characters, so tensor_cores 'yes' prints as 'y…' (seen on the recorded "
-    "healthy_bf16_gemm trace)",
-)
 def test_tensor_core_verdict_is_printed_whole(find_trace):
     import proflab
 
@@ -406,11 +400,6 @@ def test_tensor_core_verdict_is_printed_whole(find_trace):
         assert row.split()[-1] == (k["tensor_cores"] or "-"), row
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src/proflab/render/terminal.py:130 table.add_column('count', width=6): a launch count of "
-    "100,000 or more (7+ characters with separators) is cut to '1,234…', so the number is lost",
-)
 @pytest.mark.parametrize("count", [100_000, 1_234_567])
 def test_large_launch_counts_are_printed_whole(count):
     k = {"name": "vectorized_elementwise_kernel<4, FillFunctor<float>>", "count": count, "total_ms": 1234.5,

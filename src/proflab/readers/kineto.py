@@ -81,7 +81,7 @@ _COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot
 # the JSON path of the offending value, instead of failing later in a cast.
 _I32 = Annotated[int, msgspec.Meta(ge=-(2**31), le=2**31 - 1)]
 _I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
-_US = Annotated[float, msgspec.Meta(ge=-9.2e12, le=9.2e12)]  # microseconds whose ns fit in int64
+_US = Annotated[float, msgspec.Meta(ge=-9.2e15, le=9.2e15)]  # microseconds whose ns fit in int64
 
 
 class _Args(Struct, frozen=True, gc=False):

@@ -124,12 +124,12 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text(""))
         table = Table(title=None, box=None, pad_edge=False, show_edge=False, expand=False, header_style="bold")
         table.add_column("#", justify="right", width=2)
-        name_w = max(width - 34, 20)
+        name_w = max(width - 39, 20)
         table.add_column("hot kernel", width=name_w, no_wrap=True, overflow="ellipsis")
         table.add_column("ms", justify="right", width=9)
-        table.add_column("count", justify="right", width=6)
+        table.add_column("count", justify="right", width=9)
         table.add_column("%", justify="right", width=5)
-        table.add_column("TC", width=3)
+        table.add_column("TC", width=4)
         for i, k in enumerate(d["kernels"][:10], 1):
             tc = k["tensor_cores"] or "-"
             cells = (str(i), shorten(kernel_label(k["name"]), name_w), fmt_num(k["total_ms"]), fmt_num(k["count"]),
