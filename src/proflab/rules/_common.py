@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from proflab.report import Severity
+from typing import Any
+
+from proflab.report import Finding, Severity
 
 # Below this share of the window a problem is not material and gets no finding.
 MIN_GAIN_PCT = 1.0
@@ -28,3 +30,17 @@ def us(ns: float | int | None, nd: int = 2) -> float | None:
 
 def pct(part: float, whole: float, nd: int = 1) -> float:
     return round(100.0 * part / whole, nd) if whole else 0.0
+
+
+def gain_finding(category: str, gain_ns: float, wall_ns: int, **fields: Any) -> Finding:
+    """A finding whose severity and gain follow from the time it would save (ns) over the
+    analysed window; ``fields`` carries title, evidence, fix, where and assumption."""
+    gain_pct = pct(gain_ns, wall_ns, 2)
+    return Finding(
+        id=category,
+        category=category,
+        severity=severity(gain_pct),
+        est_gain_ms=gain_ns / 1e6,
+        est_gain_pct=gain_pct,
+        **fields,
+    )

@@ -13,7 +13,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.source import user_frames
 from proflab.model import Trace
 from proflab.report import Finding
-from proflab.rules._common import MIN_GAIN_PCT, ms, pct, severity, us
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct, us
 
 __all__ = ["sync_bound", "launch_bound", "host_bound"]
 
@@ -86,17 +86,14 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
     }
     top = by_call.row(0, named=True)
     what = f"{top['op']} ({top['sync_name']})" if top["op"] else top["sync_name"]
-    gain_pct = pct(total, ctx.wall_ns, 2)
     return [
-        Finding(
-            id="sync_bound",
-            category="sync_bound",
-            severity=severity(gain_pct),
+        gain_finding(
+            "sync_bound",
+            total,
+            ctx.wall_ns,
             title=f"Host synchronisation drains the GPU: {g.height} syncs leave it idle {ms(total, 2)} ms "
             f"({pct(total, ctx.wall_ns)}% of the window); top: {what}",
             evidence=evidence,
-            est_gain_ms=total / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Remove host synchronisation from the hot loop: no .item(), .cpu(), .tolist(), print(tensor) "
                 "or tensor-valued `if` per step; keep running sums on the GPU and read them every N steps; "
@@ -124,7 +121,6 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
         .head(5)
     )
     lines = _lines_at(trace, g.select("tid", pl.col("end_ns").alias("t_ns")))
-    gain_pct = pct(total, ctx.wall_ns, 2)
     evidence = {
         "launch_idle_ms": ms(total),
         "short_gaps": g.height,
@@ -139,15 +135,13 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
         "median_launch_to_start_us": us(ls.median_delay_ns),
     }
     return [
-        Finding(
-            id="launch_bound",
-            category="launch_bound",
-            severity=severity(gain_pct),
+        gain_finding(
+            "launch_bound",
+            total,
+            ctx.wall_ns,
             title=f"Launch-bound: {g.height} short idle gaps between small kernels cost {ms(total, 2)} ms "
             f"({pct(total, ctx.wall_ns)}%); median kernel {us(ls.median_kernel_ns)} us",
             evidence=evidence,
-            est_gain_ms=total / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Cut per-kernel launch cost: capture the step in CUDA graphs (torch.compile(mode='reduce-overhead') "
                 "or torch.cuda.graphs), fuse elementwise chains with torch.compile, batch small tensors into "
@@ -166,7 +160,6 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
     g, total = found
     device = int(g["device"][0])
     activity = _host_activity(trace, g)
-    gain_pct = pct(total, ctx.wall_ns, 2)
     top = activity[0]["name"] if activity else None
     loader = any("DataLoader" in a["name"] or "dataloader" in a["name"].lower() for a in activity[:3])
     if loader:
@@ -196,14 +189,12 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
         f"while the host works" + (f", mostly in {top}" if top else "")
     )
     return [
-        Finding(
-            id="host_bound",
-            category="host_bound",
-            severity=severity(gain_pct),
+        gain_finding(
+            "host_bound",
+            total,
+            ctx.wall_ns,
             title=title,
             evidence=evidence,
-            est_gain_ms=total / 1e6,
-            est_gain_pct=gain_pct,
             fix=fix,
             where={"steps": _steps(g), "ops": [a["name"] for a in activity[:5]], "lines": lines},
             assumption="the host work moves off the critical path (workers, prefetch), closing these gaps",

@@ -13,7 +13,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.memcpy import best_pinned_gbps, reference_link
 from proflab.model import Trace
 from proflab.report import Finding
-from proflab.rules._common import MIN_GAIN_PCT, ms, pct, severity
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
 
 __all__ = ["pageable_memcpy", "memcpy_bound", "pinning_savings"]
 
@@ -73,10 +73,10 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
     main = max(rows, key=lambda r: r["saving_ms"] or 0)
     ops = _copy_ops(trace, pageable=True)
     return [
-        Finding(
-            id="pageable_memcpy",
-            category="pageable_memcpy",
-            severity=severity(gain_pct),
+        gain_finding(
+            "pageable_memcpy",
+            saved,
+            ctx.wall_ns,
             title=(
                 f"Pageable host memory: {copies} copies ({total_bytes / 2**20:.0f} MiB) run at "
                 f"{main['achieved_gbps']} GB/s {main['direction']}, against ~{main['reference_gbps']:g} GB/s pinned "
@@ -84,8 +84,6 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
                 + ", and block the host"
             ),
             evidence={"directions": rows, "pageable_copy_ms": round(sum(r["time_ms"] for r in rows), 3)},
-            est_gain_ms=saved / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Allocate host tensors in pinned memory (tensor.pin_memory(), DataLoader(pin_memory=True), "
                 "torch.empty(..., pin_memory=True) staging buffers) and copy with .to('cuda', non_blocking=True) "
@@ -121,10 +119,10 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
     ]
     total_copy = int(trace.memcpy.filter(pl.col("device") == device)["dur_ns"].sum())
     return [
-        Finding(
-            id="memcpy_bound",
-            category="memcpy_bound",
-            severity=severity(gain_pct),
+        gain_finding(
+            "memcpy_bound",
+            remaining,
+            ctx.wall_ns,
             title=(
                 f"Copies the GPU cannot hide: {ms(b.memcpy_ns, 2)} ms of memcpy ({pct(b.memcpy_ns, b.wall_ns)}% of the "
                 "window) runs with no kernel alongside"
@@ -136,8 +134,6 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
                 "already_claimed_by_pinning_ms": ms(pinned_saved),
                 "directions": directions,
             },
-            est_gain_ms=remaining / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Keep data on the GPU between steps (no round trips), prefetch the next batch on a side stream "
                 "with pinned memory and non_blocking=True so copies overlap compute, and move fewer bytes "

@@ -14,7 +14,7 @@ from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.source import user_frames
 from proflab.model import Trace
 from proflab.report import Finding
-from proflab.rules._common import MIN_GAIN_PCT, ms, pct, severity
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
 
 __all__ = ["tensor_cores_unused", "ASSUMED_SPEEDUP"]
 
@@ -66,17 +66,15 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
     if launches.height:
         lines = user_frames(trace, launches).drop_nulls().value_counts(sort=True).head(5)["frame"].to_list()
     return [
-        Finding(
-            id="tensor_cores_unused",
-            category="tensor_cores_unused",
-            severity=severity(gain_pct),
+        gain_finding(
+            "tensor_cores_unused",
+            gain,
+            ctx.wall_ns,
             title=(
                 f"FP32 GEMMs without tensor cores: {ms(total, 2)} ms ({pct(total, all_kernels)}% of kernel time) "
                 "in matmuls that TF32 or BF16 would run on tensor cores"
             ),
             evidence=evidence,
-            est_gain_ms=gain / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Enable TF32 for FP32 matmuls and convolutions: torch.set_float32_matmul_precision('high') "
                 "(or torch.backends.cuda.matmul.allow_tf32 = True) and torch.backends.cudnn.allow_tf32 = True; "

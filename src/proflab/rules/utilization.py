@@ -7,7 +7,7 @@ import polars as pl
 from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.report import Finding
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, pct, severity
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
 
 __all__ = ["low_utilization", "healthy", "LOW_BUSY_PCT"]
 
@@ -29,10 +29,10 @@ def low_utilization(trace: Trace, ctx: Context) -> list[Finding]:
     if gain_pct < MIN_GAIN_PCT:
         return []
     return [
-        Finding(
-            id="low_utilization",
-            category="low_utilization",
-            severity=severity(gain_pct),
+        gain_finding(
+            "low_utilization",
+            unexplained,
+            ctx.wall_ns,
             title=(
                 f"GPU {device} busy only {b.busy_pct:.1f}% of {ms(b.wall_ns, 2)} ms; "
                 f"{ms(unexplained, 2)} ms of idle has no host-side cause in the trace"
@@ -43,8 +43,6 @@ def low_utilization(trace: Trace, ctx: Context) -> list[Finding]:
                 "idle_by_cause_ms": {c: ms(v) for c, v in by.items()},
                 "unexplained_idle_ms": ms(unexplained),
             },
-            est_gain_ms=unexplained / 1e6,
-            est_gain_pct=gain_pct,
             fix=(
                 "Idle with work already queued means GPU-side dependencies: check cross-stream waits "
                 "(cudaStreamWaitEvent), serialised copies, and small batches; raise the batch size or overlap "
