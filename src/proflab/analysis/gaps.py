@@ -161,10 +161,9 @@ def idle_gaps(
         .otherwise(pl.lit("host"))
         .cast(pl.Enum(CAUSES))
     )
-    gaps = gaps.with_columns(
-        cause.alias("cause"),
-        pl.when(synced).then(pl.col("sync_name")).alias("sync_name"),
-        pl.when(synced).then(pl.col("sync_external_id")).alias("sync_external_id"),
+    gaps = gaps.with_columns(cause.alias("cause")).with_columns(
+        pl.when(pl.col("cause") == "sync").then(pl.col("sync_name")).alias("sync_name"),
+        pl.when(pl.col("cause") == "sync").then(pl.col("sync_external_id")).alias("sync_external_id"),
         pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
     )
     steps = trace.steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")).sort("_s")
