@@ -79,6 +79,7 @@ def _source(trace: Trace) -> dict[str, Any]:
                 "events": m.event_count,
                 "with_stack": m.with_stack,
                 "record_shapes": m.record_shapes,
+                "versions": m.versions,
             }
         ],
         "tool": {"name": "proflab", "version": __version__},

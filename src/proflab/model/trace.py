@@ -102,6 +102,7 @@ class TraceMeta:
     with_stack: bool | None = None
     record_shapes: bool | None = None
     distributed: dict[str, Any] | None = None
+    versions: dict[str, str] = field(default_factory=dict)  # tool versions the trace records
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 

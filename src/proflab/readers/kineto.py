@@ -10,9 +10,11 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 
 from __future__ import annotations
 
+import gc
 import gzip
 import zlib
 from collections import Counter
+from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -134,6 +136,9 @@ class _Doc(Struct, gc=False):
     baseTimeNanoseconds: int | None = None
     with_stack: int | bool | None = None
     record_shapes: int | bool | None = None
+    cuda_driver_version: int | None = None
+    cuda_runtime_version: int | None = None
+    cupti_version: int | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
@@ -170,9 +175,26 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
+@contextmanager
+def _no_gc():
+    """Millions of short-lived decoded objects hold no reference cycles; the cyclic
+    collector would only rescan them over and over (about a quarter of the read time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read(path: str | Path) -> Trace:
     """Read a Kineto trace into the model. Raises an InputError subclass on bad input."""
-    path = Path(path)
+    with _no_gc():
+        return _read(Path(path))
+
+
+def _read(path: Path) -> Trace:
     data = read_bytes(path)
     if not data.strip():
         raise EmptyTrace(path, "file is empty")
@@ -213,6 +235,7 @@ def read(path: str | Path) -> Trace:
         with_stack=None if doc.with_stack is None else bool(doc.with_stack),
         record_shapes=None if doc.record_shapes is None else bool(doc.record_shapes),
         distributed=doc.distributedInfo,
+        versions=_versions(doc),
         notes=tuple(notes),
     )
     return Trace(gpu=gpu, cpu=cpu, steps=_steps(cpu), devices=_devices(doc.deviceProperties), meta=meta)
@@ -284,6 +307,25 @@ def _decode_chunked(data: bytes) -> tuple[_Doc, list[_Tables]] | None:
         del events
         begin = end
     return doc, tables
+
+
+def _cuda_version(v: int | None) -> str | None:
+    # CUDA encodes 13.0 as 13000 and CUPTI 13.0.1 as 130001.
+    if v is None:
+        return None
+    if v >= 100000:
+        return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
+    return f"{v // 1000}.{v // 10 % 100}"
+
+
+def _versions(doc: _Doc) -> dict[str, str]:
+    found = {
+        "kineto_schema": None if doc.schemaVersion is None else str(doc.schemaVersion),
+        "cuda_driver": _cuda_version(doc.cuda_driver_version),
+        "cuda_runtime": _cuda_version(doc.cuda_runtime_version),
+        "cupti": _cuda_version(doc.cupti_version),
+    }
+    return {k: v for k, v in found.items() if v is not None}
 
 
 def _decode(path: Path, data: bytes) -> _Doc | list[_Event]:
