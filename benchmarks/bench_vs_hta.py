@@ -84,11 +84,11 @@ class Report:
 # --------------------------------------------------------------------------- children
 
 
-def run_child(cmd: list[str], log: Path, stdout: Path | None = None, env: dict[str, str] | None = None) -> ChildRun:
+def run_child(cmd: list[str], log: Path, stdout: Path | None = None) -> ChildRun:
     """Run ``cmd``; measure its wall time and peak RSS (KiB on Linux) via wait4."""
     with open(log, "wb") as err, open(stdout or log.with_suffix(".out"), "wb") as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -101,12 +101,17 @@ def tail(path: str | Path, n: int = 15) -> str:
 
 
 def ensure_hta_venv(venv: Path) -> Path:
-    """Create HTA's virtual environment on first use; return its python."""
+    """Create HTA's virtual environment on first use (or repair it); return its python."""
     python = venv / "bin" / "python"
     if python.exists():
-        return python
-    print(f"creating {venv} with {HTA_REQUIREMENT} (first use) ...", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        probe = "import importlib.metadata as m; print(m.version('HolisticTraceAnalysis'))"
+        found = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, check=False)
+        if found.stdout.strip() == HTA_REQUIREMENT.split("==")[1]:
+            return python
+    else:
+        print(f"creating {venv} (first use) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    print(f"installing {HTA_REQUIREMENT} into {venv} ...", flush=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", HTA_REQUIREMENT], check=True)
     return python
 
