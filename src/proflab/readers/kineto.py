@@ -11,7 +11,7 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 from __future__ import annotations
 
 import gc
-import gzip
+import os
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -76,6 +76,9 @@ _IGNORED_CATS = {
     "Memory",
     "",
 }
+_KNOWN_CATS = _GPU_CATS.keys() | _CPU_CATS.keys() | _IGNORED_CATS
+_OP_CATS = {c for c, kind in _CPU_CATS.items() if kind != "python_function"}
+_CAT = attrgetter("cat")
 _COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
 
 
@@ -159,20 +162,45 @@ def sniff(path: Path) -> bool:
     return head.lstrip()[:1] in (b"{", b"[") or head.strip() == b""
 
 
-def read_bytes(path: Path) -> bytes:
-    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise."""
+def read_bytes(path: Path) -> bytearray:
+    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise.
+
+    A bytearray, read in place: the sliced decoder briefly rewrites single bytes in it
+    instead of copying each slice."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            data = bytearray(size)
+            got = f.readinto(data)
+            del data[got:]
     except OSError as e:
         raise CorruptInput(path, f"cannot read: {e.strerror or e}") from e
     if data.startswith(_GZIP_MAGIC):
-        try:
-            data = gzip.decompress(data)
-        except EOFError as e:
-            raise TruncatedInput(path, "gzip stream ends early (truncated .gz file)") from e
-        except (OSError, zlib.error) as e:
-            raise CorruptInput(path, f"corrupt gzip data ({e})") from e
+        data = _gunzip(path, data)
     return data
+
+
+def _gunzip(path: Path, raw: bytearray) -> bytearray:
+    out = bytearray()
+    view = memoryview(raw)
+    pos = 0
+    try:
+        while pos < len(view):  # a .gz file may hold several members
+            d = zlib.decompressobj(wbits=31)
+            while not d.eof:
+                chunk = view[pos : pos + (16 << 20)]
+                if not chunk:
+                    raise TruncatedInput(path, "gzip stream ends early (truncated .gz file)")
+                pos += len(chunk)
+                out += d.decompress(chunk)
+            pos -= len(d.unused_data)
+            if not bytes(view[pos : pos + 2]) == _GZIP_MAGIC:
+                break  # trailing garbage after the last member is ignored, as gzip does
+    except zlib.error as e:
+        raise CorruptInput(path, f"corrupt gzip data ({e})") from e
+    finally:
+        view.release()
+    return out
 
 
 @contextmanager
@@ -196,7 +224,7 @@ def read(path: str | Path) -> Trace:
 
 def _read(path: Path) -> Trace:
     data = read_bytes(path)
-    if not data.strip():
+    if not data or data.isspace():
         raise EmptyTrace(path, "file is empty")
     size = len(data)
     parts = _decode_chunked(data)
@@ -250,12 +278,13 @@ class _Tables(NamedTuple):
 
 def _tables(events: list[_Event]) -> _Tables:
     """Columns for one batch of decoded events; the structs can be freed right after."""
-    gpu_evs = [e for e in events if e.cat in _GPU_CATS]
-    cpu_evs = [e for e in events if e.cat in _CPU_CATS and e.ph == "X"]
-    unknown = Counter(
-        e.cat for e in events if e.cat not in _GPU_CATS and e.cat not in _CPU_CATS and e.cat not in _IGNORED_CATS
-    )
-    return _Tables(_gpu_table(gpu_evs), _cpu_table(cpu_evs), unknown, len(events))
+    counts = Counter(map(_CAT, events))
+    unknown = Counter({c: n for c, n in counts.items() if c not in _KNOWN_CATS})
+    gpu_evs = [e for e in events if e.cat in _GPU_CATS] if counts.keys() & _GPU_CATS.keys() else []
+    frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
+    ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
+    cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
+    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events))
 
 
 # Kineto writes one event per block starting with this at the array's indentation; JSON
@@ -265,48 +294,81 @@ _CHUNK_BYTES = 32 << 20
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 
-def _decode_chunked(data: bytes) -> tuple[_Doc, list[_Tables]] | None:
+def _decode_chunked(data: bytearray) -> tuple[_Doc, list[_Tables]] | None:
     """Decode Kineto's own layout a slice of events at a time, so decoded structs never
     outnumber one slice (peak memory ~ file + one slice, not file + every event object).
 
-    Returns None when the layout is not recognised or any slice does not decode; the caller
-    then decodes the whole document, which also yields the precise error."""
+    Each slice is decoded in place: the newline before its first event becomes ``[`` and the
+    comma after its last becomes ``]`` for the decode, then both are put back. Returns None
+    (with ``data`` unchanged) when the layout is not recognised or any slice does not decode;
+    the caller then decodes the whole document, which also yields the precise error."""
     key = data.find(b'"traceEvents"')
     if key < 0:
         return None
     open_ = data.find(b"[", key)
     first = data.find(_EVENT_START, open_)
     last = data.rfind(b"\n  }")
-    if open_ < 0 or first < 0 or last < first or data[open_ + 1 : first].strip():
+    if open_ < 0 or first < 0 or last < first or not _blank(data, open_ + 1, first):
         return None
-    close = last + 4
-    tail = data[close:].lstrip()
-    if tail.startswith(b","):
-        tail = tail[1:].lstrip()
-    if not tail.startswith(b"]"):
+    close = _skip_blank(data, last + 4)
+    if close < len(data) and data[close] == _COMMA:
+        close = _skip_blank(data, close + 1)
+    if close >= len(data) or data[close] != _CLOSE:
         return None
-    close = len(data) - len(tail)
     try:
-        doc = msgspec.json.decode(data[:open_] + b"[]" + data[close + 1 :], type=_Doc)
+        doc = msgspec.json.decode(bytes(data[:open_]) + b"[]" + bytes(data[close + 1 :]), type=_Doc)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    view = memoryview(data)
     tables: list[_Tables] = []
-    begin = first
-    while begin < close:
-        cut = data.find(_EVENT_START, begin + _CHUNK_BYTES, close)
-        end = close if cut < 0 else cut
-        body = data[begin:end].rstrip()
-        if body.endswith(b","):
-            body = body[:-1]
-        try:
-            events = _EVENTS_DECODER.decode(b"[" + body + b"]")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        del body
-        tables.append(_tables(events))
-        del events
-        begin = end
+    try:
+        begin = first
+        while begin < close:
+            cut = data.find(_EVENT_START, begin + _CHUNK_BYTES, close)
+            if cut < 0:
+                end, stop = close, close  # the array's own "]" closes the last slice
+            else:
+                end = cut
+                stop = cut - 1
+                while data[stop] in _BLANK:
+                    stop -= 1
+                if data[stop] != _COMMA:
+                    return None
+            events = _decode_slice(data, view, begin, stop)
+            if events is None:
+                return None
+            tables.append(_tables(events))
+            del events
+            begin = end
+    finally:
+        view.release()
     return doc, tables
+
+
+_BLANK = b" \t\r\n"
+_COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
+
+
+def _blank(data: bytearray, lo: int, hi: int) -> bool:
+    return all(c in _BLANK for c in data[lo:hi])
+
+
+def _skip_blank(data: bytearray, i: int) -> int:
+    while i < len(data) and data[i] in _BLANK:
+        i += 1
+    return i
+
+
+def _decode_slice(data: bytearray, view: memoryview, begin: int, stop: int) -> list[_Event] | None:
+    """Decode ``data[begin:stop+1]`` as an array, bracketing it in place and restoring it."""
+    saved = data[begin], data[stop]
+    data[begin], data[stop] = _OPEN, _CLOSE
+    try:
+        return _EVENTS_DECODER.decode(view[begin : stop + 1])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    finally:
+        data[begin], data[stop] = saved
 
 
 def _cuda_version(v: int | None) -> str | None:
@@ -412,7 +474,19 @@ def _enum(expr: pl.Expr, values: list[str]) -> pl.Expr:
     )
 
 
+def _host_columns(evs: list[_Event]) -> dict[str, pl.Series]:
+    get = attrgetter
+    return {
+        "name": pl.Series(list(map(get("name"), evs)), dtype=pl.String),
+        "pid": _ints(list(map(get("pid"), evs))),
+        "tid": _ints(list(map(get("tid"), evs))),
+        "start_ns": _ns(list(map(get("ts"), evs))),
+        "dur_ns": _ns(list(map(get("dur"), evs))).clip(lower_bound=0),
+    }
+
+
 def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
+    """Operators, annotations and runtime/driver calls (everything but Python frames)."""
     if not evs:
         return pl.DataFrame(schema=CPU_SCHEMA)
     get = attrgetter
@@ -420,23 +494,36 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     types = pl.Series(
         [None if t is None else ",".join(map(str, t)) for t in map(get("input_types"), args)], dtype=pl.String
     )
-    df = pl.DataFrame(
+    return pl.DataFrame(
         {
             "cat": pl.Series([_CPU_CATS[c] for c in map(get("cat"), evs)], dtype=CPU_SCHEMA["cat"]),
-            "name": pl.Series(list(map(get("name"), evs)), dtype=pl.String),
-            "pid": _ints(list(map(get("pid"), evs))),
-            "tid": _ints(list(map(get("tid"), evs))),
-            "start_ns": _ns(list(map(get("ts"), evs))),
-            "dur_ns": _ns(list(map(get("dur"), evs))).clip(lower_bound=0),
+            **_host_columns(evs),
             "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
-            "python_id": pl.Series(list(map(get("python_id"), args)), dtype=pl.Int64),
-            "python_parent_id": pl.Series(list(map(get("python_parent_id"), args)), dtype=pl.Int64),
+            "python_id": pl.Series([None] * len(evs), dtype=pl.Int64),
+            "python_parent_id": pl.Series([None] * len(evs), dtype=pl.Int64),
             "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
             "input_types": types,
         }
     )
-    return df
+
+
+def _frame_table(evs: list[_Event]) -> pl.DataFrame:
+    """Python frames (with_stack): only what the source-line walk needs."""
+    args = list(map(attrgetter("args"), evs))
+    n = len(evs)
+    return pl.DataFrame(
+        {
+            "cat": pl.Series(["python_function"] * n, dtype=CPU_SCHEMA["cat"]),
+            **_host_columns(evs),
+            "external_id": pl.Series([None] * n, dtype=pl.Int64),
+            "correlation": pl.Series([None] * n, dtype=pl.Int64),
+            "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
+            "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
+            "sequence": pl.Series([None] * n, dtype=pl.Int64),
+            "input_types": pl.Series([None] * n, dtype=pl.String),
+        }
+    )
 
 
 def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
