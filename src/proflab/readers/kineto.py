@@ -11,7 +11,6 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 from __future__ import annotations
 
 import gc
-import os
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -40,10 +39,11 @@ from proflab.model.trace import (
     Trace,
     TraceMeta,
 )
+from proflab.readers._slices import GZIP_MAGIC, NotSliceable, byte_chunks, open_slicer
 
 __all__ = ["sniff", "read", "read_bytes"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_MAGIC = GZIP_MAGIC
 
 # Kineto category -> model kind. The capitalised names are what PyTorch 1.x wrote.
 _GPU_CATS = {
@@ -162,45 +162,9 @@ def sniff(path: Path) -> bool:
     return head.lstrip()[:1] in (b"{", b"[") or head.strip() == b""
 
 
-def read_bytes(path: Path) -> bytearray:
-    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise.
-
-    A bytearray, read in place: the sliced decoder briefly rewrites single bytes in it
-    instead of copying each slice."""
-    try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            data = bytearray(size)
-            got = f.readinto(data)
-            del data[got:]
-    except OSError as e:
-        raise CorruptInput(path, f"cannot read: {e.strerror or e}") from e
-    if data.startswith(_GZIP_MAGIC):
-        data = _gunzip(path, data)
-    return data
-
-
-def _gunzip(path: Path, raw: bytearray) -> bytearray:
-    out = bytearray()
-    view = memoryview(raw)
-    pos = 0
-    try:
-        while pos < len(view):  # a .gz file may hold several members
-            d = zlib.decompressobj(wbits=31)
-            while not d.eof:
-                chunk = view[pos : pos + (16 << 20)]
-                if not chunk:
-                    raise TruncatedInput(path, "gzip stream ends early (truncated .gz file)")
-                pos += len(chunk)
-                out += d.decompress(chunk)
-            pos -= len(d.unused_data)
-            if not bytes(view[pos : pos + 2]) == _GZIP_MAGIC:
-                break  # trailing garbage after the last member is ignored, as gzip does
-    except zlib.error as e:
-        raise CorruptInput(path, f"corrupt gzip data ({e})") from e
-    finally:
-        view.release()
-    return out
+def read_bytes(path: Path) -> bytes:
+    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise."""
+    return b"".join(byte_chunks(path))
 
 
 @contextmanager
@@ -223,27 +187,29 @@ def read(path: str | Path) -> Trace:
 
 
 def _read(path: Path) -> Trace:
-    data = read_bytes(path)
-    if not data or data.isspace():
-        raise EmptyTrace(path, "file is empty")
-    size = len(data)
-    parts = _decode_chunked(data)
-    if parts is None:  # not Kineto's own layout, or a chunk failed: decode whole for exact errors
+    try:
+        doc, tables, size = _read_sliced(path)
+    except (NotSliceable, msgspec.DecodeError, msgspec.ValidationError):
+        # Not Kineto's own layout, or a slice that does not decode: decode the whole
+        # document, which handles any valid JSON and pins errors to their exact place.
+        data = read_bytes(path)
+        if not data or data.isspace():
+            raise EmptyTrace(path, "file is empty") from None
+        size = len(data)
         doc = _decode(path, data)
+        del data
         if isinstance(doc, list):  # the Chrome "JSON array" form: events only
             doc = _Doc(traceEvents=doc)
-        parts = doc, [_tables(doc.traceEvents)]
+        tables = [_tables(doc.traceEvents)]
         doc.traceEvents = []
-    del data
-    doc, tables = parts
     event_count = sum(t.events for t in tables)
     if event_count == 0:
         raise EmptyTrace(path, "trace has no events (traceEvents is empty)")
     unknown: Counter[str] = Counter()
     for t in tables:
         unknown.update(t.unknown)
-    gpu = pl.concat([t.gpu for t in tables]).sort("start_ns")
-    cpu = pl.concat([t.cpu for t in tables]).sort("start_ns")
+    gpu = pl.concat([t.gpu for t in tables]).sort("start_ns", maintain_order=True)
+    cpu = pl.concat([t.cpu for t in tables]).sort("start_ns", maintain_order=True)
     if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
@@ -287,88 +253,29 @@ def _tables(events: list[_Event]) -> _Tables:
     return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events))
 
 
-# Kineto writes one event per block starting with this at the array's indentation; JSON
-# strings cannot hold a raw newline, so it can only occur between events.
-_EVENT_START = b"\n  {"
 _CHUNK_BYTES = 32 << 20
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 
-def _decode_chunked(data: bytearray) -> tuple[_Doc, list[_Tables]] | None:
-    """Decode Kineto's own layout a slice of events at a time, so decoded structs never
-    outnumber one slice (peak memory ~ file + one slice, not file + every event object).
+def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
+    """Tables for one slice: a JSON array of events (see ``_slices``)."""
+    return _tables(_EVENTS_DECODER.decode(payload))
 
-    Each slice is decoded in place: the newline before its first event becomes ``[`` and the
-    comma after its last becomes ``]`` for the decode, then both are put back. Returns None
-    (with ``data`` unchanged) when the layout is not recognised or any slice does not decode;
-    the caller then decodes the whole document, which also yields the precise error."""
-    key = data.find(b'"traceEvents"')
-    if key < 0:
-        return None
-    open_ = data.find(b"[", key)
-    first = data.find(_EVENT_START, open_)
-    last = data.rfind(b"\n  }")
-    if open_ < 0 or first < 0 or last < first or not _blank(data, open_ + 1, first):
-        return None
-    close = _skip_blank(data, last + 4)
-    if close < len(data) and data[close] == _COMMA:
-        close = _skip_blank(data, close + 1)
-    if close >= len(data) or data[close] != _CLOSE:
-        return None
-    try:
-        doc = msgspec.json.decode(bytes(data[:open_]) + b"[]" + bytes(data[close + 1 :]), type=_Doc)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    view = memoryview(data)
+
+def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
+    """Decode the file slice by slice (see ``_slices``). Raises NotSliceable (or a decode
+    error) for the caller to fall back on a whole-document decode."""
+    slicer = open_slicer(path, _CHUNK_BYTES)
     tables: list[_Tables] = []
     try:
-        begin = first
-        while begin < close:
-            cut = data.find(_EVENT_START, begin + _CHUNK_BYTES, close)
-            if cut < 0:
-                end, stop = close, close  # the array's own "]" closes the last slice
-            else:
-                end = cut
-                stop = cut - 1
-                while data[stop] in _BLANK:
-                    stop -= 1
-                if data[stop] != _COMMA:
-                    return None
-            events = _decode_slice(data, view, begin, stop)
-            if events is None:
-                return None
-            tables.append(_tables(events))
-            del events
-            begin = end
+        for piece in slicer.pieces():
+            tables.append(_slice_tables(piece))
+            slicer.done(piece)
+        document, size = slicer.document(), slicer.size
     finally:
-        view.release()
-    return doc, tables
-
-
-_BLANK = b" \t\r\n"
-_COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
-
-
-def _blank(data: bytearray, lo: int, hi: int) -> bool:
-    return all(c in _BLANK for c in data[lo:hi])
-
-
-def _skip_blank(data: bytearray, i: int) -> int:
-    while i < len(data) and data[i] in _BLANK:
-        i += 1
-    return i
-
-
-def _decode_slice(data: bytearray, view: memoryview, begin: int, stop: int) -> list[_Event] | None:
-    """Decode ``data[begin:stop+1]`` as an array, bracketing it in place and restoring it."""
-    saved = data[begin], data[stop]
-    data[begin], data[stop] = _OPEN, _CLOSE
-    try:
-        return _EVENTS_DECODER.decode(view[begin : stop + 1])
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    finally:
-        data[begin], data[stop] = saved
+        slicer.close()
+    doc = msgspec.json.decode(document, type=_Doc)
+    return doc, tables, size
 
 
 def _cuda_version(v: int | None) -> str | None:

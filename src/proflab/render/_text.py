@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import re
+from typing import Any
 
 __all__ = ["shorten", "fmt_num", "evidence_lines", "kernel_label"]
 

@@ -1,0 +1,247 @@
+"""Cut a Kineto JSON document into decodable slices of events while it streams in.
+
+Kineto writes ``"traceEvents": [`` and then one event per block, each starting with a
+newline and two spaces before ``{``. JSON strings cannot hold a raw newline, so that pattern
+only ever occurs between events, and the stream can be cut there without parsing it. Each
+slice is returned as its own small JSON array; the document around the array (device
+properties, versions...) is kept as ``head`` + ``[]`` + ``tail``.
+
+Memory stays at one slice plus one read chunk, however large the trace (plain or gzip).
+A stream that does not have this layout raises :class:`NotSliceable`; the reader then
+decodes the whole document, which also produces the precise error for broken input.
+"""
+
+from __future__ import annotations
+
+import mmap
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from proflab.errors import CorruptInput, TruncatedInput
+
+__all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "GZIP_MAGIC"]
+
+GZIP_MAGIC = b"\x1f\x8b"
+EVENT_START = b"\n  {"
+_BLANK = b" \t\r\n"
+_COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
+_READ_BYTES = 16 << 20
+_MAX_HEAD_BYTES = 64 << 20
+
+
+class NotSliceable(Exception):
+    """The stream is not in Kineto's layout (or not JSON at all)."""
+
+
+def byte_chunks(path: Path) -> Iterator[bytes]:
+    """The file's bytes in chunks, gunzipped on the fly when compressed."""
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise CorruptInput(path, f"cannot read: {e.strerror or e}") from e
+    with f:
+        first = f.read(_READ_BYTES)
+        if not first.startswith(GZIP_MAGIC):
+            while first:
+                yield first
+                first = f.read(_READ_BYTES)
+            return
+        pending = first
+        d = zlib.decompressobj(wbits=31)
+        try:
+            while True:
+                if not pending:
+                    pending = f.read(_READ_BYTES)
+                    if not pending:
+                        if d.eof:
+                            return
+                        raise TruncatedInput(path, "gzip stream ends early (truncated .gz file)")
+                if d.eof:  # a .gz file may hold several members
+                    if not pending.startswith(GZIP_MAGIC):
+                        return  # trailing garbage after the last member is ignored, as gzip does
+                    d = zlib.decompressobj(wbits=31)
+                out = d.decompress(pending)
+                pending = d.unused_data
+                if out:
+                    yield out
+        except zlib.error as e:
+            raise CorruptInput(path, f"corrupt gzip data ({e})") from e
+
+
+def open_slicer(path: Path, slice_bytes: int) -> Slicer | MappedSlicer:
+    """A mapped slicer for a plain file (no copies), a streaming one for gzip."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(2)
+            if magic and magic != GZIP_MAGIC:
+                return MappedSlicer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), slice_bytes)
+    except (OSError, ValueError):
+        pass
+    return Slicer(slice_bytes, path)
+
+
+class MappedSlicer:
+    """Slices of a memory-mapped plain file, bracketed in place on a private (copy-on-write)
+    mapping: no byte is copied, and the pages of a decoded slice are handed back to the OS
+    (``done``), so resident memory stays near one slice whatever the file size."""
+
+    def __init__(self, mm: mmap.mmap, slice_bytes: int) -> None:
+        self.mm = mm
+        self.view = memoryview(mm)
+        self.slice_bytes = slice_bytes
+        self.size = len(mm)
+        self.head: bytes | None = None
+        self.tail: bytes | None = None
+        self._starts: dict[int, int] = {}  # id(slice view) -> offset, for done()
+
+    def pieces(self) -> Iterator[memoryview]:
+        mm = self.mm
+        key = mm.find(b'"traceEvents"')
+        start = mm.find(b"[", key) if key >= 0 else -1
+        first = mm.find(EVENT_START, start) if start >= 0 else -1
+        last = mm.rfind(b"\n  }")
+        if first < 0 or last < first or any(c not in _BLANK for c in mm[start + 1 : first]):
+            raise NotSliceable
+        close = _skip_blank(mm, last + 4)
+        if close < len(mm) and mm[close] == _COMMA:
+            close = _skip_blank(mm, close + 1)
+        if close >= len(mm) or mm[close] != _CLOSE:
+            raise NotSliceable
+        self.head, self.tail = mm[:start], mm[close + 1 :]
+        begin = first
+        while begin < close:
+            cut = mm.find(EVENT_START, begin + self.slice_bytes, close)
+            if cut < 0:
+                cut = stop = close
+            else:
+                stop = cut - 1
+                while mm[stop] in _BLANK:
+                    stop -= 1
+                if mm[stop] != _COMMA:
+                    raise NotSliceable
+            mm[begin], mm[stop] = _OPEN, _CLOSE
+            piece = self.view[begin : stop + 1]
+            self._starts[id(piece)] = begin
+            yield piece
+            begin = cut
+
+    def done(self, piece: memoryview) -> None:
+        """Release a decoded slice and drop its whole pages (not the ones it shares with its
+        neighbours, whose brackets live there)."""
+        start = self._starts.pop(id(piece), None)
+        n = piece.nbytes
+        piece.release()
+        if start is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        lo = (start // page + 1) * page
+        hi = ((start + n) // page) * page
+        if hi > lo:
+            try:
+                self.mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+            except OSError:
+                pass
+
+    def document(self) -> bytes:
+        return (self.head or b"") + b"[]" + (self.tail or b"")
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.mm.close()
+        except BufferError:  # a slice still referenced somewhere: let GC unmap it
+            pass
+
+
+def _skip_blank(buf, i: int) -> int:
+    while i < len(buf) and buf[i] in _BLANK:
+        i += 1
+    return i
+
+
+class Slicer:
+    """Streaming slicer for compressed input: yields bracketed ``bytearray`` slices of about
+    ``slice_bytes`` while the file is decompressed chunk by chunk."""
+
+    def __init__(self, slice_bytes: int, path: Path | None = None) -> None:
+        self.path = path
+        self.slice_bytes = slice_bytes
+        self.buf = bytearray()
+        self.head: bytes | None = None  # document up to the events array
+        self.tail: bytes | None = None  # document after it
+        self.size = 0
+
+    def pieces(self) -> Iterator[bytearray]:
+        for chunk in byte_chunks(self.path):
+            yield from self.feed(chunk)
+        yield from self.finish()
+
+    def done(self, piece: bytearray) -> None:
+        pass
+
+    def close(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[bytearray]:
+        self.size += len(chunk)
+        self.buf += chunk
+        if self.head is None and not self._find_array():
+            return
+        while len(self.buf) >= self.slice_bytes:
+            cut = self.buf.find(EVENT_START, self.slice_bytes)
+            if cut < 0:
+                return
+            stop = cut - 1
+            while self.buf[stop] in _BLANK:
+                stop -= 1
+            if self.buf[stop] != _COMMA:
+                raise NotSliceable
+            yield self._take(stop, cut)
+
+    def finish(self) -> Iterator[bytearray]:
+        if self.head is None:
+            raise NotSliceable
+        buf = self.buf
+        last = buf.rfind(b"\n  }")
+        if last < 0:
+            raise NotSliceable
+        close = self._skip_blank(last + 4)
+        if close < len(buf) and buf[close] == _COMMA:
+            close = self._skip_blank(close + 1)
+        if close >= len(buf) or buf[close] != _CLOSE:
+            raise NotSliceable
+        self.tail = bytes(buf[close + 1 :])
+        yield self._take(close, len(buf))
+
+    def document(self) -> bytes:
+        """The JSON document with an empty events array, for its top-level fields."""
+        return (self.head or b"") + b"[]" + (self.tail or b"")
+
+    def _find_array(self) -> bool:
+        buf = self.buf
+        key = buf.find(b'"traceEvents"')
+        start = buf.find(b"[", key) if key >= 0 else -1
+        first = buf.find(EVENT_START, start) if start >= 0 else -1
+        if first < 0:
+            if len(buf) > _MAX_HEAD_BYTES:
+                raise NotSliceable
+            return False
+        if any(c not in _BLANK for c in buf[start + 1 : first]):
+            raise NotSliceable
+        self.head = bytes(buf[:start])
+        del buf[:first]
+        return True
+
+    def _skip_blank(self, i: int) -> int:
+        while i < len(self.buf) and self.buf[i] in _BLANK:
+            i += 1
+        return i
+
+    def _take(self, stop: int, cut: int) -> bytearray:
+        """``buf[:stop+1]`` as an array (its leading newline becomes ``[``, the byte at
+        ``stop`` — a comma or the array's own ``]`` — becomes ``]``); drop ``buf[:cut]``."""
+        out = self.buf[: stop + 1]
+        out[0], out[stop] = _OPEN, _CLOSE
+        del self.buf[:cut]
+        return out
