@@ -11,6 +11,7 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 from __future__ import annotations
 
 import gc
+import re
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -102,7 +103,9 @@ class _Args(Struct, frozen=True, gc=False):
     python_id: _I64 | None = field(name="Python id", default=None)
     python_parent_id: _I64 | None = field(name="Python parent id", default=None)
     sequence: _I64 | None = field(name="Sequence number", default=None)
-    input_types: list[Any] | None = field(name="Input type", default=None)
+    # Kept raw (a slice of the input, not parsed): only matmul/conv operators need their
+    # dtypes, and building strings for every operator's inputs costs more than the rest.
+    input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
 
 
 _NO_ARGS = _Args()
@@ -399,7 +402,11 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     get = attrgetter
     args = list(map(get("args"), evs))
     types = pl.Series(
-        [None if t is None else ",".join(map(str, t)) for t in map(get("input_types"), args)], dtype=pl.String
+        [
+            _dtypes(raw) if raw and _WANTS_DTYPES(name) else None
+            for name, raw in zip(map(get("name"), evs), map(get("input_types"), args))
+        ],
+        dtype=pl.String,
     )
     return pl.DataFrame(
         {
@@ -413,6 +420,18 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "input_types": types,
         }
     )
+
+
+_WANTS_DTYPES = re.compile(r"mm|matmul|linear|conv|einsum|baddbmm|addbmm").search
+_DTYPES_DECODER = msgspec.json.Decoder(list[Any])
+
+
+def _dtypes(raw: msgspec.Raw) -> str | None:
+    try:
+        types = _DTYPES_DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return ",".join(map(str, types)) if isinstance(types, list) else None
 
 
 def _frame_table(evs: list[_Event]) -> pl.DataFrame:
