@@ -3,7 +3,8 @@
 Accepts ``export_chrome_trace`` output and ``tensorboard_trace_handler`` files
 (``*.pt.trace.json``), plain or gzip-compressed. The JSON is decoded by msgspec straight
 into slim typed structs holding only the fields proflab uses (the decoder is the cost that
-matters on large traces), then turned into the columnar model in one pass per column.
+matters on large traces), a slice of events at a time (``_slices``), and each slice is
+turned into columns at once, so decoded objects never outnumber one slice.
 
 Timestamps are microseconds (float) in the file; the model holds integer nanoseconds.
 """
@@ -43,8 +44,6 @@ from proflab.model.trace import (
 from proflab.readers._slices import GZIP_MAGIC, NotSliceable, byte_chunks, open_slicer
 
 __all__ = ["sniff", "read", "read_bytes"]
-
-_GZIP_MAGIC = GZIP_MAGIC
 
 # Kineto category -> model kind. The capitalised names are what PyTorch 1.x wrote.
 _GPU_CATS = {
@@ -157,7 +156,7 @@ def sniff(path: Path) -> bool:
             head = f.read(4096)
     except OSError:
         return False
-    if head.startswith(_GZIP_MAGIC):
+    if head.startswith(GZIP_MAGIC):
         try:
             head = zlib.decompressobj(wbits=31).decompress(head, 256)
         except zlib.error:
