@@ -5,7 +5,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["shorten", "fmt_num", "evidence_lines", "kernel_label"]
+__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label"]
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
 
 _NAMESPACES = re.compile(r"\b(?:at::native::|at::cuda::|c10::|std::|cub::|cutlass::|\(anonymous namespace\)::|void\s+)")
 

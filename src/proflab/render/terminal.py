@@ -13,7 +13,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from proflab.render._text import evidence_lines, fmt_num, kernel_label, shorten
+from proflab.render._text import evidence_lines, fmt_bytes, fmt_num, kernel_label, shorten
 
 __all__ = ["render_terminal"]
 
@@ -36,6 +36,12 @@ def render_terminal(report, *, width: int | None = None, color: bool = False) ->
 def _line(text) -> Text:
     """One output line: user text never breaks the layout with its own newlines."""
     return Text(" ".join(str(text).split()))
+
+
+def _duration_us(v) -> str:
+    if v is None:
+        return "n/a"
+    return f"{fmt_num(round(v / 1000, 3))} ms" if abs(v) >= 1000 else f"{fmt_num(v)} us"
 
 
 def _indent(renderable, cols: int = 3) -> Padding:
@@ -83,15 +89,17 @@ def _body(d: dict, width: int) -> Group:
         parts.append(_indent(_line(
             f"{fmt_num(launch['kernels'])} kernels, median {fmt_num(launch['median_kernel_us'])} us, "
             f"{fmt_num(launch['kernels_under_5us_pct'])}% under 5 us; launch->start median "
-            f"{fmt_num(launch['median_launch_to_start_us'])} us"
+            f"{_duration_us(launch['median_launch_to_start_us'])}"
             + (f"; {fmt_num(launch['launches_per_step'])} launches/step" if launch.get("launches_per_step") is not None else "")
         ), 2))
     for m in d.get("memcpy") or []:
         parts.append(_indent(_line(
             f"memcpy {m['direction']} {m['memory']}: {fmt_num(m['count'])} copies, "
-            + (f"{m['bytes'] / 2**20:,.1f} MiB, " if m.get("bytes") is not None else "")
+            + (f"{fmt_bytes(m['bytes'])}, " if m.get("bytes") is not None else "")
             + f"{fmt_num(m['time_ms'])} ms"
-            + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None else "")
+            # a rate is only meaningful for copies big enough to amortise their latency
+            + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
+               and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
     parts.append(Text(""))
     parts.append(Text("Findings, largest estimated gain first", style="bold underline"))

@@ -69,7 +69,7 @@ def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding
             severity="info",
             title=f"No material timeline problem: {', '.join(parts)}; no cause of idle time reaches {WARNING_PCT:g}%",
             evidence={
-                "gpu_busy_pct": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
+                "gpu_busy_pct_by_device": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
                 "wall_ms": ms(ctx.wall_ns),
                 "minor_findings": [f.id for f in findings],
             },
