@@ -12,7 +12,6 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 from __future__ import annotations
 
 import gc
-import re
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -402,7 +401,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     args = list(map(get("args"), evs))
     types = pl.Series(
         [
-            _dtypes(raw) if raw and _WANTS_DTYPES(name) else None
+            _dtypes(raw) if raw and (name in _DTYPE_OPS or name.startswith(_DTYPE_OP_PREFIXES)) else None
             for name, raw in zip(map(get("name"), evs), map(get("input_types"), args))
         ],
         dtype=pl.String,
@@ -421,7 +420,11 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-_WANTS_DTYPES = re.compile(r"mm|matmul|linear|conv|einsum|baddbmm|addbmm").search
+# Operators whose input dtypes tell whether their GEMMs can use tensor cores.
+_DTYPE_OPS = frozenset(
+    f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_addmm_activation", "einsum")
+)
+_DTYPE_OP_PREFIXES = ("aten::conv", "aten::_conv", "aten::cudnn_conv", "aten::miopen_conv")
 _DTYPES_DECODER = msgspec.json.Decoder(list[Any])
 
 

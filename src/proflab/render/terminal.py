@@ -13,7 +13,13 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from proflab.render._text import evidence_lines, fmt_bytes, fmt_num, kernel_label, shorten
+from proflab.render._text import (
+    evidence_lines,
+    fmt_bytes,
+    fmt_num,
+    kernel_label,
+    shorten,
+)
 
 __all__ = ["render_terminal"]
 
