@@ -99,3 +99,50 @@ def test_json_array_form(tmp_path):
     path.write_text(json.dumps(events))
     trace = proflab.load(path)
     assert trace.kernels.height == sum(1 for e in events if e.get("cat") == "kernel")
+
+
+@pytest.fixture
+def plain_train_loop(tmp_path):
+    path = tmp_path / "train_loop.pt.trace.json"
+    path.write_bytes(gzip.decompress((KINETO / "train_loop.pt.trace.json.gz").read_bytes()))
+    return path
+
+
+def test_helper_split_gives_identical_tables(monkeypatch, plain_train_loop):
+    if not kineto._helper_allowed():
+        pytest.skip("one core: the reader uses no helper process")
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # ~30 slices: the helper takes half
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    single = proflab.load(plain_train_loop)
+    monkeypatch.delenv("PROFLAB_READ_PROCESSES")
+    started = []
+    monkeypatch.setattr(kineto._Helper, "result", _spy(kineto._Helper.result, started))
+    split = proflab.load(plain_train_loop)
+    assert started and started[0] is not None, "the helper process did not run"
+    assert split.gpu.equals(single.gpu) and split.cpu.equals(single.cpu) and split.steps.equals(single.steps)
+    assert split.meta == single.meta
+
+
+def test_a_failing_helper_falls_back_to_reading_here(monkeypatch, plain_train_loop):
+    """A helper that dies (here a real process that exits 1) costs time, not data."""
+    if not kineto._helper_allowed():
+        pytest.skip("one core: the reader uses no helper process")
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    single = proflab.load(plain_train_loop)
+    monkeypatch.delenv("PROFLAB_READ_PROCESSES")
+    monkeypatch.setattr(kineto.sys, "executable", "/bin/false")
+    results = []
+    monkeypatch.setattr(kineto._Helper, "result", _spy(kineto._Helper.result, results))
+    trace = proflab.load(plain_train_loop)
+    assert results == [None]
+    assert trace.gpu.equals(single.gpu) and trace.cpu.equals(single.cpu)
+
+
+def _spy(method, seen: list):
+    def wrapper(self):
+        out = method(self)
+        seen.append(out)
+        return out
+
+    return wrapper

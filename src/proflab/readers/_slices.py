@@ -95,7 +95,9 @@ class MappedSlicer:
         self.tail: bytes | None = None
         self._starts: dict[int, int] = {}  # id(slice view) -> offset, for done()
 
-    def pieces(self) -> Iterator[memoryview]:
+    def plan(self) -> list[tuple[int, int]]:
+        """Every slice as (begin, stop): the offsets of its opening newline and of the comma
+        (or the array's ``]``) after its last event. Also reads ``head`` and ``tail``."""
         mm = self.mm
         key = mm.find(b'"traceEvents"')
         start = mm.find(b"[", key) if key >= 0 else -1
@@ -109,6 +111,7 @@ class MappedSlicer:
         if close >= len(mm) or mm[close] != _CLOSE:
             raise NotSliceable
         self.head, self.tail = mm[:start], mm[close + 1 :]
+        ranges = []
         begin = first
         while begin < close:
             cut = mm.find(EVENT_START, begin + self.slice_bytes, close)
@@ -120,11 +123,20 @@ class MappedSlicer:
                     stop -= 1
                 if mm[stop] != _COMMA:
                     raise NotSliceable
-            mm[begin], mm[stop] = _OPEN, _CLOSE
-            piece = self.view[begin : stop + 1]
-            self._starts[id(piece)] = begin
-            yield piece
+            ranges.append((begin, stop))
             begin = cut
+        return ranges
+
+    def piece(self, begin: int, stop: int) -> memoryview:
+        """The slice as a JSON array, bracketed in place (no copy)."""
+        self.mm[begin], self.mm[stop] = _OPEN, _CLOSE
+        view = self.view[begin : stop + 1]
+        self._starts[id(view)] = begin
+        return view
+
+    def pieces(self) -> Iterator[memoryview]:
+        for begin, stop in self.plan():
+            yield self.piece(begin, stop)
 
     def done(self, piece: memoryview) -> None:
         """Release a decoded slice and drop its whole pages (not the ones it shares with its

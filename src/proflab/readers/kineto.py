@@ -12,6 +12,11 @@ Timestamps are microseconds (float) in the file; the model holds integer nanosec
 from __future__ import annotations
 
 import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import zlib
 from collections import Counter
 from contextlib import contextmanager
@@ -40,7 +45,13 @@ from proflab.model.trace import (
     Trace,
     TraceMeta,
 )
-from proflab.readers._slices import GZIP_MAGIC, NotSliceable, byte_chunks, open_slicer
+from proflab.readers._slices import (
+    GZIP_MAGIC,
+    MappedSlicer,
+    NotSliceable,
+    byte_chunks,
+    open_slicer,
+)
 
 __all__ = ["sniff", "read", "read_bytes"]
 
@@ -264,19 +275,117 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
 
 
 def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
-    """Decode the file slice by slice (see ``_slices``). Raises NotSliceable (or a decode
-    error) for the caller to fall back on a whole-document decode."""
+    """Decode the file slice by slice (see ``_slices``); a large plain file is split with a
+    helper process (``_worker``). Raises NotSliceable (or a decode error) for the caller to
+    fall back on a whole-document decode."""
     slicer = open_slicer(path, _CHUNK_BYTES)
     tables: list[_Tables] = []
     try:
-        for piece in slicer.pieces():
-            tables.append(_slice_tables(piece))
-            slicer.done(piece)
+        if isinstance(slicer, MappedSlicer):
+            ranges = slicer.plan()
+            ours, theirs = _split(ranges)
+            with _Helper(path, theirs) as helper:
+                for begin, stop in ours:
+                    piece = slicer.piece(begin, stop)
+                    tables.append(_slice_tables(piece))
+                    slicer.done(piece)
+                helped = helper.result()
+            if helped is None:  # no helper, or it failed: do its share here
+                for begin, stop in theirs:
+                    piece = slicer.piece(begin, stop)
+                    tables.append(_slice_tables(piece))
+                    slicer.done(piece)
+            else:
+                tables.append(helped)
+        else:
+            for piece in slicer.pieces():
+                tables.append(_slice_tables(piece))
+                slicer.done(piece)
         document, size = slicer.document(), slicer.size
     finally:
         slicer.close()
     doc = msgspec.json.decode(document, type=_Doc)
     return doc, tables, size
+
+
+# A trace of at least this many slices is shared with a helper process on a machine with
+# two or more cores. It gets the second half of the file.
+_HELPER_FROM_SLICES = 4
+_HELPER_SHARE = 0.5
+
+
+def _split(ranges: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    if len(ranges) < _HELPER_FROM_SLICES or not _helper_allowed():
+        return ranges, []
+    k = len(ranges) - int(len(ranges) * _HELPER_SHARE)
+    return ranges[:k], ranges[k:]
+
+
+def _helper_allowed() -> bool:
+    """One helper process on multi-core machines; PROFLAB_READ_PROCESSES=1 reads in one."""
+    if os.environ.get("PROFLAB_READ_PROCESSES", "").strip() == "1":
+        return False
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores >= 2
+
+
+class _Helper:
+    """Runs ``proflab.readers._worker`` over some slices while the caller decodes the rest.
+    ``result()`` gives its tables, or None when there was nothing to do or it failed."""
+
+    def __init__(self, path: Path, ranges: list[tuple[int, int]]) -> None:
+        self.ranges = ranges
+        self.proc: subprocess.Popen | None = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        if not ranges:
+            return
+        self.tmp = tempfile.TemporaryDirectory(prefix="proflab-read-")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "proflab.readers._worker", str(path), self.tmp.name],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+            self.proc.stdin.write(json.dumps(ranges).encode())
+            self.proc.stdin.close()
+        except OSError:
+            self._stop()
+
+    def result(self) -> _Tables | None:
+        if self.proc is None or self.tmp is None:
+            return None
+        try:
+            if self.proc.wait() != 0:
+                return None
+            out = Path(self.tmp.name)
+            meta = json.loads((out / "meta.json").read_text())
+            gpu = pl.read_ipc(out / "gpu.arrow")
+            cpu = pl.read_ipc(out / "cpu.arrow")
+        except (OSError, ValueError, pl.exceptions.PolarsError):
+            return None
+        if dict(gpu.schema) != GPU_SCHEMA or dict(cpu.schema) != CPU_SCHEMA:
+            return None
+        return _Tables(gpu, cpu, Counter(meta["unknown"]), int(meta["events"]))
+
+    def _stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def __enter__(self) -> _Helper:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is not None:  # interrupted or failed: never leave the helper behind
+            self._stop()
+        elif self.proc is not None:
+            self.proc.wait()
+        if self.tmp is not None:
+            self.tmp.cleanup()
 
 
 def _cuda_version(v: int | None) -> str | None:
