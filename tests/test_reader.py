@@ -146,3 +146,18 @@ def _spy(method, seen: list):
         return out
 
     return wrapper
+
+
+SHARED_CHROME = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto" / "t4_power_iteration_baseline_nsys_chrome.json"
+
+
+def test_chrome_json_from_nsys_is_refused_with_its_categories(capsys):
+    """A real Chrome trace written from Nsight Systems is not a Kineto trace: one line, exit 2."""
+    if not SHARED_CHROME.exists():
+        pytest.skip("shared fixtures folder (../shared/fixtures) is absent")
+    from proflab.cli import main
+
+    assert main(["analyze", str(SHARED_CHROME)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert SHARED_CHROME.name in err and "'cuda_api'" in err and "'cuda'" in err
