@@ -29,6 +29,23 @@ def render_markdown(report) -> str:
         lines.append(f"- GPU busy: {fmt_num(s['gpu_busy_pct'])} %")
         lines += ["", "| compute ms | communication ms | memcpy ms | memset ms | idle ms |", "|---:|---:|---:|---:|---:|"]
         lines.append("| " + " | ".join(fmt_num(b[k]) for k in ("compute", "communication", "memcpy", "memset", "idle")) + " |")
+    steps = [r for r in d.get("steps", []) if r.get("gpu_busy_pct") is not None]
+    if steps:
+        lines += ["", "## Steps", "", "| step | device | ms | GPU busy % | compute ms | comm ms | memcpy ms | memset ms | idle ms |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in steps[:50]:
+            lines.append("| " + " | ".join(fmt_num(r[k]) for k in (
+                "step", "device", "dur_ms", "gpu_busy_pct", "compute_ms", "communication_ms", "memcpy_ms", "memset_ms", "idle_ms")) + " |")
+        if len(steps) > 50:
+            lines.append(f"\n({len(steps) - 50} more steps in the JSON report)")
+    launch = d.get("launch") or {}
+    if launch.get("kernels"):
+        lines += ["", f"- Launches: {fmt_num(launch['kernels'])} kernels, median {fmt_num(launch['median_kernel_us'])} µs, "
+                  f"{fmt_num(launch['kernels_under_5us_pct'])} % under 5 µs, launch-to-start median "
+                  f"{fmt_num(launch['median_launch_to_start_us'])} µs, {fmt_num(launch['launches_per_step'])} launches per step"]
+    for m in d.get("memcpy") or []:
+        lines.append(f"- Copies {esc(m['direction'])} ({esc(m['memory'])}): {fmt_num(m['count'])}, {fmt_num(m['bytes'])} bytes, "
+                     f"{fmt_num(m['time_ms'])} ms, {fmt_num(m['achieved_gbps'])} GB/s")
     lines += ["", "## Findings", ""]
     if not d["findings"]:
         lines.append("No findings.")
