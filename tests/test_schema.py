@@ -13,7 +13,7 @@ import proflab
 from proflab.cli import main
 
 KINETO = Path(__file__).parent / "data" / "kineto"
-TRACES = sorted(KINETO.glob("*.json.gz"))
+TRACES = sorted(KINETO.rglob("*.json.gz"))
 
 
 @pytest.fixture(scope="module")
