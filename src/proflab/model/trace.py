@@ -24,11 +24,12 @@ COPY_KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "unknown"]
 MEMORY_KINDS = ["Pageable", "Pinned", "Device", "Managed", "Array", "unknown"]
 CPU_CATS = [
     "cpu_op",
-    "user_annotation",
+    "user_annotation",  # torch record_function / NVTX ranges
     "python_function",
     "cuda_runtime",
     "cuda_driver",
     "gpu_user_annotation",
+    "os_runtime",  # OS calls traced by Nsight Systems (poll, read, pthread_cond_wait...)
 ]
 
 GPU_SCHEMA: dict[str, pl.DataType] = {
@@ -164,3 +165,20 @@ class Trace:
 
 def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
+
+
+def steps_from_annotations(cpu: pl.DataFrame) -> pl.DataFrame:
+    """Profiler steps from ``ProfilerStep#N`` host annotations (torch.profiler writes them;
+    in an Nsight Systems export they are NVTX ranges when torch.profiler ran too)."""
+    steps = (
+        cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(
+            pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64).alias("step"),
+            pl.col("start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        )
+        .drop_nulls("step")
+        .unique("step", keep="first")
+        .sort("start_ns")
+    )
+    return steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA)

@@ -1,6 +1,7 @@
 """Readers: one module per input format. Each sniffs its format and raises on bad input.
 
-``load(path)`` picks the reader; today that is Kineto (torch.profiler) JSON, plain or gzip.
+``load(path)`` picks the reader: Kineto (torch.profiler) JSON, plain or gzip; Nsight Systems
+SQLite exports, and ``.nsys-rep`` reports through ``nsys export``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from proflab.errors import InputNotFound, UnsupportedFormat
 
 __all__ = ["load", "expand_paths"]
 
-_TRACE_SUFFIXES = (".json", ".json.gz")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
@@ -33,15 +34,19 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
 
 def load(path: str | Path):
     """Read one trace file into a :class:`proflab.model.Trace`."""
-    from proflab.readers import kineto
+    from proflab.readers import kineto, nsys_sqlite
 
     p = Path(path)
     if not p.exists():
         raise InputNotFound(p, "no such file or directory")
     if p.is_dir():
         raise UnsupportedFormat(p, "is a directory; pass one trace file (or use expand_paths)")
+    if nsys_sqlite.sniff(p) or p.suffix == ".nsys-rep":
+        return nsys_sqlite.read(p)
     if kineto.sniff(p):
         return kineto.read(p)
     raise UnsupportedFormat(
-        p, "not a format proflab reads (expected a torch.profiler/Kineto trace: JSON or JSON.gz)"
+        p,
+        "not a format proflab reads (expected a torch.profiler/Kineto trace: JSON or JSON.gz; "
+        "or an Nsight Systems export: .sqlite or .nsys-rep)",
     )

@@ -41,9 +41,9 @@ from proflab.model.trace import (
     DEVICE_SCHEMA,
     GPU_SCHEMA,
     MEMORY_KINDS,
-    STEP_SCHEMA,
     Trace,
     TraceMeta,
+    steps_from_annotations,
 )
 from proflab.readers._slices import (
     GZIP_MAGIC,
@@ -244,7 +244,7 @@ def _read(path: Path) -> Trace:
         versions=_versions(doc),
         notes=tuple(notes),
     )
-    return Trace(gpu=gpu, cpu=cpu, steps=_steps(cpu), devices=_devices(doc.deviceProperties), meta=meta)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=_devices(doc.deviceProperties), meta=meta)
 
 
 class _Tables(NamedTuple):
@@ -561,21 +561,6 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
             "input_types": pl.Series([None] * n, dtype=pl.String),
         }
     )
-
-
-def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
-    steps = (
-        cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
-        .select(
-            pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64).alias("step"),
-            pl.col("start_ns"),
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-        )
-        .drop_nulls("step")
-        .unique("step", keep="first")
-        .sort("start_ns")
-    )
-    return steps.select(list(STEP_SCHEMA)).cast(STEP_SCHEMA)
 
 
 def _devices(props: list[_DeviceProps] | None) -> pl.DataFrame:
