@@ -119,6 +119,7 @@ def _read(path: Path, con: sqlite3.Connection) -> Trace:
                      ctx.nvtx(), ctx.osrt()]).sort("start_ns", maintain_order=True)  # fmt: skip
     if gpu.height == 0 and cpu.height == 0:
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
+    devices = ctx.devices()
     meta = TraceMeta(
         source=str(path),
         format="nsys-sqlite",
@@ -128,7 +129,7 @@ def _read(path: Path, con: sqlite3.Connection) -> Trace:
         versions=ctx.versions(),
         notes=tuple(ctx.notes),
     )
-    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=ctx.devices(), meta=meta)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta)
 
 
 class _Ctx:
