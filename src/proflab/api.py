@@ -62,6 +62,7 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15) -> Report:
         launch=_launch(ctx),
         idle=_idle(ctx),
         host_ops=tuple(_host_ops(trace)),
+        ranges=tuple(_ranges(ctx)),
         missing=ctx.missing,
         notes=trace.meta.notes,
     )
@@ -253,6 +254,20 @@ def _idle(ctx: Context) -> dict[str, Any]:
         "devices": len(ctx.busy),
         "note": "idle summed over devices" if len(ctx.busy) > 1 else None,
     }
+
+
+def _ranges(ctx: Context, top: int = 15) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": r["name"],
+            "device": r["device"],
+            "ranges": r["ranges"],
+            "host_ms": ms(r["host_ns"]),
+            "gpu_ms": ms(r["gpu_ns"]),
+            "launches": r["launches"],
+        }
+        for r in ctx.range_table.head(top).iter_rows(named=True)
+    ]
 
 
 def _host_ops(trace: Trace, top: int = 10) -> list[dict[str, Any]]:

@@ -91,6 +91,7 @@ class Report:
     launch: dict[str, Any] = field(default_factory=dict)
     idle: dict[str, Any] = field(default_factory=dict)
     host_ops: tuple[dict[str, Any], ...] = ()
+    ranges: tuple[dict[str, Any], ...] = ()  # user/NVTX ranges with the GPU time they launched
     missing: tuple[Missing, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -107,6 +108,7 @@ class Report:
             "launch": self.launch,
             "idle": self.idle,
             "host_ops": list(self.host_ops),
+            "ranges": list(self.ranges),
             "missing": [m.to_dict() for m in self.missing],
             "notes": list(self.notes),
         }

@@ -10,6 +10,7 @@ from proflab.analysis import gaps as _gaps
 from proflab.analysis import kernels as _kernels
 from proflab.analysis import launch as _launch
 from proflab.analysis import memcpy as _memcpy
+from proflab.analysis import ranges as _ranges
 from proflab.analysis import timeline as _timeline
 from proflab.analysis.intervals import IntervalSet
 from proflab.model import Trace
@@ -88,6 +89,11 @@ class Context:
     @cached_property
     def memcpy_table(self) -> pl.DataFrame:
         return _memcpy.memcpy_table(self.trace)
+
+    @cached_property
+    def range_table(self) -> pl.DataFrame:
+        """GPU time of the work launched inside each user/NVTX range name, per device."""
+        return _ranges.range_projection(self.trace)
 
     @cached_property
     def launch_stats(self) -> _launch.LaunchStats:

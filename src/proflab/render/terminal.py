@@ -159,6 +159,16 @@ def _body(d: dict, width: int) -> Group:
         for o in d["host_ops"][:10]:
             table.add_row(*(_line(c) for c in (o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"]))))
         parts.append(table)
+    if d.get("ranges"):
+        parts.append(Text(""))
+        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+        table.add_column("range (NVTX / record_function)", width=max(width - 36, 20), no_wrap=True, overflow="ellipsis")
+        table.add_column("dev", justify="right", width=3)
+        table.add_column("n", justify="right", width=6)
+        table.add_column("GPU ms", justify="right", width=10)
+        for r in d["ranges"][:5]:
+            table.add_row(*(_line(c) for c in (shorten(r["name"], width - 36), fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"]))))
+        parts.append(table)
     if d["missing"]:
         parts.append(Text(""))
         for m in d["missing"]:
