@@ -97,3 +97,22 @@ def test_blocking_pageable_copy_counts_as_sync(tmp_path, copy_name):
         _runtime("cudaLaunchKernel", BASE + 125, 5, corr=3), _kernel(3, BASE + 135, 100),
     ]  # fmt: skip
     assert _gaps(tmp_path, events)["cause"].to_list() == ["sync"]
+
+
+def test_synchronous_copy_api_is_reported_without_double_counting(tmp_path):
+    copy = {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 7,
+            "ts": BASE + 110, "dur": 20, "args": {"device": 0, "stream": 7, "correlation": 2, "bytes": 1 << 20}}  # fmt: skip
+    events = [
+        _runtime("cudaLaunchKernel", BASE, 5, corr=1), _kernel(1, BASE + 10, 100),
+        _runtime("cudaMemcpy", BASE + 20, 112, corr=2), copy,
+        _runtime("cudaLaunchKernel", BASE + 140, 5, corr=3), _kernel(3, BASE + 150, 100),
+    ]  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    report = proflab.analyze(path)
+    found = {f.id: f for f in report.findings}
+    api = found["sync_copy_apis"]
+    assert api.category == "sync_bound" and api.est_gain_ms == 0
+    assert api.evidence["apis"] == [{"api": "cudaMemcpy", "calls": 1, "host_blocked_ms": 0.112}]
+    assert api.evidence["gpu_idle_after_them_ms"] == 0.02  # 130 -> 150 us, counted in sync_bound
+    assert found["sync_bound"].est_gain_ms == pytest.approx(0.02)

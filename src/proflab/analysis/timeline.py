@@ -16,7 +16,7 @@ import polars as pl
 from proflab.analysis.intervals import IntervalSet
 from proflab.model import Trace
 
-__all__ = ["Breakdown", "device_sets", "breakdown", "step_table"]
+__all__ = ["Breakdown", "device_sets", "breakdown", "step_table", "low_stretches"]
 
 PARTS = ("compute", "communication", "memcpy", "memset")
 
@@ -132,3 +132,32 @@ def step_table(trace: Trace, sets_by_device: dict[int, dict[str, IntervalSet]]) 
     return df.with_columns(
         (100.0 * pl.col("busy_ns") / pl.col("dur_ns").clip(lower_bound=1)).alias("busy_pct")
     ).select(list(schema))
+
+
+def low_stretches(
+    busy: IntervalSet, lo: int, hi: int, *, threshold_pct: float = 50.0, buckets: int = 400, min_share: float = 0.02
+) -> list[tuple[int, int, float]]:
+    """Stretches where the GPU is under ``threshold_pct`` busy: the window cut into about
+    ``buckets`` equal buckets (1 ms to 100 ms each), consecutive low buckets merged, stretches
+    shorter than ``min_share`` of the window dropped. (start_ns, end_ns, busy %), longest first."""
+    span = hi - lo
+    if span <= 0:
+        return []
+    size = int(min(max(span // buckets, 1_000_000), 100_000_000))
+    edges = np.arange(lo, hi, size, dtype=np.int64)
+    ends = np.minimum(edges + size, hi)
+    low = busy.covered_within(edges, ends) * 100.0 < threshold_pct * (ends - edges)
+    out = []
+    i = 0
+    while i < low.size:  # over buckets (at most ~400), not events
+        if not low[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < low.size and low[j + 1]:
+            j += 1
+        s, e = int(edges[i]), int(ends[j])
+        if e - s >= min_share * span:
+            out.append((s, e, 100.0 * float(busy.covered_within(s, e)) / (e - s)))
+        i = j + 1
+    return sorted(out, key=lambda t: t[0] - t[1])

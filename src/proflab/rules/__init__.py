@@ -17,6 +17,7 @@ RULES = (
     host.sync_bound,
     host.launch_bound,
     host.host_bound,
+    host.sync_copy_apis,
     memcpy.pageable_memcpy,
     memcpy.memcpy_bound,
     tensor_cores.tensor_cores_unused,

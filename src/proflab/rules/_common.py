@@ -32,12 +32,13 @@ def pct(part: float, whole: float, nd: int = 1) -> float:
     return round(100.0 * part / whole, nd) if whole else 0.0
 
 
-def gain_finding(category: str, gain_ns: float, wall_ns: int, **fields: Any) -> Finding:
+def gain_finding(category: str, gain_ns: float, wall_ns: int, *, id: str | None = None, **fields: Any) -> Finding:
     """A finding whose severity and gain follow from the time it would save (ns) over the
-    analysed window; ``fields`` carries title, evidence, fix, where and assumption."""
+    analysed window; ``fields`` carries title, evidence, fix, where and assumption. ``id``
+    defaults to the category (a family with several findings per category names each)."""
     gain_pct = pct(gain_ns, wall_ns, 2)
     return Finding(
-        id=category,
+        id=id or category,
         category=category,
         severity=severity(gain_pct),
         est_gain_ms=gain_ns / 1e6,

@@ -15,7 +15,7 @@ from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct, us
 
-__all__ = ["sync_bound", "launch_bound", "host_bound"]
+__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis"]
 
 _SKIP = ("GPU idle-gap causes",)
 
@@ -240,3 +240,40 @@ def _lines_at(trace: Trace, points: pl.DataFrame, top: int = 5) -> list[str]:
     if frames.len() == 0:
         return []
     return frames.value_counts(sort=True).head(top)["frame"].to_list()
+
+
+_SYNC_COPY_API = r"^(?:cudaMemcpy|cudaMemcpy[23]D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cudaMemset|cudaMemset[23]D|cuMemcpy(?:DtoH|HtoD|DtoD|HtoA|AtoH)?|cuMemsetD\d+)$"
+
+
+def sync_copy_apis(trace: Trace, ctx: Context) -> list[Finding]:
+    """Synchronous copy/memset APIs (cudaMemcpy, cudaMemset...): each blocks the host until the
+    GPU is done. Reported by count and blocked host time; the GPU idle they cause, if any, is
+    already in the sync_bound finding, so this one claims no gain of its own."""
+    calls = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_SYNC_COPY_API))
+    if calls.height == 0:
+        return []
+    by_api = calls.group_by("name").agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("host_ns")).sort("host_ns", descending=True)
+    idle = ctx.gaps.filter(pl.col("sync_name").is_in(by_api["name"].implode()))["dur_ns"].sum() if trace.has_gpu else 0
+    lines = _lines_at(trace, calls.select("tid", pl.col("start_ns").alias("t_ns")))
+    return [
+        gain_finding(
+            "sync_bound",
+            0,
+            ctx.wall_ns,
+            id="sync_copy_apis",
+            title=(
+                f"Synchronous copy/memset APIs: {calls.height} calls ({', '.join(by_api['name'].head(3).to_list())}) "
+                f"block the host for {ms(by_api['host_ns'].sum(), 2)} ms"
+            ),
+            evidence={
+                "apis": [{"api": r["name"], "calls": r["calls"], "host_blocked_ms": ms(r["host_ns"])} for r in by_api.iter_rows(named=True)],
+                "gpu_idle_after_them_ms": ms(idle),
+            },
+            fix=(
+                "Use the async forms on a stream (cudaMemcpyAsync/cudaMemsetAsync; in PyTorch .to(device, non_blocking=True) "
+                "from pinned memory, torch.zeros/fill_ on the GPU) and synchronise once where the result is needed."
+            ),
+            where={"ops": by_api["name"].head(5).to_list(), "lines": lines},
+            assumption="the GPU idle they cause is counted in sync_bound; this finding claims no separate gain",
+        )
+    ]

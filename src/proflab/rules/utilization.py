@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from proflab.analysis.context import Context
+from proflab.analysis.timeline import low_stretches
 from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
@@ -42,6 +43,10 @@ def low_utilization(trace: Trace, ctx: Context) -> list[Finding]:
                 "idle_ms": ms(b.idle_ns),
                 "idle_by_cause_ms": {c: ms(v) for c, v in by.items()},
                 "unexplained_idle_ms": ms(unexplained),
+                "low_stretches": [
+                    {"from_ms": ms(a - ctx.window[0]), "to_ms": ms(z - ctx.window[0]), "gpu_busy_pct": round(p, 1)}
+                    for a, z, p in low_stretches(ctx.busy[device], *ctx.window)[:3]
+                ],
             },
             fix=(
                 "Idle with work already queued means GPU-side dependencies: check cross-stream waits "
