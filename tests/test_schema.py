@@ -13,7 +13,8 @@ import proflab
 from proflab.cli import main
 
 KINETO = Path(__file__).parent / "data" / "kineto"
-TRACES = sorted(KINETO.rglob("*.json.gz"))
+NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+TRACES = sorted(KINETO.rglob("*.json.gz")) + (sorted(NSYS.glob("*.sqlite")) if NSYS.exists() else [])
 
 
 @pytest.fixture(scope="module")
