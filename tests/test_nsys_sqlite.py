@@ -132,3 +132,11 @@ def test_nsys_rep_without_nsys_says_how_to_convert(tmp_path, capsys, monkeypatch
     assert main(["analyze", str(path)]) == 2
     err = capsys.readouterr().err
     assert "nsys export --type sqlite" in err and len(err.strip().splitlines()) == 1
+
+
+def test_nvtx_domain_prefixes_range_names():
+    """The T4 export has ranges in the CCCL domain (eventType 75 names it) and in the default one."""
+    trace = proflab.load(T4)
+    names = trace.cpu.filter(pl.col("cat") == "user_annotation")["name"]
+    (in_domain,) = _sql(T4, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE domainId = 1 AND eventType IN (59, 60) AND end IS NOT NULL")[0]
+    assert names.str.starts_with("CCCL:").sum() == in_domain > 0

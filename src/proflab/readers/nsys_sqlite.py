@@ -8,8 +8,9 @@ What an export holds and how it maps onto the model:
   from their enums: pageable, pinned, device, managed...);
 - ``CUPTI_ACTIVITY_KIND_RUNTIME`` / ``_DRIVER`` -> ``cpu`` runtime/driver calls (names lose
   their version suffix: ``cudaMemcpyAsync_v3020`` -> ``cudaMemcpyAsync``);
-- ``NVTX_EVENTS`` push/pop and start/end ranges -> ``cpu`` annotations (``ProfilerStep#N``
-  ranges become steps), ``OSRT_API`` -> ``cpu`` OS-runtime calls;
+- ``NVTX_EVENTS`` push/pop and start/end ranges -> ``cpu`` annotations, named
+  ``domain:range`` outside the default domain (``ProfilerStep#N`` ranges become steps);
+  ``OSRT_API`` -> ``cpu`` OS-runtime calls;
 - ``TARGET_INFO_GPU`` -> ``devices`` when present.
 
 CUPTI correlation ids are unique only within a process, and an export can hold several: the
@@ -259,10 +260,21 @@ class _Ctx:
         if t not in self.tables:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(t, "start", "end", "eventType", "text", "textId", "globalTid")
+        domain = (
+            "(SELECT d.text FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = n.domainId LIMIT 1)"
+            if "domainId" in self.columns(t) else "NULL"
+        )  # fmt: skip
         df = self.fetch(
-            f"SELECT COALESCE(n.text, {self.name_join('n', 'textId')}), n.globalTid, n.start, n.end - n.start "
+            f"SELECT COALESCE(n.text, {self.name_join('n', 'textId')}), {domain}, n.globalTid, n.start, n.end - n.start "
             f"FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
-            {"name": pl.String, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+            {"name": pl.String, "domain": pl.String, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+        )
+        # Ranges of a named domain read "domain:range", as Nsight Systems shows them.
+        df = df.with_columns(
+            pl.when(pl.col("domain").is_not_null())
+            .then(pl.concat_str([pl.col("domain"), pl.lit(":"), pl.col("name").fill_null("")]))
+            .otherwise(pl.col("name"))
+            .alias("name")
         )
         # torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
         # sizes = [...]": the operator is the name; the rest would make every range unique.
