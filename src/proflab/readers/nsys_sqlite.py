@@ -260,22 +260,21 @@ class _Ctx:
         if t not in self.tables:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(t, "start", "end", "eventType", "text", "textId", "globalTid")
-        domain = (
-            "(SELECT d.text FROM NVTX_EVENTS d WHERE d.eventType = 75 AND d.domainId = n.domainId LIMIT 1)"
-            if "domainId" in self.columns(t) else "NULL"
-        )  # fmt: skip
+        has_domain = "domainId" in self.columns(t)
         df = self.fetch(
-            f"SELECT COALESCE(n.text, {self.name_join('n', 'textId')}), {domain}, n.globalTid, n.start, n.end - n.start "
-            f"FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
-            {"name": pl.String, "domain": pl.String, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+            f"SELECT COALESCE(n.text, {self.name_join('n', 'textId')}), {'n.domainId' if has_domain else 'NULL'}, "
+            f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
+            {"name": pl.String, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
         )
-        # Ranges of a named domain read "domain:range", as Nsight Systems shows them.
-        df = df.with_columns(
-            pl.when(pl.col("domain").is_not_null())
-            .then(pl.concat_str([pl.col("domain"), pl.lit(":"), pl.col("name").fill_null("")]))
-            .otherwise(pl.col("name"))
-            .alias("name")
-        )
+        domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
+        if domains:  # ranges of a named domain read "domain:range", as Nsight Systems shows them
+            domain = pl.col("domain_id").replace_strict(domains, default=None, return_dtype=pl.String)
+            df = df.with_columns(
+                pl.when(domain.is_not_null())
+                .then(pl.concat_str([domain, pl.lit(":"), pl.col("name").fill_null("")]))
+                .otherwise(pl.col("name"))
+                .alias("name")
+            )
         # torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
         # sizes = [...]": the operator is the name; the rest would make every range unique.
         name = pl.col("name").fill_null("").str.replace(r", (?:seq|op_id|sizes|input_op_ids) = .*$", "")
