@@ -4,6 +4,7 @@ ProflabError becomes one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -13,6 +14,12 @@ from proflab import __version__
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["main"]
+
+SQL_FORMATS = ("table", "csv", "json", "parquet")
+_SQL_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet", ".txt": "table"}
+_TABLE_ROWS = 50
+_MAX_CELL = 48  # widest column in table output; longer values end in an ellipsis
+_GUTTER = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,6 +41,23 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
     a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
     a.set_defaults(func=cmd_analyze)
+    q = sub.add_parser(
+        "sql",
+        help="SQL over a trace's tables (gpu, cpu, steps, kernels, gaps, ...)",
+        description=(
+            "Run one SQL query (DuckDB's dialect) over the normalized tables of a trace. "
+            "Times are integer ns, sizes bytes. --tables lists every table with its columns."
+        ),
+        epilog='example: proflab sql run.pt.trace.json.gz "SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name"',
+    )
+    q.add_argument("trace", nargs="?", metavar="TRACE", help="a trace file")
+    q.add_argument("query", nargs="?", metavar="SQL", help="the query; quote it")
+    q.add_argument("--tables", action="store_true", help="list every table with its columns and types, then exit")
+    q.add_argument("-f", "--format", choices=SQL_FORMATS, help="output format (default: table, or from -o suffix)")
+    q.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .csv, .json, .parquet, .txt")
+    q.add_argument("--limit", type=int, default=None, metavar="N", help="rows to output (default: 50 in table format, all otherwise; 0: all)")
+    q.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
+    q.set_defaults(func=cmd_sql)
     return p
 
 
@@ -80,14 +104,192 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a crash never leaves half a report."""
+def cmd_sql(args: argparse.Namespace) -> int:
+    fmt = args.format
+    if args.output and not fmt:
+        fmt = _SQL_SUFFIX.get(Path(args.output).suffix.lower())
+        if fmt is None:
+            raise UsageError(f"{args.output}: cannot tell the format from the suffix; pass -f {'|'.join(SQL_FORMATS)}")
+    fmt = fmt or "table"
+    if fmt == "parquet" and not args.output:
+        raise UsageError("parquet output needs -o FILE")
+    if args.limit is not None and args.limit < 0:
+        raise UsageError("--limit must be >= 0")
+    if args.output and args.trace and Path(args.output).resolve() == Path(args.trace).resolve():
+        raise UsageError(f"{args.output}: refusing to overwrite the input trace")
+
+    from proflab import sql
+    from proflab.api import load
+
+    if args.tables:
+        if args.query:
+            raise UsageError("--tables takes no query")
+        df = sql.catalog(load(args.trace) if args.trace else None)
+        if fmt == "table":
+            return _emit(args, _catalog_text(df, _sql_width(args)))
+        return _emit_frame(args, df, fmt)
+    if not args.trace or not args.query:
+        raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
+    df = sql.query(load(args.trace), args.query)
+    limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
+    if fmt == "table":
+        return _emit(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
+    return _emit_frame(args, df.head(limit) if limit else df, fmt)
+
+
+def _sql_width(args: argparse.Namespace) -> int:
+    if args.width:
+        return args.width
+    return os.get_terminal_size().columns if not args.output and sys.stdout.isatty() else 80
+
+
+def _catalog_text(df, width: int) -> str:
+    """Each table: its name, row count and description, then its columns wrapped to ``width``."""
+    import textwrap
+
+    lines = []
+    for (table,), cols in df.group_by("table", maintain_order=True):
+        rows = cols["rows"][0]
+        head = f"{table}" + (f" ({rows} row{'s' if rows != 1 else ''})" if rows is not None else "")
+        lines.extend(textwrap.wrap(f"{head}: {cols['description'][0]}", width=width, subsequent_indent="    "))
+        # \0 keeps each "column TYPE" pair on one line; types may hold spaces too.
+        spec = ", ".join(f"{c}\0{t.replace(' ', chr(0))}" for c, t in zip(cols["column"], cols["type"]))
+        wrapped = textwrap.wrap(spec, width=width, initial_indent="  ", subsequent_indent="  ", break_on_hyphens=False)
+        lines.extend(line.replace("\0", " ") for line in wrapped)
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _flat(df):
+    """Nested columns (lists, structs) as JSON text: for CSV and the terminal."""
+    import polars as pl
+
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    return df.with_columns(
+        pl.when(pl.col(c).is_not_null())
+        .then(pl.struct(pl.col(c).alias("v")).struct.json_encode().str.slice(5).str.strip_suffix("}"))
+        .alias(c)
+        for c in nested
+    )
+
+
+def _cells(values: list, *, is_float: bool) -> list[str]:
+    """One column's values as text; floats share one format so that the points line up."""
+    import math
+
+    finite = [v for v in values if isinstance(v, float) and math.isfinite(v)]
+    fmt = "{:.3f}"
+    if is_float and finite:
+        if all(v == int(v) for v in finite) and max(abs(v) for v in finite) < 1e15:
+            fmt = "{:.0f}"
+        elif max(abs(v) for v in finite) >= 1e15 or max(abs(v) for v in finite) < 1e-3:
+            fmt = "{:.4g}"
+
+    def cell(v) -> str:
+        if v is None:
+            return "null"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, float):
+            return fmt.format(v) if math.isfinite(v) else str(v)
+        return " ".join(str(v).split())  # no line breaks inside a row
+
+    return [cell(v) for v in values]
+
+
+def _frame_text(df, *, width: int, limit: int | None) -> str:
+    """A result as a plain table in ``width`` columns: the leading columns that fit, at most
+    ``limit`` rows, and a note saying what was left out and how to get it."""
+    import io
+    import textwrap
+
+    from rich import box
+    from rich.cells import cell_len
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    if df.width == 0:
+        return "(the statement returned no result)\n"
+    total = df.height
+    shown = _flat(df.head(limit) if limit else df)
+    cells = {c: _cells(shown[c].to_list(), is_float=t.is_float()) for c, t in shown.schema.items()}
+    right = {c: t.is_numeric() for c, t in shown.schema.items()}
+    console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False)
+
+    def table(cols: list[str]) -> Table:
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
+        for c in cols:
+            t.add_column(Text(c), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
+        for i in range(shown.height):
+            t.add_row(*(Text(cells[c][i]) for c in cols))
+        return t
+
+    # The leading columns that fit at their natural width (3 cells between columns).
+    cols: list[str] = []
+    used = -_GUTTER
+    for c in shown.columns:
+        natural = min(max(cell_len(x) for x in [c, *cells[c]]), _MAX_CELL)
+        if cols and used + _GUTTER + natural > width:
+            break
+        cols.append(c)
+        used += _GUTTER + natural
+    console.print(table(cols))
+    notes = [f"{total} row{'s' if total != 1 else ''}" if shown.height == total else
+             f"{shown.height} of {total} rows shown (--limit N; 0 for all; -f csv, json or parquet writes all)"]
+    hidden = shown.columns[len(cols):]
+    if hidden:
+        notes.append(f"{len(hidden)} more column{'s' if len(hidden) != 1 else ''} not shown: {', '.join(hidden)}")
+    text = "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines())
+    for note in notes:
+        text += "\n".join(textwrap.wrap(note, width=width, subsequent_indent="  ", break_on_hyphens=False)) + "\n"
+    return text
+
+
+def _emit(args: argparse.Namespace, text: str) -> int:
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
+    """CSV, JSON (an array of row objects) or Parquet: every row given, to -o or stdout."""
+    if fmt == "parquet":
+        with _atomic_path(Path(args.output)) as tmp:
+            df.write_parquet(tmp)
+        return 0
+    if fmt == "csv":
+        text = _flat(df).write_csv()
+    else:
+        text = df.write_json() + "\n"
+    return _emit(args, text)
+
+
+@contextlib.contextmanager
+def _atomic_path(path: Path):
+    """A temporary path beside ``path``, renamed onto it on success and removed on failure."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        yield Path(tmp)
+        # mkstemp makes the file private; give it the mode a plain open() would have.
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a crash never leaves half a report."""
+    with _atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")

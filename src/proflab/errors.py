@@ -11,6 +11,8 @@
     │   ├── SchemaError          a known format with a missing or mistyped field
     │   └── EmptyTrace           a trace with no events to analyse
     └── UsageError               the command line or API call asks for something impossible
+        └── QueryError           SQL over a trace that DuckDB refuses (syntax, unknown table or
+                                 column, file or extension access, a failed cast)
 
 Messages name the file and say what was expected, so that one line is enough to act on.
 """
@@ -29,6 +31,7 @@ __all__ = [
     "SchemaError",
     "EmptyTrace",
     "UsageError",
+    "QueryError",
 ]
 
 
@@ -71,3 +74,7 @@ class EmptyTrace(InputError):
 
 class UsageError(ProflabError):
     pass
+
+
+class QueryError(UsageError):
+    """SQL that cannot run on a trace; the message is DuckDB's, on one line."""

@@ -1,0 +1,379 @@
+"""SQL over the trace model of any input proflab reads, run by DuckDB.
+
+::
+
+    from proflab.sql import query
+    query(trace, "SELECT name, count(*) AS n, sum(dur_ns) AS total_ns FROM kernels GROUP BY name")
+
+Tables (``TABLES`` holds their one-line descriptions; ``catalog()`` their columns and types).
+Every time is integer nanoseconds on the trace's clock (``*_ns``), every size is bytes::
+
+    gpu             the model's device activity: kernels, memcpy, memset (+ end_ns)
+    cpu             the model's host events (+ end_ns)
+    steps           profiler steps: step, start_ns, end_ns, dur_ns
+    devices         device properties
+    kernels         one row per kernel with its launch call and operator (Context.kernel_rows)
+    memcpy_summary  copies by direction and memory kinds (Context.memcpy_table)
+    gaps            idle gaps with their cause (Context.gaps)
+    step_breakdown  per step and device: the GPU time split (Context.step_table)
+    hot_kernels     kernels grouped by name, largest total first (Context.hot_kernels)
+
+Enum columns become plain text. Only the tables a query names are built (all of them when it
+names none, e.g. ``SHOW TABLES``), and they are copied into a private in-memory database.
+Before the user's SQL runs, that database is locked: no file, network or extension access,
+no spilling to a temporary directory, and no setting can be changed back.
+
+DuckDB is imported on first use so that ``proflab --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+
+from proflab.errors import QueryError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from proflab.model import Trace
+
+__all__ = ["TABLES", "query", "tables", "catalog"]
+
+TABLES: dict[str, str] = {
+    "gpu": "kernels, memcpy and memset on the devices (ns, bytes)",
+    "cpu": "host ops, annotations, Python frames, CUDA API calls (ns)",
+    "steps": "profiler steps (ProfilerStep#N), host-side windows (ns)",
+    "devices": "device properties as the trace reports them",
+    "kernels": "one row per kernel with its launch call and operator (ns)",
+    "memcpy_summary": "copies by direction and memory kinds (bytes, ns, GB/s)",
+    "gaps": "GPU idle gaps and their cause (ns)",
+    "step_breakdown": "GPU time per step and device, split by kind (ns)",
+    "hot_kernels": "kernels by name, largest total time first (ns, %)",
+}
+
+# The analysis returns a frame without columns when there is nothing to group; SQL needs the
+# columns anyway (tests check these against the real tables of a trace with GPU work).
+HOT_KERNELS_SCHEMA: dict[str, pl.DataType] = {
+    "name": pl.String,
+    "count": pl.UInt32,
+    "total_ns": pl.Int64,
+    "mean_ns": pl.Float64,
+    "median_ns": pl.Float64,
+    "max_ns": pl.Int64,
+    "devices": pl.List(pl.Int32),
+    "grid": pl.String,
+    "block": pl.String,
+    "registers": pl.Int32,
+    "shared_mem_bytes": pl.Int64,
+    "op": pl.String,
+    "is_comm": pl.Boolean,
+    "is_gemm": pl.Boolean,
+    "tensor_cores": pl.Boolean,
+    "fp32_simt_by_name": pl.Boolean,
+    "op_fp32": pl.Boolean,
+    "share_pct": pl.Float64,
+    "source": pl.String,
+}
+MEMCPY_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
+    "copy_kind": pl.String,
+    "src_kind": pl.String,
+    "dst_kind": pl.String,
+    "count": pl.UInt32,
+    "bytes": pl.Int64,
+    "time_ns": pl.Int64,
+    "bytes_missing": pl.Boolean,
+    "gbps": pl.Float64,
+    "pageable": pl.Boolean,
+}
+# Memcpy-only columns, always null on a kernel row.
+_NOT_KERNEL = ("kind", "bytes", "copy_kind", "src_kind", "dst_kind")
+# Words that query DuckDB's catalog: such a query should see every table.
+_CATALOG_WORDS = {"information_schema", "duckdb_tables", "duckdb_columns", "duckdb_views", "show", "pragma"}
+# Result types polars cannot take as they come out of DuckDB: widened, narrowed or spelled out.
+_CAST = {"HUGEINT": "BIGINT", "UHUGEINT": "UBIGINT"}
+_AS_TEXT = re.compile(r"^(?:UUID|BIT|ENUM\(|UNION\(|MAP\(|VARINT|BIGNUM|TIME WITH TIME ZONE|TIMETZ|GEOMETRY)")
+_POLARS_TYPE = {
+    "BOOLEAN": pl.Boolean,
+    "TINYINT": pl.Int8,
+    "SMALLINT": pl.Int16,
+    "INTEGER": pl.Int32,
+    "BIGINT": pl.Int64,
+    "UTINYINT": pl.UInt8,
+    "USMALLINT": pl.UInt16,
+    "UINTEGER": pl.UInt32,
+    "UBIGINT": pl.UInt64,
+    "FLOAT": pl.Float32,
+    "DOUBLE": pl.Float64,
+    "VARCHAR": pl.String,
+}
+_RESULT = "_proflab_result"
+
+
+# -- the tables --------------------------------------------------------------------------------
+
+
+def _plain(df: pl.DataFrame) -> pl.DataFrame:
+    """Enum and categorical columns as text: what SQL users compare against."""
+    return df.with_columns(
+        pl.col(c).cast(pl.String) for c, t in df.schema.items() if isinstance(t, (pl.Enum, pl.Categorical))
+    )
+
+
+def _with_end(df: pl.DataFrame) -> pl.DataFrame:
+    """``end_ns = start_ns + dur_ns``, placed right after ``dur_ns``."""
+    cols = []
+    for c in df.columns:
+        cols.append(pl.col(c))
+        if c == "dur_ns":
+            cols.append((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    return df.select(cols)
+
+
+def _or_empty(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    return df if df.width else pl.DataFrame(schema=schema)
+
+
+def _builders(trace: Trace) -> dict[str, Callable[[], pl.DataFrame]]:
+    from proflab.analysis import Context
+
+    ctx = Context(trace)
+    return {
+        "gpu": lambda: _plain(_with_end(trace.gpu)),
+        "cpu": lambda: _plain(_with_end(trace.cpu)),
+        "steps": lambda: trace.steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")),
+        "devices": lambda: trace.devices,
+        "kernels": lambda: _plain(_with_end(ctx.kernel_rows.drop(_NOT_KERNEL))),
+        "memcpy_summary": lambda: _or_empty(_plain(ctx.memcpy_table), MEMCPY_SUMMARY_SCHEMA),
+        "gaps": lambda: _plain(ctx.gaps),
+        "step_breakdown": lambda: _with_end(ctx.step_table),
+        "hot_kernels": lambda: _or_empty(_plain(ctx.hot_kernels(None)), HOT_KERNELS_SCHEMA),
+    }
+
+
+def _as_trace(trace: Trace | str | Path) -> Trace:
+    if isinstance(trace, (str, Path)):
+        from proflab.readers import load
+
+        return load(trace)
+    return trace
+
+
+def _empty_trace() -> Trace:
+    from proflab.model import Trace, TraceMeta
+    from proflab.model.trace import (
+        CPU_SCHEMA,
+        DEVICE_SCHEMA,
+        GPU_SCHEMA,
+        STEP_SCHEMA,
+        empty,
+    )
+
+    return Trace(
+        gpu=empty(GPU_SCHEMA),
+        cpu=empty(CPU_SCHEMA),
+        steps=empty(STEP_SCHEMA),
+        devices=empty(DEVICE_SCHEMA),
+        meta=TraceMeta(source="", format="none"),
+    )
+
+
+def tables(trace: Trace | str | Path) -> dict[str, pl.DataFrame]:
+    """Every table SQL sees, by name, as polars frames (times in ns, sizes in bytes)."""
+    return {name: build() for name, build in _builders(_as_trace(trace)).items()}
+
+
+# -- DuckDB ------------------------------------------------------------------------------------
+
+
+class _ArrowStream:
+    """Hands a polars frame to DuckDB through the Arrow PyCapsule interface (no pyarrow)."""
+
+    def __init__(self, df: pl.DataFrame) -> None:
+        self._df = df
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        return self._df.__arrow_c_stream__(requested_schema)
+
+
+def _one_line(e: BaseException) -> str:
+    """DuckDB's message on one line: caret-marker lines dropped, the rest joined."""
+    lines = [ln.strip() for ln in str(e).splitlines()]
+    text = " ".join(ln for ln in lines if ln and set(ln) - set("^ "))
+    # DuckDB suggests its own catalog tables ("Did you mean pg_enum?"): name ours instead.
+    m = re.search(r'Did you mean "([^"]+)"\?', text)
+    if m and m.group(1) not in TABLES:
+        text = text[: m.start()].rstrip()
+    if "Table with name" in text and "does not exist" in text:
+        text += f" (tables: {', '.join(TABLES)}; `proflab sql --tables` lists their columns)"
+    return text
+
+
+def _connect(frames: dict[str, pl.DataFrame]):
+    """A private in-memory database holding ``frames`` as tables, locked against the outside."""
+    import duckdb
+
+    con = duckdb.connect(":memory:")
+    try:
+        for name, df in frames.items():
+            # Copied in, not viewed: before DuckDB 1.4 a registered Arrow stream can be scanned
+            # only once, and a query may read a table twice (a self-join).
+            con.register("_proflab_load", _ArrowStream(df))
+            con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM _proflab_load')
+            con.unregister("_proflab_load")
+        # The temporary directory is always readable and writable, even without external
+        # access: with none, user SQL can touch no file at all (large sorts stay in memory).
+        con.execute("SET temp_directory = ''")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _referenced(sql: str) -> list[str]:
+    """The tables a query may read: every one whose name appears in it as a word, or all."""
+    words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
+    named = [t for t in TABLES if t in words]
+    return list(TABLES) if not named or words & _CATALOG_WORDS else named
+
+
+def _polars_type(duck_type: str) -> pl.DataType | None:
+    """The polars type of a DuckDB type: primitives, lists and structs of them; else None."""
+    t = duck_type.strip()
+    if t in _POLARS_TYPE:
+        return _POLARS_TYPE[t]
+    m = re.fullmatch(r"(.+)\[\d*\]", t)
+    if m:
+        inner = _polars_type(m.group(1))
+        return pl.List(inner) if inner is not None else None
+    m = re.fullmatch(r"STRUCT\((.*)\)", t)
+    if m:
+        fields = {}
+        for part in _top_level_split(m.group(1)):
+            fm = re.fullmatch(r'\s*("(?:[^"]|"")*"|\S+)\s+(.+)', part)
+            inner = _polars_type(fm.group(2)) if fm else None
+            if inner is None:
+                return None
+            key = fm.group(1)
+            fields[key[1:-1].replace('""', '"') if key.startswith('"') else key] = inner
+        return pl.Struct(fields)
+    return None
+
+
+def _top_level_split(text: str) -> list[str]:
+    parts, depth, quoted, start = [], 0, False, 0
+    for i, ch in enumerate(text):
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch in "([":
+            depth += 1
+        elif not quoted and ch in ")]":
+            depth -= 1
+        elif not quoted and depth == 0 and ch == ",":
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return parts
+
+
+def _column(name: str, values: Any, duck_type: str) -> pl.Series:
+    import numpy as np
+
+    dtype = _polars_type(duck_type)
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        # Nulls come as a numpy mask; not every polars release reads masks, so apply it here.
+        s = pl.Series(name, np.ma.getdata(values), dtype=dtype)
+        missing = np.flatnonzero(np.ma.getmaskarray(values))
+        return s.scatter(missing, None) if missing.size else s
+    # Text and nested values come as Python objects (lists as numpy arrays inside).
+    items = [_py(v) for v in (values.tolist() if isinstance(values, np.ndarray) else values)]
+    try:
+        s = pl.Series(name, items, dtype=dtype, strict=False)
+    except (TypeError, ValueError, pl.exceptions.PolarsError):
+        s = pl.Series(name, [None if v is None else str(v) for v in items], dtype=pl.String)
+    if s.dtype == pl.Object:
+        s = pl.Series(name, [None if v is None else str(v) for v in items], dtype=pl.String)
+    return s
+
+
+def _py(v: Any) -> Any:
+    import numpy as np
+
+    if isinstance(v, np.ndarray):  # a masked array's tolist() gives None where masked
+        return [_py(x) for x in v.tolist()]
+    if isinstance(v, dict):
+        return {k: _py(x) for k, x in v.items()}
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _fetch(con, sql: str) -> pl.DataFrame:
+    """Run ``sql`` once and return its result as a polars frame.
+
+    Read through numpy, column by column: DuckDB's Arrow export to polars is avoided because
+    DuckDB 2.0 reports leaked references at interpreter exit after it."""
+    rel = con.sql(sql)
+    if rel is None:  # a statement without a result (CREATE, SET, ...)
+        return pl.DataFrame()
+    names, types = list(rel.columns), [str(t) for t in rel.types]
+    targets = [_CAST.get(t) or ("VARCHAR" if _AS_TEXT.match(t) else None) for t in types]
+    if any(targets):
+        if len(set(names)) < len(names):
+            # Casts need unique names: a table made from the result gets them (a, a_1, ...).
+            rel.create(_RESULT)
+            rel = con.table(_RESULT)
+            names = list(rel.columns)
+        quoted = ['"' + n.replace('"', '""') + '"' for n in names]
+        rel = rel.project(", ".join(f"CAST({q} AS {t}) AS {q}" if t else q for q, t in zip(quoted, targets)))
+    arrays = rel.fetchnumpy()
+    # fetchnumpy makes repeated names unique the same way; its keys keep the result's order.
+    final = [t or d for t, d in zip(targets, types)]
+    return pl.DataFrame([_column(n, a, t) for (n, a), t in zip(arrays.items(), final)])
+
+
+def query(trace: Trace | str | Path, sql: str) -> pl.DataFrame:
+    """The result of ``sql`` (DuckDB's dialect) over the tables of ``trace`` (see module doc).
+
+    Raises :class:`~proflab.errors.QueryError` with DuckDB's message on one line for SQL that
+    does not parse, names an unknown table or column, fails at run time, or reaches for a
+    file, the network or an extension."""
+    import duckdb
+
+    if not sql or not sql.strip():
+        raise QueryError("empty query")
+    trace = _as_trace(trace)
+    builders = _builders(trace)
+    con = _connect({name: builders[name]() for name in _referenced(sql)})
+    try:
+        return _fetch(con, sql)
+    except duckdb.Error as e:
+        raise QueryError(_one_line(e)) from e
+    finally:
+        con.close()
+
+
+def catalog(trace: Trace | str | Path | None = None) -> pl.DataFrame:
+    """Every table's columns with their SQL types: ``table``, ``description``, ``column``,
+    ``type`` and ``rows`` (the table's row count; null when no trace is given)."""
+    if trace is None:
+        frames, counted = tables(_empty_trace()), False
+    else:
+        frames, counted = tables(trace), True
+    con = _connect(frames)
+    try:
+        rows = []
+        for name, df in frames.items():
+            for column, duck_type, *_ in con.execute(f'DESCRIBE "{name}"').fetchall():
+                rows.append((name, TABLES[name], column, duck_type, df.height if counted else None))
+    finally:
+        con.close()
+    return pl.DataFrame(
+        rows,
+        schema={"table": pl.String, "description": pl.String, "column": pl.String, "type": pl.String, "rows": pl.Int64},
+        orient="row",
+    )
