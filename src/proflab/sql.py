@@ -17,6 +17,7 @@ Every time is integer nanoseconds on the trace's clock (``*_ns``), every size is
     gaps            idle gaps with their cause (Context.gaps)
     step_breakdown  per step and device: the GPU time split (Context.step_table)
     hot_kernels     kernels grouped by name, largest total first (Context.hot_kernels)
+    ranges          NVTX / record_function ranges and the GPU time they launched (Context.range_table)
 
 Enum columns become plain text. Only the tables a query names are built (all of them when it
 names none, e.g. ``SHOW TABLES``), and they are copied into a private in-memory database.
@@ -52,6 +53,7 @@ TABLES: dict[str, str] = {
     "gaps": "GPU idle gaps and their cause (ns)",
     "step_breakdown": "GPU time per step and device, split by kind (ns)",
     "hot_kernels": "kernels by name, largest total time first (ns, %)",
+    "ranges": "NVTX/record_function ranges and GPU time launched (ns)",
 }
 
 # The analysis returns a frame without columns when there is nothing to group; SQL needs the
@@ -150,6 +152,7 @@ def _builders(trace: Trace) -> dict[str, Callable[[], pl.DataFrame]]:
         "gaps": lambda: _plain(ctx.gaps),
         "step_breakdown": lambda: _with_end(ctx.step_table),
         "hot_kernels": lambda: _or_empty(_plain(ctx.hot_kernels(None)), HOT_KERNELS_SCHEMA),
+        "ranges": lambda: ctx.range_table,
     }
 
 

@@ -102,11 +102,11 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, sou
             pl.col("dur_ns").median().alias("median_ns"),
             pl.col("dur_ns").max().alias("max_ns"),
             pl.col("device").unique().sort().alias("devices"),
-            pl.col("grid").drop_nulls().mode().first().alias("grid"),
-            pl.col("block").drop_nulls().mode().first().alias("block"),
+            pl.col("grid").drop_nulls().mode().sort().first().alias("grid"),
+            pl.col("block").drop_nulls().mode().sort().first().alias("block"),
             pl.col("registers").max().alias("registers"),
             pl.col("shared_mem_bytes").max().alias("shared_mem_bytes"),
-            pl.col("op").drop_nulls().mode().first().alias("op"),
+            pl.col("op").drop_nulls().mode().sort().first().alias("op"),
             pl.col("is_comm").first(),
             pl.col("is_gemm").first(),
             pl.col("tensor_cores").first(),
@@ -127,7 +127,7 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, sou
                 .with_columns(launch_sources(trace, launches).alias("source"))
                 .drop_nulls("source")
                 .group_by("name")
-                .agg(pl.col("source").mode().first())
+                .agg(pl.col("source").mode().sort().first())
             )
             table = table.join(lines, on="name", how="left")
     if "source" not in table.columns:
