@@ -2,49 +2,76 @@
 
 A GPU activity belongs to every range that was open on the launching thread when its launch
 call started (inclusive, as Nsight Systems projects NVTX ranges onto the GPU). Per range
-name and device: how many ranges, their host time, and the GPU time of the work launched
-from inside them — all in ns.
+name and device: how many ranges launched work there, their host time, and the GPU time of
+that work — all in ns.
+
+No range is joined to its launches one by one (nested ranges times millions of launches
+would not fit in memory): launches are sorted by (thread, time) with running sums of GPU
+time per device, and each range reads its total as the difference of two running sums.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from proflab.analysis.gaps import launch_calls
+from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 
 __all__ = ["range_projection"]
+
+_SCHEMA = {"name": pl.String, "device": pl.Int32, "ranges": pl.UInt32, "host_ns": pl.Int64, "gpu_ns": pl.Int64, "launches": pl.UInt32}
 
 
 def range_projection(trace: Trace) -> pl.DataFrame:
     """Columns: name, device, ranges (how many of that name launched work on the device),
     host_ns (their summed duration), gpu_ns, launches; sorted by gpu_ns."""
-    ranges = (
-        trace.cpu.filter((pl.col("cat") == "user_annotation") & ~pl.col("name").str.starts_with("ProfilerStep#"))
-        .select("name", pl.col("tid").alias("rtid"), pl.col("start_ns").alias("r0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("r1"))
-        .with_row_index("rid")
-    )  # fmt: skip
-    schema = {"name": pl.String, "device": pl.Int32, "ranges": pl.UInt32, "host_ns": pl.Int64, "gpu_ns": pl.Int64, "launches": pl.UInt32}
+    ranges = trace.cpu.filter(
+        (pl.col("cat") == "user_annotation") & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null()
+    ).select("name", "tid", "start_ns", "dur_ns")
     if ranges.height == 0 or not trace.has_gpu:
-        return pl.DataFrame(schema=schema)
-    work = trace.gpu.select("correlation", "device", "dur_ns").join(
-        launch_calls(trace).select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner"
+        return pl.DataFrame(schema=_SCHEMA)
+    work = (
+        trace.gpu.select("correlation", "device", "dur_ns")
+        .join(launch_calls(trace).select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner")
+        .drop_nulls(["tid", "device"])
     )
-    hits = ranges.join_where(
-        work,
-        pl.col("rtid") == pl.col("tid"),
-        pl.col("launch_start_ns") >= pl.col("r0"),
-        pl.col("launch_start_ns") < pl.col("r1"),
-    )
-    gpu = hits.group_by("name", "device").agg(pl.col("dur_ns").sum().alias("gpu_ns"), pl.len().alias("launches"))
-    host = (
-        ranges.join(hits.select("rid", "device").unique(), on="rid", how="inner")
-        .group_by("name", "device")
-        .agg(pl.len().alias("ranges"), (pl.col("r1") - pl.col("r0")).sum().alias("host_ns"))
-    )
+    if work.height == 0:
+        return pl.DataFrame(schema=_SCHEMA)
+    ends = ranges["start_ns"] + ranges["dur_ns"]
+    clock = ThreadClock([work["tid"], ranges["tid"]], [work["launch_start_ns"], ranges["start_ns"], ends])
+    key = clock.key
+    wkey = key(work["tid"], work["launch_start_ns"])
+    order = np.argsort(wkey, kind="stable")
+    wkey = wkey[order]
+    device = work["device"].to_numpy()[order]
+    dur = work["dur_ns"].to_numpy()[order]
+    lo = np.searchsorted(wkey, key(ranges["tid"], ranges["start_ns"]), side="left")
+    hi = np.searchsorted(wkey, key(ranges["tid"], ends), side="left")
+    parts = []
+    for d in np.unique(device):
+        on = device == d
+        gpu = np.concatenate([[0], np.cumsum(np.where(on, dur, 0))])
+        count = np.concatenate([[0], np.cumsum(on)])
+        n = count[hi] - count[lo]
+        parts.append(
+            ranges.with_columns(
+                pl.lit(int(d), dtype=pl.Int32).alias("device"),
+                pl.Series("gpu_ns", gpu[hi] - gpu[lo], dtype=pl.Int64),
+                pl.Series("launches", n, dtype=pl.Int64),
+            ).filter(pl.col("launches") > 0)
+        )
+    per_range = pl.concat(parts)
     return (
-        gpu.join(host, on=["name", "device"], how="left")
-        .select(list(schema))
-        .cast(schema)
+        per_range.group_by("name", "device")
+        .agg(
+            pl.len().alias("ranges"),
+            pl.col("dur_ns").sum().alias("host_ns"),
+            pl.col("gpu_ns").sum(),
+            pl.col("launches").sum(),
+        )
+        .select(list(_SCHEMA))
+        .cast(_SCHEMA)
         .sort(["gpu_ns", "name"], descending=[True, False])
     )

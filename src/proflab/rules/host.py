@@ -7,10 +7,12 @@ queue full, an upper bound that assumes the host work itself fits under the GPU 
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from proflab.analysis.context import Context
 from proflab.analysis.source import user_frames
+from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct, us
@@ -212,6 +214,18 @@ def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
     events = trace.cpu.filter(
         pl.col("cat").is_in(["cpu_op", "user_annotation"]) & ~pl.col("name").str.starts_with("ProfilerStep#")
     ).select(pl.col("tid").alias("etid"), "name", pl.col("start_ns").alias("e0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("e1"))
+    events = events.filter(pl.col("etid").is_in(gaps["tid"].unique().implode()))
+    # Keep only events that overlap some gap (gaps on one device are disjoint and sorted, so
+    # that is one search per event) before pairing them: a plain join on the thread would
+    # pair every gap with every event of the thread.
+    clock = ThreadClock([gaps["tid"], events["etid"]], [gaps["g0"], gaps["g1"], events["e0"], events["e1"]])
+    g0, g1 = clock.key(gaps["tid"], gaps["g0"]), clock.key(gaps["tid"], gaps["g1"])
+    by_key = np.argsort(g0, kind="stable")  # by thread, then time
+    g0, g1 = g0[by_key], g1[by_key]
+    j = np.searchsorted(g1, clock.key(events["etid"], events["e0"]), side="right")
+    e1 = clock.key(events["etid"], events["e1"])
+    overlaps = (j < g0.size) & (g0[np.minimum(j, g0.size - 1)] < e1)
+    events = events.filter(pl.Series(overlaps))
     hits = gaps.join_where(
         events, pl.col("tid") == pl.col("etid"), pl.col("e0") < pl.col("g1"), pl.col("e1") > pl.col("g0")
     )

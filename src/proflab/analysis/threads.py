@@ -1,0 +1,26 @@
+"""Sortable (thread, time) keys, so per-thread interval questions become one numpy search.
+
+``ThreadClock.key(tid, t)`` maps each thread to its own band of int64 values (thread rank
+times the time span, plus the offset in ns), so sorting or searching keys never mixes
+threads: "the first launch on this thread at or after t" is one ``searchsorted``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+__all__ = ["ThreadClock"]
+
+
+class ThreadClock:
+    def __init__(self, tids: list[pl.Series], times: list[pl.Series]) -> None:
+        known = pl.concat([t.cast(pl.Int64) for t in tids]).drop_nulls().unique().sort()
+        self._rank = {int(t): i for i, t in enumerate(known)}  # threads, not events
+        stamps = pl.concat([t.cast(pl.Int64) for t in times]).drop_nulls()
+        self.t0 = int(stamps.min()) if stamps.len() else 0
+        self.span = (int(stamps.max()) if stamps.len() else 0) - self.t0 + 1
+
+    def key(self, tid: pl.Series, t: pl.Series) -> np.ndarray:
+        r = tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=pl.Int64).to_numpy()
+        return r * self.span + (t.cast(pl.Int64).to_numpy() - self.t0)
