@@ -32,6 +32,9 @@ CPU_CATS = [
     "os_runtime",  # OS calls traced by Nsight Systems (poll, read, pthread_cond_wait...)
 ]
 
+# Kernels of collective-communication libraries (NCCL, RCCL, PyTorch's custom all-reduce).
+COMM_KERNEL_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
+
 GPU_SCHEMA: dict[str, pl.DataType] = {
     "kind": pl.Enum(GPU_KINDS),
     "name": pl.String,

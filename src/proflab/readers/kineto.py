@@ -36,6 +36,7 @@ from proflab.errors import (
     UnsupportedFormat,
 )
 from proflab.model.trace import (
+    COMM_KERNEL_PATTERN,
     COPY_KINDS,
     CPU_SCHEMA,
     DEVICE_SCHEMA,
@@ -89,7 +90,6 @@ _IGNORED_CATS = {
 _KNOWN_CATS = _GPU_CATS.keys() | _CPU_CATS.keys() | _IGNORED_CATS
 _OP_CATS = {c for c, kind in _CPU_CATS.items() if kind != "python_function"}
 _CAT = attrgetter("cat")
-_COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
 
 
 # Bounds the model's column types can hold; the decoder rejects anything outside them with
@@ -477,7 +477,7 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
         _enum(copy.struct.field("1"), COPY_KINDS).alias("copy_kind"),
         _enum(copy.struct.field("2"), MEMORY_KINDS).alias("src_kind"),
         _enum(copy.struct.field("3"), MEMORY_KINDS).alias("dst_kind"),
-        (pl.col("kind") == "kernel").and_(pl.col("name").str.contains(_COMM_PATTERN)).alias("is_comm"),
+        (pl.col("kind") == "kernel").and_(pl.col("name").str.contains(COMM_KERNEL_PATTERN)).alias("is_comm"),
     ).with_columns(
         # a memcpy whose name did not parse still is a memcpy, of unknown direction
         pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),

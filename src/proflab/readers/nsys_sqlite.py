@@ -31,6 +31,7 @@ import polars as pl
 
 from proflab.errors import CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.model.trace import (
+    COMM_KERNEL_PATTERN,
     COPY_KINDS,
     CPU_SCHEMA,
     DEVICE_SCHEMA,
@@ -45,7 +46,6 @@ __all__ = ["sniff", "read", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 250_000
-_COMM_PATTERN = r"(?i)nccl|rccl|cross_device_reduce|one_shot_all_reduce|two_shot_all_reduce|multimem_all"
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
@@ -188,7 +188,7 @@ class _Ctx:
              "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32, "registers": pl.Int32,
              "shared_mem_bytes": pl.Int64},
         )  # fmt: skip
-        df = df.with_columns(pl.col("name").str.contains(_COMM_PATTERN).fill_null(False).alias("is_comm"))
+        df = df.with_columns(pl.col("name").str.contains(COMM_KERNEL_PATTERN).fill_null(False).alias("is_comm"))
         return self._gpu_frame(df, "kernel")
 
     def memcpy(self) -> pl.DataFrame:

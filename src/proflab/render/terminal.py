@@ -50,6 +50,18 @@ def _duration_us(v) -> str:
     return f"{fmt_num(round(v / 1000, 3))} ms" if abs(v) >= 1000 else f"{fmt_num(v)} us"
 
 
+def _name_table(name: tuple[str, int], numbers: tuple[tuple[str, int], ...], rows: list[tuple]) -> Table:
+    """A table of a name column (cut with an ellipsis) and right-aligned number columns."""
+    title, name_w = name[0], max(name[1], 20)
+    table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
+    table.add_column(title, width=name_w, no_wrap=True, overflow="ellipsis")
+    for header, w in numbers:
+        table.add_column(header, justify="right", width=w)
+    for row in rows:
+        table.add_row(_line(shorten(row[0], name_w)), *(_line(c) for c in row[1:]))
+    return table
+
+
 def _indent(renderable, cols: int = 3) -> Padding:
     """Indented block whose wrapped lines keep the indent."""
     return Padding(renderable, (0, 0, 0, cols))
@@ -152,23 +164,12 @@ def _body(d: dict, width: int) -> Group:
         parts.append(table)
     elif d.get("host_ops"):
         parts.append(Text(""))
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        table.add_column("top host ops", width=max(width - 24, 20), no_wrap=True, overflow="ellipsis")
-        table.add_column("ms", justify="right", width=9)
-        table.add_column("count", justify="right", width=7)
-        for o in d["host_ops"][:10]:
-            table.add_row(*(_line(c) for c in (o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"]))))
-        parts.append(table)
+        rows = [(o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"])) for o in d["host_ops"][:10]]
+        parts.append(_name_table(("top host ops", width - 24), (("ms", 9), ("count", 7)), rows))
     if d.get("ranges"):
         parts.append(Text(""))
-        table = Table(box=None, pad_edge=False, show_edge=False, header_style="bold")
-        table.add_column("range (NVTX / record_function)", width=max(width - 36, 20), no_wrap=True, overflow="ellipsis")
-        table.add_column("dev", justify="right", width=3)
-        table.add_column("n", justify="right", width=6)
-        table.add_column("GPU ms", justify="right", width=10)
-        for r in d["ranges"][:5]:
-            table.add_row(*(_line(c) for c in (shorten(r["name"], width - 36), fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"]))))
-        parts.append(table)
+        rows = [(r["name"], fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"])) for r in d["ranges"][:5]]
+        parts.append(_name_table(("range (NVTX / record_function)", width - 36), (("dev", 3), ("n", 6), ("GPU ms", 10)), rows))
     if d["missing"]:
         parts.append(Text(""))
         for m in d["missing"]:
