@@ -45,7 +45,7 @@ from proflab.model.trace import (
 __all__ = ["sniff", "read", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_BATCH_ROWS = 250_000
+_BATCH_ROWS = 50_000
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
@@ -137,6 +137,7 @@ class _Ctx:
     def __init__(self, path: Path, con: sqlite3.Connection, tables: set[str]) -> None:
         self.path, self.con, self.tables = path, con, tables
         self.notes: list[str] = []
+        self._strings: pl.DataFrame | None = None
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
@@ -153,10 +154,18 @@ class _Ctx:
             frames.append(pl.DataFrame(rows, schema=schema, orient="row"))
         return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
 
-    def name_join(self, alias: str, column: str) -> str:
-        if "StringIds" not in self.tables:
-            return f"CAST({alias}.{column} AS TEXT)"
-        return f"(SELECT value FROM StringIds WHERE id = {alias}.{column})"
+    def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name") -> pl.DataFrame:
+        """Replace a StringIds id column by its text: one join, so the text of a repeated
+        name is never built once per row."""
+        if self._strings is None:
+            self._strings = (
+                self.fetch("SELECT id, value FROM StringIds", {"id": pl.Int64, "value": pl.String})
+                if "StringIds" in self.tables
+                else pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
+            )
+        joined = df.join(self._strings.rename({"id": id_col, "value": "_text"}), on=id_col, how="left")
+        text = pl.coalesce(pl.col(out), pl.col("_text")) if out in df.columns else pl.col("_text")
+        return joined.with_columns(text.alias(out)).drop(id_col, "_text")
 
     # -- GPU ---------------------------------------------------------------------------
     def _gpu_frame(self, df: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -181,13 +190,14 @@ class _Ctx:
         dims = ", ".join(f"k.{c}" if c in cols else "NULL" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
         regs = "k.registersPerThread" if "registersPerThread" in cols else "NULL"
         df = self.fetch(
-            f"SELECT {self.name_join('k', 'demangledName')}, k.deviceId, k.streamId, k.start, k.end - k.start, "
+            f"SELECT k.demangledName, k.deviceId, k.streamId, k.start, k.end - k.start, "
             f"k.correlationId, k.globalPid, {dims}, {regs}, {shared} FROM {t} k",
-            {"name": pl.String, "device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+            {"name_id": pl.Int64, "device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64,
              "correlation": pl.Int64, "global_pid": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
              "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32, "registers": pl.Int32,
              "shared_mem_bytes": pl.Int64},
         )  # fmt: skip
+        df = self.named(df)
         df = df.with_columns(pl.col("name").str.contains(COMM_KERNEL_PATTERN).fill_null(False).alias("is_comm"))
         return self._gpu_frame(df, "kernel")
 
@@ -249,10 +259,10 @@ class _Ctx:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(table, "start", "end", "globalTid", "correlationId", "nameId")
         df = self.fetch(
-            f"SELECT {self.name_join('r', 'nameId')}, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
-            {"name": pl.String, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
+            f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
+            {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
         )
-        df = df.with_columns(pl.col("name").str.replace(r"(?:_v\d+)+$", ""))
+        df = self.named(df).with_columns(pl.col("name").str.replace(r"(?:_v\d+)+$", ""))
         return self._host_frame(df, cat, correlated=True)
 
     def nvtx(self) -> pl.DataFrame:
@@ -262,10 +272,12 @@ class _Ctx:
         self.need(t, "start", "end", "eventType", "text", "textId", "globalTid")
         has_domain = "domainId" in self.columns(t)
         df = self.fetch(
-            f"SELECT COALESCE(n.text, {self.name_join('n', 'textId')}), {'n.domainId' if has_domain else 'NULL'}, "
+            f"SELECT n.text, n.textId, {'n.domainId' if has_domain else 'NULL'}, "
             f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
-            {"name": pl.String, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+            {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
+             "dur_ns": pl.Int64},
         )
+        df = self.named(df)
         domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
         if domains:  # ranges of a named domain read "domain:range", as Nsight Systems shows them
             domain = pl.col("domain_id").replace_strict(domains, default=None, return_dtype=pl.String)
@@ -286,9 +298,10 @@ class _Ctx:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(t, "start", "end", "globalTid", "nameId")
         df = self.fetch(
-            f"SELECT {self.name_join('o', 'nameId')}, o.globalTid, o.start, o.end - o.start FROM {t} o",
-            {"name": pl.String, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+            f"SELECT o.nameId, o.globalTid, o.start, o.end - o.start FROM {t} o",
+            {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
         )
+        df = self.named(df)
         return self._host_frame(df, "os_runtime", correlated=False)
 
     # -- context ------------------------------------------------------------------------
