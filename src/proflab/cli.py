@@ -31,7 +31,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     a = sub.add_parser(
         "analyze",
-        help="diagnose torch.profiler/Kineto traces (.json, .json.gz, or a folder of them)",
+        help="diagnose traces: torch.profiler/Kineto (.json, .json.gz), Nsight Systems (.sqlite, .nsys-rep), or folders of them",
         description="Read traces, break GPU time down, find why the GPU idles, rank fixes by estimated gain.",
     )
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
