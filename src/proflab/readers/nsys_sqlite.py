@@ -147,12 +147,16 @@ class _Ctx:
         if missing:
             raise SchemaError(self.path, f"table {table} lacks column(s) {', '.join(missing)} (unsupported export version?)")
 
-    def fetch(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None) -> pl.DataFrame:
+        """Rows of ``sql`` in batches; ``finish`` turns each batch into its final columns
+        right away, so raw rows and intermediate columns never exist for the whole table."""
+        finish = finish or (lambda df: df)
         cur = self.con.execute(sql)
         frames = []
         while rows := cur.fetchmany(_BATCH_ROWS):
-            frames.append(pl.DataFrame(rows, schema=schema, orient="row"))
-        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
+            frames.append(finish(pl.DataFrame(rows, schema=schema, orient="row")))
+            del rows
+        return pl.concat(frames) if frames else finish(pl.DataFrame(schema=schema))
 
     def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name") -> pl.DataFrame:
         """Replace a StringIds id column by its text: one join, so the text of a repeated
@@ -196,10 +200,12 @@ class _Ctx:
              "correlation": pl.Int64, "global_pid": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
              "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32, "registers": pl.Int32,
              "shared_mem_bytes": pl.Int64},
+            lambda df: self._gpu_frame(
+                self.named(df).with_columns(pl.col("name").str.contains(COMM_KERNEL_PATTERN).fill_null(False).alias("is_comm")),
+                "kernel",
+            ),
         )  # fmt: skip
-        df = self.named(df)
-        df = df.with_columns(pl.col("name").str.contains(COMM_KERNEL_PATTERN).fill_null(False).alias("is_comm"))
-        return self._gpu_frame(df, "kernel")
+        return df
 
     def memcpy(self) -> pl.DataFrame:
         t = "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -210,17 +216,20 @@ class _Ctx:
             f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, copyKind, srcKind, dstKind FROM {t}",
             {"device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64,
              "global_pid": pl.Int64, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
+            lambda df: self._gpu_frame(
+                df.with_columns(
+                    _mapped("ck", _COPY_KIND, COPY_KINDS).alias("copy_kind"),
+                    _mapped("sk", _MEM_KIND, MEMORY_KINDS).alias("src_kind"),
+                    _mapped("dk", _MEM_KIND, MEMORY_KINDS).alias("dst_kind"),
+                    pl.lit(False).alias("is_comm"),
+                ).with_columns(
+                    # the same names Kineto gives copies, so reports read alike whatever the input
+                    pl.format("Memcpy {} ({} -> {})", "copy_kind", "src_kind", "dst_kind").alias("name"),
+                ),
+                "memcpy",
+            ),
         )  # fmt: skip
-        df = df.with_columns(
-            _mapped("ck", _COPY_KIND, COPY_KINDS).alias("copy_kind"),
-            _mapped("sk", _MEM_KIND, MEMORY_KINDS).alias("src_kind"),
-            _mapped("dk", _MEM_KIND, MEMORY_KINDS).alias("dst_kind"),
-            pl.lit(False).alias("is_comm"),
-        ).with_columns(
-            # the same names Kineto gives copies, so reports read alike whatever the input
-            pl.format("Memcpy {} ({} -> {})", "copy_kind", "src_kind", "dst_kind").alias("name"),
-        )
-        return self._gpu_frame(df, "memcpy")
+        return df
 
     def memset(self) -> pl.DataFrame:
         t = "CUPTI_ACTIVITY_KIND_MEMSET"
@@ -232,12 +241,16 @@ class _Ctx:
             f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, {kind} FROM {t}",
             {"device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64,
              "global_pid": pl.Int64, "bytes": pl.Int64, "mk": pl.Int64},
+            lambda df: self._gpu_frame(
+                df.with_columns(
+                    pl.format("Memset ({})", _mapped("mk", _MEM_KIND, MEMORY_KINDS).cast(pl.String).fill_null("unknown"))
+                    .alias("name"),
+                    pl.lit(False).alias("is_comm"),
+                ),
+                "memset",
+            ),
         )  # fmt: skip
-        df = df.with_columns(
-            pl.format("Memset ({})", _mapped("mk", _MEM_KIND, MEMORY_KINDS).cast(pl.String).fill_null("unknown")).alias("name"),
-            pl.lit(False).alias("is_comm"),
-        )
-        return self._gpu_frame(df, "memset")
+        return df
 
     # -- host ----------------------------------------------------------------------------
     def _host_frame(self, df: pl.DataFrame, cat: str, *, correlated: bool) -> pl.DataFrame:
@@ -261,9 +274,11 @@ class _Ctx:
         df = self.fetch(
             f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
+            lambda df: self._host_frame(
+                self.named(df).with_columns(pl.col("name").str.replace(r"(?:_v\d+)+$", "")), cat, correlated=True
+            ),
         )
-        df = self.named(df).with_columns(pl.col("name").str.replace(r"(?:_v\d+)+$", ""))
-        return self._host_frame(df, cat, correlated=True)
+        return df
 
     def nvtx(self) -> pl.DataFrame:
         t = "NVTX_EVENTS"
@@ -271,14 +286,18 @@ class _Ctx:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(t, "start", "end", "eventType", "text", "textId", "globalTid")
         has_domain = "domainId" in self.columns(t)
+        domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
         df = self.fetch(
             f"SELECT n.text, n.textId, {'n.domainId' if has_domain else 'NULL'}, "
             f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
             {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
              "dur_ns": pl.Int64},
+            lambda df: self._host_frame(self._nvtx_names(self.named(df), domains), "user_annotation", correlated=False),
         )
-        df = self.named(df)
-        domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
+        return df
+
+    @staticmethod
+    def _nvtx_names(df: pl.DataFrame, domains: dict[int, str]) -> pl.DataFrame:
         if domains:  # ranges of a named domain read "domain:range", as Nsight Systems shows them
             domain = pl.col("domain_id").replace_strict(domains, default=None, return_dtype=pl.String)
             df = df.with_columns(
@@ -289,8 +308,7 @@ class _Ctx:
             )
         # torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
         # sizes = [...]": the operator is the name; the rest would make every range unique.
-        name = pl.col("name").fill_null("").str.replace(r", (?:seq|op_id|sizes|input_op_ids) = .*$", "")
-        return self._host_frame(df.with_columns(name), "user_annotation", correlated=False)
+        return df.with_columns(pl.col("name").fill_null("").str.replace(r", (?:seq|op_id|sizes|input_op_ids) = .*$", ""))
 
     def osrt(self) -> pl.DataFrame:
         t = "OSRT_API"
@@ -300,9 +318,9 @@ class _Ctx:
         df = self.fetch(
             f"SELECT o.nameId, o.globalTid, o.start, o.end - o.start FROM {t} o",
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
+            lambda df: self._host_frame(self.named(df), "os_runtime", correlated=False),
         )
-        df = self.named(df)
-        return self._host_frame(df, "os_runtime", correlated=False)
+        return df
 
     # -- context ------------------------------------------------------------------------
     def devices(self) -> pl.DataFrame:
