@@ -50,6 +50,23 @@ def _duration_us(v) -> str:
     return f"{fmt_num(round(v / 1000, 3))} ms" if abs(v) >= 1000 else f"{fmt_num(v)} us"
 
 
+def _verdict(findings: list[dict]) -> Text | None:
+    """One line up front: the run is healthy, or what costs it most."""
+    if not findings:
+        return None
+    if findings[-1]["category"] == "healthy" and not any(f["severity"] in ("critical", "warning") for f in findings):
+        line = Text("Verdict: ", style="bold")
+        line.append("healthy", style="green")
+        line.append(" — no cause of lost GPU time reaches 5% of the window")
+        return line
+    top = findings[0]
+    line = Text("Verdict: ", style="bold")
+    line.append(top["category"], style=_SEV_STYLE[top["severity"]])
+    line.append(" — ")
+    line.append(_line(f"fixing it saves about {fmt_num(top['est_gain_ms'])} ms ({fmt_num(top['est_gain_pct'])}%)"))
+    return line
+
+
 def _name_table(name: tuple[str, int], numbers: tuple[tuple[str, int], ...], rows: list[tuple]) -> Table:
     """A table of a name column (cut with an ellipsis) and right-aligned number columns."""
     title, name_w = name[0], max(name[1], 20)
@@ -119,6 +136,10 @@ def _body(d: dict, width: int) -> Group:
             + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
                and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
+    verdict = _verdict(d["findings"])
+    if verdict:
+        parts.append(Text(""))
+        parts.append(verdict)
     parts.append(Text(""))
     parts.append(Text("Findings, largest estimated gain first", style="bold underline"))
     if not d["findings"]:
