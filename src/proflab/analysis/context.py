@@ -13,6 +13,7 @@ from proflab.analysis import memcpy as _memcpy
 from proflab.analysis import ranges as _ranges
 from proflab.analysis import timeline as _timeline
 from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 from proflab.report import Missing
 
@@ -64,27 +65,35 @@ class Context:
         return _timeline.step_table(self.trace, self.device_sets)
 
     @cached_property
-    def gaps(self) -> pl.DataFrame:
-        return _gaps.idle_gaps(self.trace, self.busy, self.window)
+    def launches(self) -> pl.DataFrame:
+        """Host runtime/driver calls by correlation id (see ``gaps.launch_calls``)."""
+        return _gaps.launch_calls(self.trace)
 
     @cached_property
+    def frames(self) -> FrameIndex:
+        """The trace's Python frames, indexed for source-line lookups (empty without stacks)."""
+        return FrameIndex(self.trace)
+
+    @cached_property
+    def gaps(self) -> pl.DataFrame:
+        return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches)
+
+    @property
     def has_launch_links(self) -> bool:
         """Whether host launch calls carry correlation ids that match GPU work."""
-        return self.trace.cpu.filter(
-            pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null()
-        ).height > 0
+        return self.launches.height > 0
 
     # -- kernels, copies, launches ----------------------------------------------------------
     @cached_property
     def kernel_rows(self) -> pl.DataFrame:
-        return _kernels.kernel_rows(self.trace)
+        return _kernels.kernel_rows(self.trace, self.launches)
 
     def hot_kernels(self, top: int | None = 20) -> pl.DataFrame:
         return self._hot_kernels.head(top) if top is not None else self._hot_kernels
 
     @cached_property
     def _hot_kernels(self) -> pl.DataFrame:
-        return _kernels.hot_kernels(self.trace, self.kernel_rows)
+        return _kernels.hot_kernels(self.trace, self.kernel_rows, self.frames)
 
     @cached_property
     def memcpy_table(self) -> pl.DataFrame:
@@ -93,7 +102,7 @@ class Context:
     @cached_property
     def range_table(self) -> pl.DataFrame:
         """GPU time of the work launched inside each user/NVTX range name, per device."""
-        return _ranges.range_projection(self.trace)
+        return _ranges.range_projection(self.trace, self.launches)
 
     @cached_property
     def launch_stats(self) -> _launch.LaunchStats:

@@ -99,7 +99,7 @@ def _with_recent_busy(gaps: pl.DataFrame, busy: dict[int, IntervalSet]) -> pl.Da
 
 
 def idle_gaps(
-    trace: Trace, busy: dict[int, IntervalSet], window: tuple[int, int]
+    trace: Trace, busy: dict[int, IntervalSet], window: tuple[int, int], launches: pl.DataFrame
 ) -> pl.DataFrame:
     """Every idle gap inside the window on every active device, with its cause (see module doc)."""
     lo, hi = window
@@ -122,7 +122,7 @@ def idle_gaps(
         .rename({"start_ns": "end_ns"})
     )
     gaps = gaps.join(first_work, on=["device", "end_ns"], how="left")
-    gaps = gaps.join(launch_calls(trace), on="correlation", how="left")
+    gaps = gaps.join(launches, on="correlation", how="left")
 
     # The blocking call the launching thread was in when the GPU went idle: the latest one
     # that started before the gap (a pageable copy and the stream sync after it both block;

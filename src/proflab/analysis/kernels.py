@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from proflab.analysis.gaps import launch_calls
-from proflab.analysis.source import user_frames
+from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
 __all__ = ["kernel_rows", "hot_kernels", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
@@ -29,13 +28,13 @@ FP32_SIMT_PATTERN = r"(?i)sgemm|simt.*gemm|gemm.*simt|gemv.*float|gemvx?.*<float
 GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation|conv\w*|cudnn_convolution\w*|convolution\w*|_convolution)$"
 
 
-def kernel_rows(trace: Trace) -> pl.DataFrame:
+def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels joined to the host call that launched them and the operator it ran under."""
     ops = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
     ops = ops.select(
         "external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types")
     ).unique("external_id", keep="first")
-    k = trace.kernels.join(launch_calls(trace), on="correlation", how="left")
+    k = trace.kernels.join(launches, on="correlation", how="left")
     k = k.join(ops, on="external_id", how="left")
     return k.with_columns(
         pl.col("name").str.contains(GEMM_PATTERN).or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
@@ -49,13 +48,13 @@ def kernel_rows(trace: Trace) -> pl.DataFrame:
     )
 
 
-def launch_sources(trace: Trace, launches: pl.DataFrame) -> pl.Series:
+def launch_sources(trace: Trace, frames: FrameIndex, launches: pl.DataFrame) -> pl.Series:
     """The user line behind each launch (rows with ``tid`` and ``launch_start_ns``).
 
     Backward kernels run on autograd's thread, which has no Python frames: for those the
     line is the forward call that created the autograd node (matched by sequence number),
     marked "(backward)"."""
-    direct = user_frames(trace, launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
+    direct = frames.lookup(launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
     if direct.null_count() == 0:
         return direct
     ops = trace.cpu.filter((pl.col("cat") == "cpu_op") & pl.col("sequence").is_not_null())
@@ -77,12 +76,14 @@ def launch_sources(trace: Trace, launches: pl.DataFrame) -> pl.Series:
         .join(forward, on="sequence", how="left")
         .sort("_i")
     )
-    back = user_frames(trace, pts.select(pl.col("fwd_tid").alias("tid"), pl.col("fwd_ns").alias("t_ns")))
+    back = frames.lookup(pts.select(pl.col("fwd_tid").alias("tid"), pl.col("fwd_ns").alias("t_ns")))
     back = pl.select(pl.when(back.is_not_null()).then(pl.concat_str([back, pl.lit(" (backward)")]))).to_series()
     return direct.fill_null(back)
 
 
-def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, source_top: int = 30) -> pl.DataFrame:
+def hot_kernels(
+    trace: Trace, rows: pl.DataFrame, frames: FrameIndex, *, top: int | None = None, source_top: int = 30
+) -> pl.DataFrame:
     """Kernels grouped by name, sorted by total time (ns), with share of all kernel time (%).
 
     ``source`` (the user line that launched it; needs with_stack) is looked up for the first
@@ -118,13 +119,13 @@ def hot_kernels(trace: Trace, rows: pl.DataFrame, *, top: int | None = None, sou
     )
     if top is not None:
         table = table.head(top)
-    if source_top and trace.cpu.filter(pl.col("cat") == "python_function").height:
+    if source_top and frames:
         names = table["name"].head(source_top).implode()
         launches = rows.filter(pl.col("name").is_in(names) & pl.col("tid").is_not_null())
         if launches.height:
             lines = (
                 launches.select("name")
-                .with_columns(launch_sources(trace, launches).alias("source"))
+                .with_columns(launch_sources(trace, frames, launches).alias("source"))
                 .drop_nulls("source")
                 .group_by("name")
                 .agg(pl.col("source").mode().sort().first())

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from proflab.analysis.gaps import launch_calls
 from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 
@@ -24,7 +23,7 @@ __all__ = ["range_projection"]
 _SCHEMA = {"name": pl.String, "device": pl.Int32, "ranges": pl.UInt32, "host_ns": pl.Int64, "gpu_ns": pl.Int64, "launches": pl.UInt32}
 
 
-def range_projection(trace: Trace) -> pl.DataFrame:
+def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Columns: name, device, ranges (how many of that name launched work on the device),
     host_ns (their summed duration), gpu_ns, launches; sorted by gpu_ns."""
     ranges = trace.cpu.filter(
@@ -34,7 +33,7 @@ def range_projection(trace: Trace) -> pl.DataFrame:
         return pl.DataFrame(schema=_SCHEMA)
     work = (
         trace.gpu.select("correlation", "device", "dur_ns")
-        .join(launch_calls(trace).select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner")
+        .join(launches.select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner")
         .drop_nulls(["tid", "device"])
     )
     if work.height == 0:

@@ -15,7 +15,7 @@ import polars as pl
 
 from proflab.model import Trace
 
-__all__ = ["user_frames"]
+__all__ = ["FrameIndex"]
 
 _STDLIB = "|".join(sorted(m for m in sys.stdlib_module_names if m.isidentifier()))
 _NOT_USER = (
@@ -27,56 +27,69 @@ _FRAME = r"^.+\.py\(\d+\): "
 _MAX_DEPTH = 256
 
 
-def user_frames(trace: Trace, points: pl.DataFrame) -> pl.Series:
-    """For rows of ``points`` (columns ``tid``, ``t_ns``), the innermost user-code frame name
-    (``file.py(line): function``) enclosing that instant, or null. Same length and order."""
-    frames = trace.cpu.filter(pl.col("cat") == "python_function")
-    if frames.height == 0 or points.height == 0:
-        return pl.Series("frame", [None] * points.height, dtype=pl.String)
-    frames = (
-        frames.select(
-            "tid",
-            "start_ns",
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-            "python_id",
-            "python_parent_id",
-            "name",
-            (pl.col("name").str.contains(_FRAME) & ~pl.col("name").str.contains(_NOT_USER)).alias("is_user"),
-        )
-        .sort("start_ns")
-        .with_row_index("row")
-    )
-    parent = frames.join(
-        frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
-        on="python_parent_id",
-        how="left",
-    ).sort("row")["parent_row"]
-    parent_row = parent.fill_null(-1).cast(pl.Int64).to_numpy()
-    starts = frames["start_ns"].to_numpy()
-    ends = frames["end_ns"].to_numpy()
-    is_user = frames["is_user"].to_numpy()
+class FrameIndex:
+    """The Python frames of a trace, indexed once for any number of :meth:`lookup` calls."""
 
-    cand = (
-        points.select(pl.col("tid").cast(pl.Int64), pl.col("t_ns").cast(pl.Int64))
-        .with_row_index("_i")
-        .sort("t_ns")
-        .join_asof(
-            frames.select("tid", "start_ns", "row"), left_on="t_ns", right_on="start_ns", by="tid", check_sortedness=False
+    def __init__(self, trace: Trace) -> None:
+        frames = trace.cpu.filter(pl.col("cat") == "python_function")
+        self.frames = (
+            frames.select(
+                "tid",
+                "start_ns",
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                "python_id",
+                "python_parent_id",
+                "name",
+                (pl.col("name").str.contains(_FRAME) & ~pl.col("name").str.contains(_NOT_USER)).alias("is_user"),
+            )
+            .sort("start_ns")
+            .with_row_index("row")
         )
-        .sort("_i")
-    )
-    t = cand["t_ns"].to_numpy()
-    idx = cand["row"].fill_null(-1).cast(pl.Int64).to_numpy()
-    for _ in range(_MAX_DEPTH):
-        ok = idx >= 0
-        j = np.where(ok, idx, 0)
-        done = ~ok | ((starts[j] <= t) & (ends[j] >= t) & is_user[j])
-        if done.all():
-            break
-        idx = np.where(done, idx, parent_row[j])
-    found = frames["name"].gather(np.where(idx >= 0, idx, 0))
-    return (
-        pl.DataFrame({"frame": found, "missing": idx < 0})
-        .select(pl.when(pl.col("missing")).then(None).otherwise(pl.col("frame")).alias("frame"))
-        .to_series()
-    )
+        parent = self.frames.join(
+            self.frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
+            on="python_parent_id",
+            how="left",
+        ).sort("row")["parent_row"]
+        self.parent_row = parent.fill_null(-1).cast(pl.Int64).to_numpy()
+        self.starts = self.frames["start_ns"].to_numpy()
+        self.ends = self.frames["end_ns"].to_numpy()
+        self.is_user = self.frames["is_user"].to_numpy()
+
+    def __bool__(self) -> bool:
+        return self.frames.height > 0
+
+    def lookup(self, points: pl.DataFrame) -> pl.Series:
+        """For rows of ``points`` (columns ``tid``, ``t_ns``), the innermost user-code frame
+        name (``file.py(line): function``) enclosing that instant, or null. Same order."""
+        if not self or points.height == 0:
+            return pl.Series("frame", [None] * points.height, dtype=pl.String)
+        cand = (
+            points.select(pl.col("tid").cast(pl.Int64), pl.col("t_ns").cast(pl.Int64))
+            .with_row_index("_i")
+            .sort("t_ns")
+            .join_asof(
+                self.frames.select("tid", "start_ns", "row"), left_on="t_ns", right_on="start_ns", by="tid",
+                check_sortedness=False,
+            )
+            .sort("_i")
+        )  # fmt: skip
+        t = cand["t_ns"].to_numpy()
+        idx = cand["row"].fill_null(-1).cast(pl.Int64).to_numpy()
+        for _ in range(_MAX_DEPTH):  # steps up the frame stack, all points at once
+            ok = idx >= 0
+            j = np.where(ok, idx, 0)
+            done = ~ok | ((self.starts[j] <= t) & (self.ends[j] >= t) & self.is_user[j])
+            if done.all():
+                break
+            idx = np.where(done, idx, self.parent_row[j])
+        found = self.frames["name"].gather(np.where(idx >= 0, idx, 0))
+        return (
+            pl.DataFrame({"frame": found, "missing": idx < 0})
+            .select(pl.when(pl.col("missing")).then(None).otherwise(pl.col("frame")).alias("frame"))
+            .to_series()
+        )
+
+    def top_lines(self, points: pl.DataFrame, top: int = 5) -> list[str]:
+        """The most frequent user lines at these instants (rows with nulls are skipped)."""
+        frames = self.lookup(points.drop_nulls()).drop_nulls()
+        return frames.value_counts(sort=True).head(top)["frame"].to_list() if frames.len() else []

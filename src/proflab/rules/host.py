@@ -11,7 +11,6 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.context import Context
-from proflab.analysis.source import user_frames
 from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 from proflab.report import Finding
@@ -72,7 +71,7 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("idle_ns"))
         .sort("idle_ns", descending=True)
     )
-    lines = _lines_at(trace, g.select("tid", pl.col("start_ns").alias("t_ns")))
+    lines = ctx.frames.top_lines(g.select("tid", pl.col("start_ns").alias("t_ns")))
     per_step = g.group_by("step").len()["len"].median() if g["step"].drop_nulls().len() else None
     evidence = {
         "sync_idle_ms": ms(total),
@@ -122,7 +121,7 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
         .sort("n", descending=True)
         .head(5)
     )
-    lines = _lines_at(trace, g.select("tid", pl.col("end_ns").alias("t_ns")))
+    lines = ctx.frames.top_lines(g.select("tid", pl.col("end_ns").alias("t_ns")))
     evidence = {
         "launch_idle_ms": ms(total),
         "short_gaps": g.height,
@@ -176,7 +175,7 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
             "(or move it to a worker thread/process), vectorise Python loops, and use torch.compile / CUDA graphs "
             "to cut Python overhead."
         )
-    lines = _lines_at(trace, g.select("tid", pl.col("start_ns").alias("t_ns")))
+    lines = ctx.frames.top_lines(g.select("tid", pl.col("start_ns").alias("t_ns")))
     evidence = {
         "host_idle_ms": ms(total),
         "gaps": g.height,
@@ -245,17 +244,6 @@ def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
     ]
 
 
-def _lines_at(trace: Trace, points: pl.DataFrame, top: int = 5) -> list[str]:
-    """Most frequent user source lines at these host instants (needs with_stack)."""
-    points = points.drop_nulls()
-    if points.height == 0 or not trace.cpu.filter(pl.col("cat") == "python_function").height:
-        return []
-    frames = user_frames(trace, points).drop_nulls()
-    if frames.len() == 0:
-        return []
-    return frames.value_counts(sort=True).head(top)["frame"].to_list()
-
-
 _SYNC_COPY_API = r"^(?:cudaMemcpy|cudaMemcpy[23]D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cudaMemset|cudaMemset[23]D|cuMemcpy(?:DtoH|HtoD|DtoD|HtoA|AtoH)?|cuMemsetD\d+)$"
 
 
@@ -268,7 +256,7 @@ def sync_copy_apis(trace: Trace, ctx: Context) -> list[Finding]:
         return []
     by_api = calls.group_by("name").agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("host_ns")).sort("host_ns", descending=True)
     idle = ctx.gaps.filter(pl.col("sync_name").is_in(by_api["name"].implode()))["dur_ns"].sum() if trace.has_gpu else 0
-    lines = _lines_at(trace, calls.select("tid", pl.col("start_ns").alias("t_ns")))
+    lines = ctx.frames.top_lines(calls.select("tid", pl.col("start_ns").alias("t_ns")))
     return [
         gain_finding(
             "sync_bound",

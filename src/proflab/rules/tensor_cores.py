@@ -11,7 +11,6 @@ import polars as pl
 
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
-from proflab.analysis.source import user_frames
 from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
@@ -61,10 +60,7 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
     if peaks and peaks.tf32_tflops:
         evidence["datasheet_fp32_tflops"] = peaks.fp32_tflops
         evidence["datasheet_tf32_tflops"] = peaks.tf32_tflops
-    lines: list[str] = []
-    launches = fp32.drop_nulls("tid").select("tid", pl.col("launch_start_ns").alias("t_ns"))
-    if launches.height:
-        lines = user_frames(trace, launches).drop_nulls().value_counts(sort=True).head(5)["frame"].to_list()
+    lines = ctx.frames.top_lines(fp32.select("tid", pl.col("launch_start_ns").alias("t_ns")))
     return [
         gain_finding(
             "tensor_cores_unused",
