@@ -105,6 +105,11 @@ class Context:
         return _ranges.range_projection(self.trace, self.launches)
 
     @cached_property
+    def pinning(self) -> tuple[int, list[dict], bool]:
+        """What pinning the pageable host copies would save (see ``memcpy.pinning_savings``)."""
+        return _memcpy.pinning_savings(self.trace, self.device_info.get("compute_major"))
+
+    @cached_property
     def launch_stats(self) -> _launch.LaunchStats:
         return _launch.launch_stats(self.trace, self.kernel_rows)
 

@@ -10,54 +10,17 @@ from __future__ import annotations
 import polars as pl
 
 from proflab.analysis.context import Context
-from proflab.analysis.memcpy import best_pinned_gbps, reference_link
+from proflab.analysis.memcpy import pageable_host_copies
 from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
 
-__all__ = ["pageable_memcpy", "memcpy_bound", "pinning_savings"]
+__all__ = ["pageable_memcpy", "memcpy_bound"]
 
-_HOST_DIRECTIONS = ("HtoD", "DtoH")
-
-
-def _reference(trace: Trace, ctx: Context, direction: str) -> tuple[float, str]:
-    measured = best_pinned_gbps(trace, direction)
-    if measured:
-        return measured, f"best pinned {direction} copy measured in this trace"
-    desc, gbps = reference_link(ctx.device_info.get("compute_major"))
-    return gbps, f"reference, not measured: {desc}"
-
-
-def pinning_savings(trace: Trace, ctx: Context) -> tuple[int, list[dict]]:
-    """Copy time (ns) pinning would save, and per-direction evidence rows."""
-    saved = 0
-    rows: list[dict] = []
-    m = trace.memcpy.filter(
-        pl.col("copy_kind").is_in(_HOST_DIRECTIONS)
-        & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    )
-    for (direction,), g in m.group_by(["copy_kind"], maintain_order=True):
-        known = g.drop_nulls("bytes")
-        if known.height == 0:
-            ctx.note_missing("memcpy bytes", "copy events carry no byte counts", "pageable copy savings")
-            continue
-        ref_gbps, ref_src = _reference(trace, ctx, str(direction))
-        ideal = (known["bytes"] / ref_gbps).cast(pl.Int64)  # bytes / (GB/s) == ns
-        s = int((known["dur_ns"] - ideal).clip(lower_bound=0).sum())
-        saved += s
-        t = int(known["dur_ns"].sum())
-        rows.append(
-            {
-                "direction": str(direction),
-                "copies": g.height,
-                "bytes": int(known["bytes"].sum()),
-                "time_ms": ms(t),
-                "achieved_gbps": round(float(known["bytes"].sum()) / max(t, 1), 2),
-                "reference_gbps": round(ref_gbps, 2),
-                "reference": ref_src,
-                "saving_ms": ms(s),
-            }
-        )
+def _pinning(ctx: Context) -> tuple[int, list[dict]]:
+    saved, rows, unsized = ctx.pinning
+    if unsized:
+        ctx.note_missing("memcpy bytes", "copy events carry no byte counts", "pageable copy savings")
     return saved, rows
 
 
@@ -65,16 +28,13 @@ def _async_on_pageable(trace: Trace) -> int:
     """cudaMemcpyAsync calls whose host side is pageable: the API's promise is void, the copy
     is staged and the call returns only when it is done (nsys's expert rule flags each one)."""
     calls = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Async"))
-    pageable = trace.memcpy.filter(
-        pl.col("copy_kind").is_in(_HOST_DIRECTIONS) & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    )
-    return pageable.join(calls.select("correlation"), on="correlation", how="semi").height
+    return pageable_host_copies(trace).join(calls.select("correlation"), on="correlation", how="semi").height
 
 
 def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
     if not trace.has_gpu or trace.memcpy.height == 0:
         return []
-    saved, rows = pinning_savings(trace, ctx)
+    saved, rows = _pinning(ctx)
     gain_pct = pct(saved, ctx.wall_ns, 2)
     async_calls = _async_on_pageable(trace)
     # Reported even when the copy time is small: an async copy from pageable memory is a
@@ -118,7 +78,7 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
         return []
     breakdowns = ctx.device_breakdowns
     device, b = max(breakdowns.items(), key=lambda kv: kv[1].memcpy_ns)
-    pinned_saved, _ = pinning_savings(trace, ctx)
+    pinned_saved, _ = _pinning(ctx)
     remaining = max(b.memcpy_ns - pinned_saved, 0)
     gain_pct = pct(remaining, ctx.wall_ns, 2)
     if gain_pct < MIN_GAIN_PCT or pct(b.memcpy_ns, b.wall_ns) < 5.0:
