@@ -82,6 +82,7 @@ def test_two_gpu_export_gives_a_breakdown_per_device():
     for d in devices:
         total = sum(d["breakdown_ms"].values())
         assert total == pytest.approx(report.summary["wall_ms"], abs=0.005)
+    assert sum(report.idle["by_cause_ms"].values()) == pytest.approx(report.summary["breakdown_ms"]["idle"], abs=0.005)
     assert report.device == {"name": None}
     assert any("TARGET_INFO_GPU" in n for n in report.notes)
 

@@ -248,11 +248,13 @@ def _idle(ctx: Context) -> dict[str, Any]:
     g = ctx.gaps
     by = g.group_by("cause").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
     got = {str(r["cause"]): r for r in by.iter_rows(named=True)}
+    n = max(len(ctx.busy), 1)
+    # per device on average, like summary.breakdown_ms, so the causes add up to its idle
     return {
-        "by_cause_ms": {c: ms(got[c]["ns"]) if c in got else 0.0 for c in CAUSES},
+        "by_cause_ms": {c: ms(got[c]["ns"] / n) if c in got else 0.0 for c in CAUSES},
         "gaps_by_cause": {c: got[c]["n"] if c in got else 0 for c in CAUSES},
         "devices": len(ctx.busy),
-        "note": "idle summed over devices" if len(ctx.busy) > 1 else None,
+        "note": f"idle ms averaged over {n} devices; gap counts summed" if n > 1 else None,
     }
 
 

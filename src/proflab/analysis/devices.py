@@ -6,6 +6,7 @@ they are ceilings to compare against, never measurements.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["DevicePeaks", "datasheet_peaks"]
@@ -38,10 +39,11 @@ _TABLE: list[tuple[tuple[str, ...], DevicePeaks]] = [
 
 
 def datasheet_peaks(name: str | None) -> DevicePeaks | None:
+    """Peaks for a device name; every key must be a whole word of it ("L4" is not "L40S")."""
     if not name:
         return None
-    low = name.lower()
+    words = set(re.findall(r"[a-z0-9]+", name.lower()))
     for keys, peaks in _TABLE:
-        if all(k in low for k in keys):
+        if all(k in words for k in keys):
             return peaks
     return None

@@ -21,6 +21,7 @@ Tables are fetched in batches of rows, so memory follows the tables' size, not S
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import sqlite3
 import subprocess
@@ -105,7 +106,7 @@ def _read_report(path: Path) -> Trace:
 
 
 def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
-    return TraceMeta(**{**meta.__dict__, "source": str(path), "format": "nsys-rep"})
+    return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
 def _read(path: Path, con: sqlite3.Connection) -> Trace:
