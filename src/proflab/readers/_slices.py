@@ -99,16 +99,12 @@ class MappedSlicer:
         """Every slice as (begin, stop): the offsets of its opening newline and of the comma
         (or the array's ``]``) after its last event. Also reads ``head`` and ``tail``."""
         mm = self.mm
-        key = mm.find(b'"traceEvents"')
-        start = mm.find(b"[", key) if key >= 0 else -1
-        first = mm.find(EVENT_START, start) if start >= 0 else -1
-        last = mm.rfind(b"\n  }")
-        if first < 0 or last < first or any(c not in _BLANK for c in mm[start + 1 : first]):
+        found = _array_start(mm)
+        if found is None:
             raise NotSliceable
-        close = _skip_blank(mm, last + 4)
-        if close < len(mm) and mm[close] == _COMMA:
-            close = _skip_blank(mm, close + 1)
-        if close >= len(mm) or mm[close] != _CLOSE:
+        start, first = found
+        close = _array_close(mm)
+        if close < first:
             raise NotSliceable
         self.head, self.tail = mm[:start], mm[close + 1 :]
         ranges = []
@@ -118,11 +114,7 @@ class MappedSlicer:
             if cut < 0:
                 cut = stop = close
             else:
-                stop = cut - 1
-                while mm[stop] in _BLANK:
-                    stop -= 1
-                if mm[stop] != _COMMA:
-                    raise NotSliceable
+                stop = _stop_before(mm, cut)
             ranges.append((begin, stop))
             begin = cut
         return ranges
@@ -172,6 +164,43 @@ def _skip_blank(buf, i: int) -> int:
     return i
 
 
+def _array_start(buf) -> tuple[int, int] | None:
+    """(offset of the events array's ``[``, offset of its first event), or None when the
+    buffer does not reach the first event yet. Anything but blanks between: NotSliceable."""
+    key = buf.find(b'"traceEvents"')
+    start = buf.find(b"[", key) if key >= 0 else -1
+    first = buf.find(EVENT_START, start) if start >= 0 else -1
+    if first < 0:
+        return None
+    if any(c not in _BLANK for c in buf[start + 1 : first]):
+        raise NotSliceable
+    return start, first
+
+
+def _array_close(buf) -> int:
+    """Offset of the ``]`` closing the events array: after the last event, blanks and at
+    most one comma."""
+    last = buf.rfind(b"\n  }")
+    if last < 0:
+        raise NotSliceable
+    close = _skip_blank(buf, last + 4)
+    if close < len(buf) and buf[close] == _COMMA:
+        close = _skip_blank(buf, close + 1)
+    if close >= len(buf) or buf[close] != _CLOSE:
+        raise NotSliceable
+    return close
+
+
+def _stop_before(buf, cut: int) -> int:
+    """Offset of the comma that ends the event before the one starting at ``cut``."""
+    stop = cut - 1
+    while buf[stop] in _BLANK:
+        stop -= 1
+    if buf[stop] != _COMMA:
+        raise NotSliceable
+    return stop
+
+
 class Slicer:
     """Streaming slicer for compressed input: yields bracketed ``bytearray`` slices of about
     ``slice_bytes`` while the file is decompressed chunk by chunk."""
@@ -204,51 +233,29 @@ class Slicer:
             cut = self.buf.find(EVENT_START, self.slice_bytes)
             if cut < 0:
                 return
-            stop = cut - 1
-            while self.buf[stop] in _BLANK:
-                stop -= 1
-            if self.buf[stop] != _COMMA:
-                raise NotSliceable
-            yield self._take(stop, cut)
+            yield self._take(_stop_before(self.buf, cut), cut)
 
     def finish(self) -> Iterator[bytearray]:
         if self.head is None:
             raise NotSliceable
-        buf = self.buf
-        last = buf.rfind(b"\n  }")
-        if last < 0:
-            raise NotSliceable
-        close = self._skip_blank(last + 4)
-        if close < len(buf) and buf[close] == _COMMA:
-            close = self._skip_blank(close + 1)
-        if close >= len(buf) or buf[close] != _CLOSE:
-            raise NotSliceable
-        self.tail = bytes(buf[close + 1 :])
-        yield self._take(close, len(buf))
+        close = _array_close(self.buf)
+        self.tail = bytes(self.buf[close + 1 :])
+        yield self._take(close, len(self.buf))
 
     def document(self) -> bytes:
         """The JSON document with an empty events array, for its top-level fields."""
         return (self.head or b"") + b"[]" + (self.tail or b"")
 
     def _find_array(self) -> bool:
-        buf = self.buf
-        key = buf.find(b'"traceEvents"')
-        start = buf.find(b"[", key) if key >= 0 else -1
-        first = buf.find(EVENT_START, start) if start >= 0 else -1
-        if first < 0:
-            if len(buf) > _MAX_HEAD_BYTES:
+        found = _array_start(self.buf)
+        if found is None:
+            if len(self.buf) > _MAX_HEAD_BYTES:
                 raise NotSliceable
             return False
-        if any(c not in _BLANK for c in buf[start + 1 : first]):
-            raise NotSliceable
-        self.head = bytes(buf[:start])
-        del buf[:first]
+        start, first = found
+        self.head = bytes(self.buf[:start])
+        del self.buf[:first]
         return True
-
-    def _skip_blank(self, i: int) -> int:
-        while i < len(self.buf) and self.buf[i] in _BLANK:
-            i += 1
-        return i
 
     def _take(self, stop: int, cut: int) -> bytearray:
         """``buf[:stop+1]`` as an array (its leading newline becomes ``[``, the byte at
