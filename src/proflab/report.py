@@ -94,6 +94,7 @@ class Report:
     ranges: tuple[dict[str, Any], ...] = ()  # user/NVTX ranges with the GPU time they launched
     missing: tuple[Missing, ...] = ()
     notes: tuple[str, ...] = ()
+    verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,4 +112,5 @@ class Report:
             "ranges": list(self.ranges),
             "missing": [m.to_dict() for m in self.missing],
             "notes": list(self.notes),
+            "kernel_verdicts": list(self.verdicts),
         }

@@ -73,6 +73,17 @@ def render_markdown(report) -> str:
                 f"{fmt_num(k['share_pct'])} | {esc(k['tensor_cores'] or '-')} | {esc(k['op'] or '-')} |"
             )
         lines.append("")
+    if d.get("kernel_verdicts"):
+        lines += ["## Kernel deep dive (Nsight Compute)", "",
+                  "| kernel | verdict | DRAM % | L2 % | tensor pipe % | % of roof | top stall |", "|---|---|---:|---:|---:|---:|---|"]
+        for v in d["kernel_verdicts"]:
+            m, roof = v["metrics"], v.get("roofline") or {}
+            top = v["stalls"][0]["reason"] if v["stalls"] else "-"
+            lines.append(
+                f"| {esc(shorten(kernel_label(v['name']), 90))} | {esc(v['headline'])} | {fmt_num(m.get('dram_pct'))} | "
+                f"{fmt_num(m.get('l2_pct'))} | {fmt_num(m.get('tensor_pipe_pct'))} | {fmt_num(roof.get('percent_of_roof'))} | {esc(top)} |"
+            )
+        lines.append("")
     if d["missing"]:
         lines += ["## Missing signals", ""]
         for m in d["missing"]:

@@ -95,7 +95,11 @@ def _body(d: dict, width: int) -> Group:
         head.append(" · ")
         head.append(_line(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
     parts.append(head)
-    line = f"Window {fmt_num(s['wall_ms'])} ms · {s['step_count']} steps"
+    if s.get("kind") == "ncu":
+        line = (f"Nsight Compute: {s['kernels_profiled']} kernels, {s['launches_profiled']} launches profiled, "
+                f"{fmt_num(s['wall_ms'])} ms of kernel time")
+    else:
+        line = f"Window {fmt_num(s['wall_ms'])} ms · {s['step_count']} steps"
     if s.get("median_step_ms") is not None:
         line += f" · median step {fmt_num(s['median_step_ms'])} ms"
         sp = s.get("step_spread_ms")
@@ -187,6 +191,30 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text(""))
         rows = [(o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"])) for o in d["host_ops"][:10]]
         parts.append(_name_table(("top host ops", width - 24), (("ms", 9), ("count", 7)), rows))
+    if d.get("kernel_verdicts"):
+        parts.append(Text(""))
+        parts.append(Text("Kernel deep dive (Nsight Compute)", style="bold underline"))
+        for v in d["kernel_verdicts"]:
+            parts.append(_line(shorten(kernel_label(v["name"]), width - 2)))
+            parts.append(_indent(_line(v["headline"])))
+            m = v["metrics"]
+            mem = " · ".join(
+                f"{lbl} {fmt_num(m[k])}%" for lbl, k in (("DRAM", "dram_pct"), ("L2", "l2_pct"), ("L1", "l1_pct"),
+                                                         ("L2 hit", "l2_hit_pct"), ("tensor pipe", "tensor_pipe_pct"))
+                if m.get(k) is not None
+            )
+            if mem:
+                parts.append(_indent(_line(mem)))
+            roof = v.get("roofline") or {}
+            if roof.get("percent_of_roof") is not None:
+                ai = (roof.get("intensity_flop_per_byte") or {}).get("dram")
+                parts.append(_indent(_line(
+                    f"roofline: {fmt_num(roof['achieved_gflops'])} GFLOP/s ({roof['main_precision']}), "
+                    + (f"{fmt_num(ai)} FLOP/byte at DRAM, " if ai is not None else "")
+                    + f"{fmt_num(roof['percent_of_roof'])}% of the roof ({roof['bound_by']}-bound)"
+                )))
+            for st in v["stalls"][:2]:
+                parts.append(_indent(_line(f"stall {st['reason']} {fmt_num(st['share_pct'])}%: {st['fix']}")))
     if d.get("ranges"):
         parts.append(Text(""))
         rows = [(r["name"], fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"])) for r in d["ranges"][:5]]

@@ -1,0 +1,152 @@
+"""The kernel deep dive: Nsight Compute verdicts, joined to the timeline when there is one.
+
+``deep_dive(profile, trace=None)`` returns a :class:`~proflab.report.Report` whose findings
+are the kernel-level ones (and, with a trace, the timeline's too, all ranked together by
+estimated gain over the same window) and whose ``kernel_verdicts`` hold ncu's reading of each
+profiled kernel. Hot-kernel rows of the timeline carry the verdict of their kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from proflab import __version__
+from proflab.analysis.verdicts import KernelVerdict, base_function_name, verdicts
+from proflab.errors import UsageError
+from proflab.model import Trace
+from proflab.model.ncu import NcuProfile
+from proflab.report import Missing, Report
+from proflab.rules.kernels import KernelTime, kernel_findings
+
+__all__ = ["load_ncu", "deep_dive", "match_kernels"]
+
+
+def load_ncu(paths: list[str | Path]) -> NcuProfile:
+    """Read ncu results. A raw-page CSV and a details-page CSV of the same run are merged
+    (metrics from the raw page, rule results from the details page)."""
+    from proflab.readers import ncu
+
+    profs = [ncu.read(p) for p in paths]
+    if not profs:
+        raise UsageError("no Nsight Compute result given")
+    raw = [p for p in profs if p.kind in ("raw", "ncu-rep")]
+    details = [p for p in profs if p.kind == "details"]
+    if len(profs) == 1:
+        return profs[0]
+    if len(raw) == 1 and len(details) == 1:
+        return ncu.merge(raw[0], details[0])
+    raise UsageError("pass one ncu result, or one raw-page and one details-page CSV of the same run")
+
+
+def _grid(text: str | None) -> str | None:
+    """ncu's "(256, 1, 1)" as the timeline's "256x1x1"."""
+    if not text:
+        return None
+    return "x".join(p.strip() for p in text.strip("()[] ").split(","))
+
+
+def match_kernels(v: KernelVerdict, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Timeline kernel rows that are the kernel ``v`` profiled: the same demangled name; else
+    the same function name (ncu's default name base), narrowed by grid and block when that
+    leaves several."""
+    exact = [r for r in rows if r["name"] == v.name]
+    if exact:
+        return exact
+    base = base_function_name(v.name)
+    cands = [r for r in rows if base_function_name(r["name"]) == base]
+    if len(cands) > 1:
+        shaped = [r for r in cands if r.get("grid") == _grid(v.grid) and r.get("block") == _grid(v.block)]
+        if shaped:
+            cands = shaped
+    return cands
+
+
+def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: int = 15) -> Report:
+    """Verdicts and kernel findings for ``profile``; with ``trace``, the whole timeline
+    report with the kernel findings ranked among its own."""
+    device_name = None
+    if trace is not None and trace.devices.height:
+        device_name = trace.devices["name"][0]
+    vs = verdicts(profile, device_name)
+    if trace is None:
+        return _standalone(profile, vs)
+    from proflab.analysis.context import Context
+    from proflab.api import analyze
+
+    base = analyze(trace, top_kernels=top_kernels)
+    ctx = Context(trace)
+    rows = ctx.hot_kernels(10_000).to_dicts()
+    times: dict[str, KernelTime] = {}
+    unmatched = []
+    for v in vs:
+        m = match_kernels(v, rows)
+        if not m:
+            unmatched.append(v.name)
+            continue
+        sources = sorted({r["source"] for r in m if r.get("source")})
+        ops = sorted({r["op"] for r in m if r.get("op")})
+        where: dict[str, list[Any]] = {}
+        if ops:
+            where["ops"] = ops
+        if sources:
+            where["source"] = sources
+        times[v.name] = KernelTime(float(sum(r["total_ns"] for r in m)), int(sum(r["count"] for r in m)), "timeline", where)
+    window_ns = (base.summary.get("wall_ms") or 0.0) * 1e6
+    kfind = kernel_findings(vs, times, window_ns)
+    # a kernel the timeline does not contain has no share of its window: keep its verdict,
+    # leave its findings out, and say so
+    kfind = [f for f in kfind if f.where.get("kernels", [None])[0] in times]
+    by_name = {v.name: v for v in vs}
+    kernels = []
+    for k in base.kernels:
+        k = dict(k)
+        for v in vs:
+            if v.name in times and any(r["name"] == k["name"] for r in match_kernels(v, [k])):
+                k["ncu"] = {"bound": v.bound, "headline": v.headline, "kernel": v.name}
+                break
+        kernels.append(k)
+    findings = sorted([*base.findings, *kfind], key=lambda f: -f.est_gain_ms)
+    missing = list(base.missing)
+    if unmatched:
+        missing.append(Missing("timeline time of profiled kernels",
+                               f"{len(unmatched)} profiled kernel(s) are not in the trace, so their findings have no gain over its window",
+                               tuple(unmatched[:5])))
+    return replace(
+        base,
+        source={**base.source, "ncu": _ncu_source(profile)},
+        findings=tuple(f for f in findings if f.category != "healthy" or not kfind),
+        kernels=tuple(kernels),
+        verdicts=tuple(by_name[n].to_dict() for n in by_name),
+        missing=tuple(missing),
+    )
+
+
+def _ncu_source(profile: NcuProfile) -> dict[str, Any]:
+    return {"path": profile.path, "page": profile.kind, "ncu_version": profile.ncu_version,
+            "launches": profile.launches.height}
+
+
+def _standalone(profile: NcuProfile, vs: list[KernelVerdict]) -> Report:
+    total_ns = sum((v.duration_ns or 0.0) * v.launches for v in vs)
+    findings = kernel_findings(vs, {}, total_ns)
+    dev = profile.text(profile.launch_ids[0], "device__attribute_display_name") if profile.launch_ids else None
+    sms = profile.value(profile.launch_ids[0], "device__attribute_multiprocessor_count", "launch__sm_count") if profile.launch_ids else None
+    missing = [Missing("timeline", "an ncu result alone has no timeline: gains are shares of the profiled kernels' own time "
+                       "(pass the trace too to rank them against the whole run)", ("GPU busy/idle breakdown", "timeline findings"))]
+    if profile.rules.height == 0:
+        missing.append(Missing("ncu rule results", "the raw page carries no rule results (add the details page CSV, or a .ncu-rep)",
+                               ("ncu's estimated speedups",)))
+    return Report(
+        source={"inputs": [{"path": profile.path, "format": f"ncu-{profile.kind}"}], "tool": {"name": "proflab", "version": __version__},
+                "ncu": _ncu_source(profile)},
+        device={"name": dev, "sm_count": None if sms is None else int(sms)},
+        summary={"kind": "ncu", "wall_ms": round(total_ns / 1e6, 4), "gpu_busy_pct": None, "breakdown_ms": None,
+                 "step_count": 0, "median_step_ms": None, "kernels_profiled": len(vs), "launches_profiled": profile.launches.height},
+        findings=tuple(findings),
+        kernels=(),
+        verdicts=tuple(v.to_dict() for v in vs),
+        missing=tuple(missing),
+        notes=profile.notes,
+    )

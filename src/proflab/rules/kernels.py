@@ -1,0 +1,241 @@
+"""Kernel-level findings from Nsight Compute verdicts.
+
+Each kernel gets one bound-class finding (``memory_bound``, ``compute_bound`` or
+``latency_bound``) and one finding per specific cause it shows (``low_occupancy``,
+``warp_stalls``, ``uncoalesced_access``, ``bank_conflicts``, ``divergence``). The gain of a
+finding is the kernel's total GPU time (from the timeline when the profile is joined to one,
+else the profiled launches' duration) times an estimated speedup: ncu's own rule estimate when
+ncu gives one for that cause (``global`` estimates only: a share of the whole kernel), else
+the headroom stated in the finding's assumption. Causes of one kernel overlap, so their gains
+are not additive; findings are ranked by gain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from proflab.analysis.verdicts import HIGH_PCT, KernelVerdict, limiter_fix
+from proflab.report import Finding
+from proflab.rules._common import severity
+
+__all__ = ["kernel_findings", "KernelTime", "CAUSE_RULES"]
+
+# ncu rule names that estimate the gain of fixing each cause
+CAUSE_RULES = {
+    "uncoalesced_access": ("UncoalescedGlobalAccess", "MemoryCacheAccessPattern"),
+    "bank_conflicts": ("SharedMemoryConflicts", "UncoalescedSharedAccess"),
+    "divergence": ("ThreadDivergence",),
+    "low_occupancy": ("TheoreticalOccupancy", "AchievedOccupancy"),
+    "warp_stalls": ("CPIStall",),
+}
+_BENIGN_STALLS = {"wait", "not_selected", "gmma", "drain", "sleeping", "misc"}
+UNCOALESCED_PCT = 20.0  # excessive sectors, % of all L2 sectors requested by global accesses
+BANK_CONFLICT_PCT = 20.0  # excessive shared-memory wavefronts, % of all
+DIVERGENT_THREADS = 24.0  # average active threads per warp (of 32)
+LOW_OCCUPANCY_PCT = 50.0  # theoretical occupancy
+STALL_SHARE_PCT = 40.0  # share of stall cycles for one reason to be named as the cause
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """How much GPU time a kernel takes in the program: ``total_ns`` over ``launches``,
+    ``source`` says where the figure comes from (``timeline`` or ``ncu``)."""
+
+    total_ns: float
+    launches: int
+    source: str
+    where: dict[str, list[Any]]
+
+
+def _ncu_speedup(v: KernelVerdict, category: str) -> tuple[float, str] | None:
+    best = None
+    for r in v.rules:
+        if r["rule"] in CAUSE_RULES.get(category, ()) and r.get("est_speedup_pct") is not None:
+            if (r.get("speedup_type") or "global") != "global":
+                continue
+            if best is None or r["est_speedup_pct"] > best[0]:
+                best = (float(r["est_speedup_pct"]), r["rule"])
+    return best
+
+
+def _finding(v: KernelVerdict, kt: KernelTime, denom_ns: float, category: str, frac: float,
+             assumption: str, title: str, evidence: dict[str, Any], fix: str) -> Finding:
+    frac = max(0.0, min(frac, 1.0))
+    gain_ns = kt.total_ns * frac
+    gain_pct = round(100.0 * gain_ns / denom_ns, 2) if denom_ns else 0.0
+    ev = {
+        "kernel_total_ms": round(kt.total_ns / 1e6, 3),
+        "kernel_time_from": kt.source,
+        "launches": kt.launches,
+        "ncu_duration_us": None if v.duration_ns is None else round(v.duration_ns / 1e3, 2),
+        **evidence,
+        "est_speedup_pct": round(100.0 * frac, 1),
+    }
+    return Finding(
+        id=f"{category}:{v.name}",
+        category=category,
+        severity=severity(gain_pct),
+        title=title,
+        evidence=ev,
+        est_gain_ms=gain_ns / 1e6,
+        est_gain_pct=gain_pct,
+        fix=fix,
+        where={"kernels": [v.name], **kt.where},
+        assumption=assumption,
+    )
+
+
+def _short(name: str, n: int = 60) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def _estimate(v: KernelVerdict, category: str, fallback: float, fallback_why: str) -> tuple[float, str]:
+    ncu = _ncu_speedup(v, category)
+    if ncu is not None:
+        return ncu[0] / 100.0, f"ncu's {ncu[1]} rule estimates this share of the kernel's time as the saving"
+    return fallback, fallback_why
+
+
+def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | None:
+    m = v.metrics
+    sm, mem = m.get("sm_pct"), m.get("memory_pct")
+    if v.bound is None or sm is None or mem is None:
+        return None
+    base = {"sm_throughput_pct": round(sm, 1), "memory_throughput_pct": round(mem, 1)}
+    for k in ("dram_pct", "l2_pct", "l1_pct", "tensor_pipe_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct"):
+        if m.get(k) is not None:
+            base[k.replace("_pct", "_throughput_pct") if k in ("dram_pct", "l2_pct", "l1_pct") else k] = round(m[k], 1)
+    if v.roofline is not None and v.roofline.percent_of_roof is not None:
+        base["percent_of_roof"] = round(v.roofline.percent_of_roof, 1)
+    if v.bound == "memory":
+        frac = 1.0 - mem / 100.0
+        return _finding(
+            v, kt, denom, "memory_bound", frac,
+            f"reaching the peak of the busiest memory unit ({v.memory_unit or 'memory'}); moving fewer bytes can save more than this",
+            f"{_short(v.name)} is memory-bound: {v.memory_unit or 'memory'} at {mem:.0f}% of peak",
+            base,
+            "Move fewer bytes: fuse this kernel with its producer or consumer (torch.compile or a fused op), "
+            "store tensors in lower precision (bf16, fp8), and reuse data from L2/shared memory instead of re-reading it.",
+        )
+    if v.bound == "compute":
+        tensor = m.get("tensor_pipe_pct") or 0.0
+        frac = 1.0 - (max(sm, tensor) / 100.0)
+        fix = ("Do less arithmetic per result: lower precision, cheaper math (fast intrinsics), algebraic simplification; "
+               "the kernel already keeps its pipes busy.")
+        gemm_like = any(k in v.name.lower() for k in ("gemm", "sgemm", "matmul", "xmma", "conv"))
+        if gemm_like and tensor < 10.0:
+            fix = ("This matrix kernel runs on the FP32 SIMT pipes, not tensor cores: enable TF32 "
+                   "(torch.backends.cuda.matmul.allow_tf32 = True or torch.set_float32_matmul_precision('high')) "
+                   "or run it in bf16 (torch.autocast).")
+        return _finding(
+            v, kt, denom, "compute_bound", frac,
+            "reaching the SM's (or tensor pipe's) peak throughput at the same instruction mix",
+            f"{_short(v.name)} is compute-bound: SM at {sm:.0f}% of peak" + (f", tensor pipe {tensor:.0f}%" if tensor >= 1 else ""),
+            base, fix,
+        )
+    busiest = max(sm, mem)
+    frac = max(0.0, 1.0 - busiest / HIGH_PCT)
+    waves = m.get("waves_per_sm")
+    base["waves_per_sm"] = None if waves is None else round(waves, 2)
+    if waves is not None and waves < 1.0:
+        fix = (f"The grid ({m.get('grid_size') and int(m['grid_size'])} blocks) does not fill the GPU: give each launch more "
+               "parallel work (batch small tensors, fuse small kernels, torch.compile), or capture them in a CUDA graph "
+               "so launch latency is paid once.")
+    else:
+        fix = ("Neither compute nor memory is busy: raise occupancy (see its limiter) or instruction-level "
+               "parallelism (more independent work per thread), and cut the stall reason at the top of the list.")
+    return _finding(
+        v, kt, denom, "latency_bound", frac,
+        f"bringing the busier unit to {HIGH_PCT:.0f}% of peak, the level at which a kernel counts as throughput-bound",
+        f"{_short(v.name)} is latency-bound: SM {sm:.0f}%, memory {mem:.0f}% of peak",
+        base, fix,
+    )
+
+
+def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Finding]:
+    out: list[Finding] = []
+    m = v.metrics
+    u = v.uncoalesced or {}
+    excess, spr = u.get("excessive_sectors_pct"), u.get("load_sectors_per_request")
+    if (excess is not None and excess >= UNCOALESCED_PCT) or (spr is not None and spr >= 8) or (_ncu_speedup(v, "uncoalesced_access") or (0,))[0] >= 5:
+        frac, why = _estimate(v, "uncoalesced_access", (excess or 0.0) / 100.0 * ((m.get("memory_pct") or 0) / 100.0),
+                              "the excessive sectors' share of memory traffic, times the memory unit's utilisation")
+        out.append(_finding(
+            v, kt, denom, "uncoalesced_access", frac, why,
+            f"{_short(v.name)}: uncoalesced global access" + (f" ({spr:g} sectors per load request; 4 is ideal for 4-byte loads)" if spr else ""),
+            {"excessive_sectors_pct": excess, "load_sectors_per_request": spr},
+            "Make neighbouring threads touch neighbouring addresses: index the fastest-varying dimension with threadIdx.x, "
+            "transpose through shared memory, or switch to a structure-of-arrays layout; make the tensor contiguous "
+            "(.contiguous()) before the kernel if the stride comes from a view.",
+        ))
+    b = v.bank_conflicts or {}
+    bex = b.get("excessive_wavefronts_pct")
+    if (bex is not None and bex >= BANK_CONFLICT_PCT) or (_ncu_speedup(v, "bank_conflicts") or (0,))[0] >= 5:
+        frac, why = _estimate(v, "bank_conflicts", (bex or 0.0) / 100.0 * ((m.get("l1_pct") or 0) / 100.0),
+                              "the excessive wavefronts' share, times L1/shared-memory utilisation")
+        wpi = b.get("wavefronts_per_shared_instruction")
+        out.append(_finding(
+            v, kt, denom, "bank_conflicts", frac, why,
+            f"{_short(v.name)}: shared-memory bank conflicts" + (f" ({bex:g}% of shared-memory wavefronts are conflict replays)" if bex else ""),
+            {"excessive_wavefronts_pct": bex, "wavefronts_per_shared_instruction": wpi},
+            "Pad the shared-memory tile (e.g. float tile[32][33]) or swizzle its index so that the 32 lanes of a warp hit 32 different banks.",
+        ))
+    at = m.get("active_threads_per_warp")
+    if (at is not None and at < DIVERGENT_THREADS) or (_ncu_speedup(v, "divergence") or (0,))[0] >= 5:
+        frac, why = _estimate(v, "divergence", (1.0 - (at or 32.0) / 32.0) * ((m.get("sm_pct") or 0) / 100.0),
+                              "idle lanes' share, times SM utilisation")
+        out.append(_finding(
+            v, kt, denom, "divergence", frac, why,
+            f"{_short(v.name)}: divergent warps" + (f" ({at:.1f} of 32 threads active per instruction)" if at is not None else ""),
+            {"active_threads_per_warp": at, "branch_efficiency_pct": m.get("branch_efficiency_pct")},
+            "Make branches uniform per warp: partition or sort work so that the threads of a warp take the same path, "
+            "and replace short branches with arithmetic selects.",
+        ))
+    theo, ach, waves = m.get("theoretical_occupancy_pct"), m.get("achieved_occupancy_pct"), m.get("waves_per_sm")
+    if v.bound == "latency" and theo is not None and ach is not None and (waves is None or waves >= 1.0) and (
+        theo < LOW_OCCUPANCY_PCT or ach < 0.6 * theo
+    ):
+        frac, why = _estimate(v, "low_occupancy", max(0.0, 1.0 - max(m.get("sm_pct") or 0, m.get("memory_pct") or 0) / HIGH_PCT),
+                              f"bringing the busier unit to {HIGH_PCT:.0f}% of peak")
+        limited = theo < LOW_OCCUPANCY_PCT
+        fix = (limiter_fix(v.occupancy_limiter) if limited else None) or (
+            "Achieved occupancy is far below theoretical: balance work across blocks (tail effect), and avoid long-running outlier blocks.")
+        out.append(_finding(
+            v, kt, denom, "low_occupancy", frac, why,
+            f"{_short(v.name)}: low occupancy, {ach:.0f}% achieved of {theo:.0f}% theoretical"
+            + (f" (limited by {v.occupancy_limiter})" if limited and v.occupancy_limiter else ""),
+            {"achieved_occupancy_pct": round(ach, 1), "theoretical_occupancy_pct": round(theo, 1),
+             "limiter": v.occupancy_limiter, "block_limits": dict(v.block_limits),
+             "registers_per_thread": m.get("registers_per_thread"), "block_size": m.get("block_size")},
+            fix,
+        ))
+    if v.bound == "latency" and v.stalls:
+        top = v.stalls[0]
+        if top["reason"] not in _BENIGN_STALLS and top["share_pct"] >= STALL_SHARE_PCT:
+            frac, why = _estimate(v, "warp_stalls", max(0.0, 1.0 - max(m.get("sm_pct") or 0, m.get("memory_pct") or 0) / HIGH_PCT) * top["share_pct"] / 100.0,
+                                  "the top stall's share of stall cycles, times the latency-bound headroom")
+            out.append(_finding(
+                v, kt, denom, "warp_stalls", frac, why,
+                f"{_short(v.name)}: warps stall on {top['reason']} ({top['share_pct']:.0f}% of stall cycles)",
+                {"stalls": [dict(s) for s in v.stalls], "warp_cycles_per_issue": m.get("warp_cycles_per_issue")},
+                top["fix"][0].upper() + top["fix"][1:] + ".",
+            ))
+    return out
+
+
+def kernel_findings(verdicts: list[KernelVerdict], times: dict[str, KernelTime], denom_ns: float) -> list[Finding]:
+    """Findings for every verdict, largest estimated gain first. ``times`` maps a verdict's
+    name to its GPU time; ``denom_ns`` is what ``est_gain_pct`` is a share of (the analysed
+    window when joined to a timeline, else the profiled kernels' total time)."""
+    out: list[Finding] = []
+    for v in verdicts:
+        kt = times.get(v.name)
+        if kt is None:
+            kt = KernelTime((v.duration_ns or 0.0) * v.launches, v.launches, "ncu", {})
+        f = _bound_finding(v, kt, denom_ns)
+        if f is not None:
+            out.append(f)
+        out.extend(_cause_findings(v, kt, denom_ns))
+    out.sort(key=lambda f: -f.est_gain_ms)
+    return out
