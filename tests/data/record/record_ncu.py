@@ -8,6 +8,9 @@ Writes, into ``--out``:
 - ``workloads_targeted_stdout.csv``: a targeted section list printed straight to stdout with
   ``--csv --page raw``, so ``==PROF==`` lines and the program's own output are mixed in, as
   users see it;
+- ``workloads_targeted.ncu-rep`` with its ``_raw.csv`` and ``_details.csv`` exports: proflab's
+  default section list (``proflab.collect.ncu.DEFAULT_SECTIONS``), what ``proflab kernels``
+  collects;
 - ``ncu_version.txt``.
 
 Usage (on a machine with a GPU and ncu on the PATH)::
@@ -44,6 +47,7 @@ def run(argv: list[str], stdout_path: str | None = None) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
+    p.add_argument("--targeted-only", action="store_true", help="skip the --set full recording")
     args = p.parse_args(argv)
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -53,11 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
     py = sys.executable
     run([ncu, "--version"], out("ncu_version.txt"))
-    rep = out("workloads_full.ncu-rep")
-    run([ncu, *COMMON, "--set", "full", "-f", "-o", rep[: -len(".ncu-rep")], py, WORKLOADS])
+    if not args.targeted_only:
+        rep = out("workloads_full.ncu-rep")
+        run([ncu, *COMMON, "--set", "full", "-f", "-o", rep[: -len(".ncu-rep")], py, WORKLOADS])
+        for page in ("raw", "details"):
+            run([ncu, "--import", rep, "--csv", "--page", page, "--print-kernel-base", "demangled"],
+                out(f"workloads_full_{page}.csv"))
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "src"))
+    from proflab.collect.ncu import DEFAULT_SECTIONS
+
+    rep = out("workloads_targeted.ncu-rep")
+    default = [a for s in DEFAULT_SECTIONS for a in ("--section", s)]
+    run([ncu, *COMMON, *default, "-f", "-o", rep[: -len(".ncu-rep")], py, WORKLOADS])
     for page in ("raw", "details"):
         run([ncu, "--import", rep, "--csv", "--page", page, "--print-kernel-base", "demangled"],
-            out(f"workloads_full_{page}.csv"))
+            out(f"workloads_targeted_{page}.csv"))
     sections = [a for s in TARGETED_SECTIONS for a in ("--section", s)]
     run([ncu, *COMMON, *sections, "--csv", "--page", "raw", py, WORKLOADS],
         out("workloads_targeted_stdout.csv"))
