@@ -72,7 +72,6 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     k.add_argument("target", nargs="?", metavar="RUN_DIR|TRACE", help="the timeline that names the hot kernels")
-    k.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the program to run under ncu")
     k.add_argument("--import", dest="imports", nargs="+", metavar="FILE", help="read ncu results instead: .ncu-rep, or CSV from --page raw / --page details")
     k.add_argument("--trace", metavar="TRACE", help="with --import: the timeline to join the results to")
     k.add_argument("--top", type=int, default=5, metavar="N", help="hot kernels to profile (default 5)")
@@ -95,7 +94,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # everything after "--" is the program to run, never proflab's options
+    trailing: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, trailing = argv[:i], argv[i + 1 :]
     args = parser.parse_args(argv)
+    args.trailing = trailing
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -156,7 +162,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
     from proflab.render import format_for_path, render
 
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cmd = args.trailing
     notes: list[str] = []
     if args.imports:
         if cmd:

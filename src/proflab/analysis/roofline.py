@@ -117,8 +117,9 @@ def roofline(prof: NcuProfile, lid: int, device_name: str | None = None) -> Roof
     if dur is None:
         return None
     missing: list[str] = []
-    sm_hz = v(lid, "smsp__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second")
-    cycles = v(lid, "smsp__cycles_elapsed.avg", "sm__cycles_elapsed.avg")
+    # the roofline sections give SM-clock rates; gpc cycles run on the same clock
+    sm_hz = v(lid, "smsp__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second", "gpc__cycles_elapsed.avg.per_second")
+    cycles = v(lid, "smsp__cycles_elapsed.avg", "sm__cycles_elapsed.avg", "gpc__cycles_elapsed.avg")
     flop: dict[str, float] = {}
     peaks: dict[str, float] = {}
     source: dict[str, str] = {}
@@ -137,8 +138,11 @@ def roofline(prof: NcuProfile, lid: int, device_name: str | None = None) -> Roof
         else:
             missing.append(f"{prec} instruction counts")
         pk = v(lid, f"sm__sass_thread_inst_executed_op_{peak_instr}_pred_on.sum.peak_sustained")
-        if pk is not None and sm_hz:
-            peaks[prec] = pk * per_peak * sm_hz
+        pk_flop = None if pk is None else pk * per_peak
+        if pk_flop is None:  # the roofline sections' own name: FLOP per cycle already
+            pk_flop = v(lid, f"derived__sm__sass_thread_inst_executed_op_{peak_instr}_pred_on_x{per_peak}")
+        if pk_flop is not None and sm_hz:
+            peaks[prec] = pk_flop * sm_hz
             source[prec] = "ncu peak_sustained x SM clock"
     tensor = [v(lid, f"sm__ops_path_tensor_src_{s}.sum") for s in _TENSOR_SRC]
     if any(t is not None for t in tensor):
@@ -175,7 +179,7 @@ def roofline(prof: NcuProfile, lid: int, device_name: str | None = None) -> Roof
         l2 = None if sec is None else sec * _SECTOR_BYTES
     if l2 is not None:
         nbytes["l2"] = l2
-    l2_pk = v(lid, "lts__t_bytes.sum.peak_sustained")
+    l2_pk = v(lid, "lts__t_bytes.sum.peak_sustained", "derived__lts__lts2xbar_bytes.sum.peak_sustained")
     if l2_pk is None:
         per_slice, total, avg = v(lid, "lts__t_sectors.avg.peak_sustained"), v(lid, "lts__t_sectors.sum"), v(lid, "lts__t_sectors.avg")
         if per_slice is not None and total and avg:
@@ -195,7 +199,8 @@ def roofline(prof: NcuProfile, lid: int, device_name: str | None = None) -> Roof
             l1 = _SECTOR_BYTES * sum(p for p in parts if p is not None)
     if l1 is not None:
         nbytes["l1"] = l1
-    l1_pk, l1_hz = v(lid, "l1tex__t_bytes.sum.peak_sustained"), v(lid, "l1tex__cycles_elapsed.avg.per_second")
+    l1_pk = v(lid, "l1tex__t_bytes.sum.peak_sustained", "derived__l1tex__lsu_writeback_bytes_mem_lgds.sum.peak_sustained")
+    l1_hz = v(lid, "l1tex__cycles_elapsed.avg.per_second")
     if l1_pk is not None and l1_hz:
         bw["l1"] = l1_pk * l1_hz
         source["l1"] = "ncu peak_sustained x L1 clock"
