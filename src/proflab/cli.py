@@ -149,7 +149,7 @@ def _trace_in(target: str | None):
     from proflab.api import load
     from proflab.readers import expand_paths
 
-    paths = [p for p in expand_paths([target]) if p.parent.name != "ncu"]
+    paths = expand_paths([target])
     if len(paths) != 1:
         raise UsageError(f"{target}: holds {len(paths)} traces; pass the one to use")
     return load(paths[0])

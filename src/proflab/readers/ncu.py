@@ -413,21 +413,19 @@ def _read_rep_module(p: Path, folder: Path) -> NcuProfile:
                 "grid": f"({text_of('launch__grid_dim_x')}, {text_of('launch__grid_dim_y')}, {text_of('launch__grid_dim_z')})",
                 "block": f"({text_of('launch__block_dim_x')}, {text_of('launch__block_dim_y')}, {text_of('launch__block_dim_z')})",
             })
+            numeric = {getattr(ncu_report.IMetric, f"ValueKind_{k}", None) for k in ("DOUBLE", "FLOAT", "UINT32", "UINT64")}
+            string_kind = getattr(ncu_report.IMetric, "ValueKind_STRING", None)
             for mname in a.metric_names():
                 m = a.metric_by_name(mname)
-                if m is None:
+                # metrics without a value (absent hardware units) and instanced kinds are skipped
+                if m is None or not m.has_value():
                     continue
-                try:
-                    string_kind = getattr(ncu_report.IMetric, "ValueKind_STRING", None)
-                    if string_kind is not None and m.kind() == string_kind:
-                        metrics.append((lid, mname, None, "", str(m.as_string())))
-                        continue
-                    value = m.as_double()
-                except Exception:  # instanced or unreadable metric: keep what prints
-                    metrics.append((lid, mname, None, "", str(m.as_string())))
-                    continue
-                base, factor = base_unit(m.unit() or "")
-                metrics.append((lid, mname, value * factor, base, str(m.as_string())))
+                kind = m.kind()
+                if kind == string_kind:
+                    metrics.append((lid, mname, None, "", str(m.as_string() or "")))
+                elif kind in numeric:
+                    base, factor = base_unit(m.unit() or "")
+                    metrics.append((lid, mname, m.as_double() * factor, base, str(m.as_string() or "")))
             lid += 1
     if not launches:
         raise EmptyTrace(p, "the report holds no profiled kernels")
