@@ -216,7 +216,7 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
         _export_nsys(run_dir, meta)
     finalize(run_dir, meta, monitor=monitor)
     if opts.analyze:
-        text = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
+        text, _ = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
         out.write(text)
         out.flush()
     return status
@@ -331,9 +331,11 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     return meta
 
 
-def analyze_run(run_dir: Path, meta: dict, *, top: int = 15, width: int | None = None, color: bool = False) -> str:
+def analyze_run(
+    run_dir: Path, meta: dict, *, top: int = 15, width: int | None = None, color: bool = False
+) -> tuple[str, list]:
     """Analyse a run's traces: write analysis.json and summary.txt, update meta.json; return
-    the terminal summary."""
+    the terminal summary and the reports (one per trace)."""
     from proflab.render import render
 
     head = _run_header(run_dir, meta)
@@ -362,7 +364,7 @@ def analyze_run(run_dir: Path, meta: dict, *, top: int = 15, width: int | None =
     text = head + body
     rundir.write_text(run_dir / "summary.txt", text)
     rundir.write_json(run_dir / rundir.META, meta)
-    return text
+    return text, reports
 
 
 def _run_header(run_dir: Path, meta: dict) -> str:
