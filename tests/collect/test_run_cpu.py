@@ -161,6 +161,24 @@ def test_time_window_without_optimizer(tmp_path, torch_required):
     assert 0.1 < span_s < 1.2, span_s  # profiler start-up takes part of the 0.5 s on 2 cores
 
 
+def test_steps_after_the_time_fallback_win(tmp_path, torch_required):
+    # slow "loading" after the torch import, then training: the step window replaces the
+    # provisional time window
+    script = TRAIN.replace("torch.manual_seed(0)", "time.sleep(1.0)\ntorch.manual_seed(0)")
+    prog = tmp_path / "prog.py"
+    prog.write_text(script)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.2", "--duration", "0.3", "--",
+         sys.executable, str(prog), "12"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert len(meta["traces"]) == 1, meta
+    assert any("recorded the step window instead" in n for n in meta["notes"]), meta["notes"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
 def test_program_without_torch_runs_unaffected(tmp_path):
     done = _proflab_run(tmp_path, script=NO_TORCH)
     assert done.returncode == 0, done.stdout + done.stderr

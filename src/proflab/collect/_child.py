@@ -58,6 +58,8 @@ class Runtime:
         self._events = None
         self._captures = 0
         self._alarm_phase = None  # "start" | "stop"
+        self._provisional = False  # a time-window fallback is in progress or done, no step yet
+        self._step_base = 0
         argv = getattr(sys, "orig_argv", sys.argv)
         self._launcher = any(x.endswith(_TORCH_LAUNCHERS) for x in argv[:3])
         self._mp_child = "--multiprocessing-fork" in argv
@@ -122,7 +124,7 @@ class Runtime:
         except Exception:
             return False
 
-    def _start_steps(self) -> None:
+    def _start_steps(self, hook: bool = True) -> None:
         c = self.cfg
         sched = self.torch.profiler.schedule(
             wait=int(c.get("wait", 3)), warmup=int(c.get("warmup", 1)), active=int(c.get("active", 5)), repeat=1
@@ -130,7 +132,7 @@ class Runtime:
         self.prof = self._profiler(sched)
         self.prof.start()  # in the wait phase: nothing is recorded until warm-up
         self.prof_kind = "steps"
-        if self.cfg.get("optimizer_steps", True):
+        if hook and self.cfg.get("optimizer_steps", True):
             try:
                 from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -157,16 +159,40 @@ class Runtime:
             elif self.step_source is None:
                 self.step_source = source
             self.steps += 1
+            if self.window == "auto" and self._provisional:
+                self._back_to_steps()
             if self.prof is None or self.prof_kind != "steps" or self.done:
                 return
             try:
-                if self.steps == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
+                if self.steps - self._step_base == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
                     self._stand_aside()
                     return
                 self.prof.step()
             except Exception as e:
                 self.notes.append(f"torch.profiler step failed: {type(e).__name__}: {e}")
                 self._stand_aside()
+
+    def _back_to_steps(self) -> None:
+        """Steps arrived after the time-window fallback: that window was only standing in for
+        them (model loading, data preparation...). Drop it and record the step window."""
+        self._provisional = False
+        if self.prof is not None:
+            self.prof.stop()  # recorded, not exported
+            self.prof, self.prof_kind = None, None
+        for t in self.traces:
+            try:
+                os.remove(t)
+            except OSError:
+                pass
+        self.traces = []
+        self.notes = [n for n in self.notes if "time window" not in n]
+        self.notes.append("steps began after the time-window fallback had started: recorded the step window instead")
+        if self._alarm_phase is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._alarm_phase = None
+        self.done = False
+        self._step_base = self.steps - 1  # the step window counts from here
+        self._start_steps(hook=False)
 
     def _stand_aside(self) -> None:
         self.notes.append("the program runs its own torch.profiler: proflab recorded nothing over it")
@@ -225,6 +251,7 @@ class Runtime:
                 self.prof = self._profiler()
                 self.prof.start()
                 self.prof_kind = "time"
+                self._provisional = self.window == "auto"
                 self.notes.append(
                     f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
                     f"recorded a time window of {self.cfg.get('duration_s')} s instead"
