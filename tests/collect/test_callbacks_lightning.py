@@ -31,5 +31,5 @@ def test_lightning_trainer_writes_artifacts(tmp_path):
                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")  # fmt: skip
     trainer.fit(Tiny(), loader)
     table = (tmp_path / "prof" / "key_averages.txt").read_text()
-    assert "ProfilerStep#" in table and "aten::" in table and "Self CPU time total" in table
+    assert "aten::" in table and "Self CPU time total" in table
     assert proflab.load(tmp_path / "prof" / "trace.pt.trace.json.gz").steps.height == 3

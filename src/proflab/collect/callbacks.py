@@ -4,7 +4,7 @@ One profiling core, two thin adapters. The core runs ``torch.profiler`` with
 ``schedule(wait, warmup, active)``, steps it after every training batch, and when the window
 closes writes, into ``out_dir``:
 
-``key_averages.txt``        operators by CUDA time (CPU time without CUDA): the kernels to
+``key_averages.txt``        operators by self CUDA time (CPU without CUDA): the kernels to
                             hand to ncu
 ``trace.pt.trace.json.gz``  the trace (``proflab analyze`` reads it)
 ``memory_timeline.html``    with ``profile_memory`` (and CUDA): memory by category over time
@@ -68,7 +68,8 @@ class ProfilingCore:
             warnings.warn(f"ProfCallback: {name} not written: {type(e).__name__}: {e}", stacklevel=2)
 
     def _write(self, prof) -> None:
-        sort = "cuda_time_total" if self.cuda else "cpu_time_total"
+        # self time: with_stack adds Python frames, whose total time would crowd out the ops
+        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
 
         def table(path):
             Path(path).write_text(prof.key_averages().table(sort_by=sort, row_limit=50) + "\n", encoding="utf-8")
