@@ -6,6 +6,17 @@ Public API (everything else is internal)::
     report = proflab.analyze(trace)                  # Report: summary, findings, kernels
     report.to_dict()                                 # the proflab.report/1 JSON contract
 
+    with proflab.profile("train", wait=2, active=5) as run:   # a run directory, analysed
+        for batch in data:
+            with proflab.annotate("forward"): ...    # NVTX range + record_function
+            proflab.step()                           # advances the step window
+    with proflab.GPUMonitor() as mon: ...            # NVML power, energy, clocks, GPM
+    proflab.auto_profile, proflab.capture, proflab.record, proflab.DetailedProfiler,
+    proflab.ProfCallback (Lightning / Hugging Face Trainer)
+
+``proflab run -- python train.py`` profiles a program with no code changes; inside it these
+calls reach the run.
+
 Heavy dependencies (polars, numpy, msgspec) load on first use, so ``import proflab`` and
 ``proflab --help`` stay instant.
 """
@@ -25,10 +36,24 @@ __all__ = [
     "Finding",
     "Missing",
     "ProflabError",
+    "annotate",
+    "capture",
+    "step",
+    "record",
+    "profile",
+    "GPUMonitor",
+    "auto_profile",
+    "DetailedProfiler",
+    "ProfCallback",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
     from proflab.api import analyze, load
+    from proflab.collect.api import annotate, capture, profile, record, step
+    from proflab.collect.callbacks import ProfCallback
+    from proflab.collect.events import DetailedProfiler
+    from proflab.collect.monitor import GPUMonitor
+    from proflab.collect.timing import auto_profile
     from proflab.errors import ProflabError
     from proflab.model import Trace
     from proflab.report import Finding, Missing, Report
@@ -41,6 +66,15 @@ _LAZY = {
     "Finding": ("proflab.report", "Finding"),
     "Missing": ("proflab.report", "Missing"),
     "ProflabError": ("proflab.errors", "ProflabError"),
+    "annotate": ("proflab.collect.api", "annotate"),
+    "capture": ("proflab.collect.api", "capture"),
+    "step": ("proflab.collect.api", "step"),
+    "record": ("proflab.collect.api", "record"),
+    "profile": ("proflab.collect.api", "profile"),
+    "GPUMonitor": ("proflab.collect.monitor", "GPUMonitor"),
+    "auto_profile": ("proflab.collect.timing", "auto_profile"),
+    "DetailedProfiler": ("proflab.collect.events", "DetailedProfiler"),
+    "ProfCallback": ("proflab.collect.callbacks", "ProfCallback"),
 }
 
 

@@ -89,7 +89,62 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width")
     k.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
     k.set_defaults(func=cmd_kernels)
+    _run_parser(sub)
+    rs = sub.add_parser(
+        "runs",
+        help="list past runs of proflab run (time, name, command, exit status, duration, top finding)",
+        description="List the run directories under DIR (default proflab-runs), oldest first.",
+    )
+    rs.add_argument("root", nargs="?", default="proflab-runs", metavar="DIR", help="where the runs are (default proflab-runs)")
+    rs.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
+    rs.set_defaults(func=cmd_runs)
     return p
+
+
+def _run_parser(sub) -> None:
+    r = sub.add_parser(
+        "run",
+        help="profile an unmodified program: proflab run [options] -- python train.py ...",
+        description=(
+            "Run a program under torch.profiler (CPU + CUDA; a window of training steps after "
+            "warm-up, steps taken from the optimizer or proflab.step(), else a time window) or "
+            "Nsight Systems, with the GPU monitor sampling NVML alongside. Writes a run "
+            "directory (traces, monitor.parquet, meta.json, analysis.json, summary.txt), prints "
+            "the analysis and exits with the program's exit status."
+        ),
+        epilog="example: proflab run --active 10 -- python train.py --epochs 1",
+    )
+    r.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the program and its arguments")
+    g = r.add_argument_group("where")
+    g.add_argument("-o", "--out", default="proflab-runs", metavar="DIR", help="runs folder (default proflab-runs)")
+    g.add_argument("--name", help="run name (default: the script's name)")
+    g = r.add_argument_group("what is recorded")
+    g.add_argument("--backend", choices=("torch", "nsys"), default="torch", help="torch.profiler (default) or Nsight Systems")
+    g.add_argument("--window", choices=("auto", "steps", "time", "capture"), default="auto",
+                   help="auto (default): steps, or a time window when no step comes; steps; time; "
+                        "capture: inside proflab.capture() only")  # fmt: skip
+    g.add_argument("--wait", type=int, default=3, metavar="N", help="steps skipped before recording (default 3)")
+    g.add_argument("--warmup", type=int, default=1, metavar="N", help="profiler warm-up steps, discarded (default 1)")
+    g.add_argument("--active", type=int, default=5, metavar="N", help="steps recorded (default 5)")
+    g.add_argument("--delay", type=float, default=5.0, metavar="S",
+                   help="time window: starts S s after torch is imported (auto: when no step came by then; default 5)")  # fmt: skip
+    g.add_argument("--duration", type=float, default=10.0, metavar="S", help="time window length in s (default 10)")
+    g.add_argument("--no-record-shapes", dest="record_shapes", action="store_false", help="do not record input shapes")
+    g.add_argument("--with-stack", action="store_true", help="record Python stacks (links kernels to your lines)")
+    g.add_argument("--profile-memory", action="store_true", help="record tensor allocations")
+    g.add_argument("--memory-snapshot", action="store_true", help="write a CUDA memory snapshot (CUDA only)")
+    g.add_argument("--capture-range", action="store_true",
+                   help="record only inside proflab.capture() (nsys: cudaProfilerApi capture range)")  # fmt: skip
+    g.add_argument("--python-backtrace", action="store_true", help="nsys: Python backtraces of CUDA calls and Python sampling")
+    g = r.add_argument_group("GPU monitor")
+    g.add_argument("--no-monitor", dest="monitor", action="store_false", default=None, help="do not sample NVML")
+    g.add_argument("--monitor-period", type=float, default=0.1, metavar="S", help="sampling period in s (default 0.1)")
+    g = r.add_argument_group("output")
+    g.add_argument("--no-analyze", dest="analyze", action="store_false", help="record only; no analysis")
+    g.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    g.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
+    g.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    r.set_defaults(func=cmd_run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,6 +276,53 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         _write_atomic(Path(args.output), text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from proflab.collect.launcher import RunOptions, run
+
+    # main() takes everything after the first "--" as args.trailing
+    cmd = list(args.cmd) + (["--"] if args.cmd and args.trailing else []) + args.trailing
+    to_tty = sys.stdout.isatty()
+    opts = RunOptions(
+        backend=args.backend, root=args.out, name=args.name, window=args.window,
+        wait=args.wait, warmup=args.warmup, active=args.active, delay_s=args.delay, duration_s=args.duration,
+        record_shapes=args.record_shapes, with_stack=args.with_stack, profile_memory=args.profile_memory,
+        memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
+        python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
+        analyze=args.analyze, top=args.top,
+        width=args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80),
+        color=args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ),
+    )  # fmt: skip
+    return run(cmd, opts)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    import polars as pl
+
+    from proflab.collect.rundir import list_runs
+
+    runs = list_runs(args.root)
+    if not runs:
+        print(f"no runs in {args.root}")
+        return 0
+    df = pl.DataFrame(
+        {
+            "started": [r.started for r in runs],
+            "name": [r.name for r in runs],
+            "exit": [r.exit_status for r in runs],
+            "status": [r.status for r in runs],
+            "duration_s": [r.duration_s for r in runs],
+            "top_finding": [r.top_finding for r in runs],
+            "command": [r.command for r in runs],
+            "dir": [r.path.name for r in runs],
+        },
+        schema={"started": pl.String, "name": pl.String, "exit": pl.Int64, "status": pl.String,
+                "duration_s": pl.Float64, "top_finding": pl.String, "command": pl.String, "dir": pl.String},
+    )  # fmt: skip
+    width = args.width or (os.get_terminal_size().columns if sys.stdout.isatty() else 80)
+    sys.stdout.write(_frame_text(df, width=width, limit=None))
     return 0
 
 

@@ -10,9 +10,13 @@
     │   ├── UnsupportedFormat    valid data, but not a format proflab reads
     │   ├── SchemaError          a known format with a missing or mistyped field
     │   └── EmptyTrace           a trace with no events to analyse
-    └── UsageError               the command line or API call asks for something impossible
-        └── QueryError           SQL over a trace that DuckDB refuses (syntax, unknown table or
-                                 column, file or extension access, a failed cast)
+    ├── UsageError               the command line or API call asks for something impossible
+    │   └── QueryError           SQL over a trace that DuckDB refuses (syntax, unknown table or
+    │                            column, file or extension access, a failed cast)
+    └── CollectError             running or recording a program failed on proflab's side
+        ├── BackendUnavailable   a collection backend (NVML, nsys, torch) is missing here; the
+        │                        message says why and how to get it
+        └── MonitorError         NVML refused a call while sampling (mapped once, from NVMLError)
 
 Messages name the file and say what was expected, so that one line is enough to act on.
 """
@@ -32,6 +36,9 @@ __all__ = [
     "EmptyTrace",
     "UsageError",
     "QueryError",
+    "CollectError",
+    "BackendUnavailable",
+    "MonitorError",
 ]
 
 
@@ -78,3 +85,15 @@ class UsageError(ProflabError):
 
 class QueryError(UsageError):
     """SQL that cannot run on a trace; the message is DuckDB's, on one line."""
+
+
+class CollectError(ProflabError):
+    """Collection failed on proflab's side (not the profiled program's own failure)."""
+
+
+class BackendUnavailable(CollectError):
+    """A backend cannot run on this machine; the message says why and how to get it."""
+
+
+class MonitorError(CollectError):
+    """NVML refused a call; the message names the call and NVML's reason."""

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proflab.collect import Availability
 from proflab.errors import ProflabError, UsageError
 
 __all__ = [
@@ -64,24 +65,22 @@ class NcuFailed(ProflabError):
 
 
 @dataclass(frozen=True)
-class Availability:
-    ok: bool
-    reason: str
+class NcuAvailability(Availability):
     path: str | None = None
     version: str | None = None
 
 
-def available() -> Availability:
+def available() -> NcuAvailability:
     """Whether ncu can be run here; never raises."""
     exe = shutil.which("ncu")
     if exe is None:
-        return Availability(False, "ncu is not on the PATH (install Nsight Compute: it ships with the CUDA toolkit)")
+        return NcuAvailability(False, "ncu is not on the PATH (install Nsight Compute: it ships with the CUDA toolkit)")
     try:
         out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired) as e:
-        return Availability(False, f"ncu --version failed: {e}", exe)
+        return NcuAvailability(False, f"ncu --version failed: {e}", exe)
     m = re.search(r"Version (\S+)", out)
-    return Availability(True, "ok", exe, m.group(1) if m else None)
+    return NcuAvailability(True, "", exe, m.group(1) if m else None)
 
 
 @dataclass(frozen=True)

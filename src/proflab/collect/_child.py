@@ -1,0 +1,414 @@
+"""The runtime ``proflab run`` starts inside the profiled process. Standard library only.
+
+``_bootstrap/sitecustomize.py`` loads this file by path (the profiled interpreter need not be
+the one proflab is installed in) when ``PROFLAB_RUN_CONFIG`` is set, and registers it as
+``sys.modules["_proflab_run"]``, where ``proflab.step()``, ``capture()`` and ``record()`` find it.
+
+torch is never imported here: an import hook waits until the program imports torch itself, so
+a program that does not use torch runs unaffected. Once torch is in:
+
+- window ``auto`` (default): a torch.profiler with ``schedule(wait, warmup, active)`` steps on
+  every ``proflab.step()`` or, when the program never calls it, on its first optimizer's
+  ``step()`` (the global optimizer step hook). If no step comes within ``delay_s`` of the
+  torch import, a time window of ``duration_s`` is recorded instead (a SIGALRM timer, because
+  torch.profiler records the ops of the thread that starts it: the main thread).
+- window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
+  ``proflab.capture()`` blocks (the first one).
+
+The trace is exported when the window closes, and otherwise when the process ends: at exit
+(normal end, an uncaught exception, Ctrl-C's KeyboardInterrupt) and on SIGTERM, so a crashing
+or interrupted program still leaves what was recorded. Each process writes its own trace
+(``<host>_<pid>`` or ``rank<R>_<pid>``), so every torchrun worker leaves one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+CONFIG_ENV = "PROFLAB_RUN_CONFIG"
+
+_TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
+
+
+class Runtime:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.run_dir = cfg["run_dir"]
+        self.window = cfg.get("window", "auto")
+        self.pid = os.getpid()
+        self.started_ns = time.time_ns()
+        self.torch = None
+        self.prof = None  # the active torch.profiler.profile
+        self.prof_kind = None  # "steps" | "time" | "capture"
+        self.steps = 0
+        self.step_source = None  # "user" | "optimizer"
+        self._optimizer_id = None
+        self.traces: list[str] = []
+        self.notes: list[str] = []
+        self.done = False  # the window closed (or proflab stood aside): record nothing more
+        self._finished = False
+        self._lock = threading.RLock()
+        self._events = None
+        self._captures = 0
+        self._alarm_phase = None  # "start" | "stop"
+        self._provisional = False  # a time-window fallback is in progress or done, no step yet
+        self._step_base = 0
+        argv = getattr(sys, "orig_argv", sys.argv)
+        self._launcher = any(x.endswith(_TORCH_LAUNCHERS) for x in argv[:3])
+        self._mp_child = "--multiprocessing-fork" in argv
+
+    # -- setup -----------------------------------------------------------------------------
+
+    @property
+    def profiles(self) -> bool:
+        """Whether this process records a torch trace (launchers and worker processes do not)."""
+        return self.cfg.get("backend", "torch") == "torch" and not self._launcher and not self._mp_child
+
+    def install(self) -> None:
+        atexit.register(self.finish)
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        if "torch" in sys.modules:  # imported by another sitecustomize before us
+            self.on_torch(sys.modules["torch"])
+        else:
+            sys.meta_path.insert(0, _TorchImportHook(self))
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.finish()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_torch(self, torch) -> None:
+        """torch has just finished importing in this process."""
+        self.torch = torch
+        self._write_process_info()
+        if not self.profiles:
+            return
+        try:
+            if self.cfg.get("memory_snapshot") and torch.cuda.is_available():
+                torch.cuda.memory._record_memory_history(max_entries=int(self.cfg.get("snapshot_entries", 100000)))
+            if self.window in ("auto", "steps"):
+                self._start_steps()
+            if self.window == "time" or (self.window == "auto" and self.cfg.get("delay_s") is not None):
+                self._arm_time_window()
+        except Exception as e:  # never break the program: say why there is no trace
+            self.notes.append(f"proflab could not start torch.profiler: {type(e).__name__}: {e}")
+            self.done = True
+
+    # -- torch.profiler --------------------------------------------------------------------
+
+    def _profiler(self, schedule=None):
+        tp = self.torch.profiler
+        acts = [tp.ProfilerActivity.CPU]
+        if self.torch.cuda.is_available():
+            acts.append(tp.ProfilerActivity.CUDA)
+        return tp.profile(
+            activities=acts,
+            schedule=schedule,
+            on_trace_ready=self._on_trace_ready if schedule is not None else None,
+            record_shapes=bool(self.cfg.get("record_shapes", True)),
+            with_stack=bool(self.cfg.get("with_stack", False)),
+            profile_memory=bool(self.cfg.get("profile_memory", False)),
+        )
+
+    def _someone_else_profiles(self) -> bool:
+        try:
+            return bool(self.torch.autograd.profiler._is_profiler_enabled)
+        except Exception:
+            return False
+
+    def _start_steps(self, hook: bool = True) -> None:
+        c = self.cfg
+        sched = self.torch.profiler.schedule(
+            wait=int(c.get("wait", 3)), warmup=int(c.get("warmup", 1)), active=int(c.get("active", 5)), repeat=1
+        )
+        self.prof = self._profiler(sched)
+        self.prof.start()  # in the wait phase: nothing is recorded until warm-up
+        self.prof_kind = "steps"
+        if hook and self.cfg.get("optimizer_steps", True):
+            try:
+                from torch.optim.optimizer import register_optimizer_step_post_hook
+
+                register_optimizer_step_post_hook(self._on_optimizer_step)
+            except ImportError:  # torch < 2.0 has no global hook
+                self.notes.append("this torch has no global optimizer step hook; call proflab.step() each step")
+
+    def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
+        if self.step_source == "user":
+            return  # explicit steps win
+        # With several optimizers (GANs, per-module optimizers) one iteration steps each of
+        # them: count the steps of the first one seen only.
+        if self._optimizer_id is None:
+            self._optimizer_id = id(optimizer)
+        elif id(optimizer) != self._optimizer_id:
+            return
+        self.step("optimizer")
+
+    def step(self, source: str = "user") -> None:
+        """One training step ended (``proflab.step()``, or the optimizer hook)."""
+        with self._lock:
+            if source == "user" and self.step_source != "user":
+                self.step_source = "user"
+            elif self.step_source is None:
+                self.step_source = source
+            self.steps += 1
+            if self.window == "auto" and self._provisional:
+                self._back_to_steps()
+            if self.prof is None or self.prof_kind != "steps" or self.done:
+                return
+            try:
+                if self.steps - self._step_base == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
+                    self._stand_aside()
+                    return
+                self.prof.step()
+            except Exception as e:
+                self.notes.append(f"torch.profiler step failed: {type(e).__name__}: {e}")
+                self._stand_aside()
+
+    def _back_to_steps(self) -> None:
+        """Steps arrived after the time-window fallback: that window was only standing in for
+        them (model loading, data preparation...). Drop it and record the step window."""
+        self._provisional = False
+        if self.prof is not None:
+            self.prof.stop()  # recorded, not exported
+            self.prof, self.prof_kind = None, None
+        for t in self.traces:
+            try:
+                os.remove(t)
+            except OSError:
+                pass
+        self.traces = []
+        self.notes = [n for n in self.notes if "time window" not in n]
+        self.notes.append("steps began after the time-window fallback had started: recorded the step window instead")
+        if self._alarm_phase is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self._alarm_phase = None
+        self.done = False
+        self._step_base = self.steps - 1  # the step window counts from here
+        self._start_steps(hook=False)
+
+    def _stand_aside(self) -> None:
+        self.notes.append("the program runs its own torch.profiler: proflab recorded nothing over it")
+        self.prof, self.prof_kind, self.done = None, None, True
+
+    def _on_trace_ready(self, prof) -> None:
+        self._export(prof)
+        self.done = True
+
+    def _trace_path(self, suffix: str = "") -> str:
+        rank = os.environ.get("RANK")
+        who = f"rank{rank}_{self.pid}" if rank is not None else f"{socket.gethostname()}_{self.pid}"
+        return os.path.join(self.run_dir, "traces", f"{who}{suffix}.pt.trace.json.gz")
+
+    def _export(self, prof, suffix: str = "") -> None:
+        final = self._trace_path(suffix)
+        tmp_dir = os.path.join(self.run_dir, "traces", ".partial")
+        os.makedirs(tmp_dir, exist_ok=True)
+        tmp = os.path.join(tmp_dir, os.path.basename(final))
+        try:
+            prof.export_chrome_trace(tmp)
+            os.replace(tmp, final)  # readers never see half a trace
+            self.traces.append(final)
+            try:
+                os.rmdir(tmp_dir)
+            except OSError:  # another process of the run is exporting too
+                pass
+        except Exception as e:
+            self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
+        self._write_process_info()
+
+    # -- the time window (SIGALRM: the handler runs on the main thread) ----------------------
+
+    def _arm_time_window(self) -> None:
+        delay = float(self.cfg.get("delay_s") or 0.0)
+        if threading.current_thread() is not threading.main_thread():
+            self.notes.append("torch was first imported off the main thread: no time window")
+            return
+        if signal.getsignal(signal.SIGALRM) not in (signal.SIG_DFL, None):
+            self.notes.append("the program handles SIGALRM itself: no time window")
+            return
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        self._alarm_phase = "start"
+        if delay <= 0 and self.window == "time":
+            self._on_alarm(signal.SIGALRM, None)
+        else:
+            signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
+
+    def _on_alarm(self, signum, frame) -> None:
+        with self._lock:
+            if self._alarm_phase == "start":
+                if self.done or (self.window == "auto" and self.steps > 0):
+                    return  # steps arrived: the step window records
+                if self.prof is not None:  # the step profiler, still waiting: nothing recorded
+                    self.prof.stop()
+                self.prof = self._profiler()
+                self.prof.start()
+                self.prof_kind = "time"
+                self._provisional = self.window == "auto"
+                self.notes.append(
+                    f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
+                    f"recorded a time window of {self.cfg.get('duration_s')} s instead"
+                    if self.window == "auto" else "recorded a time window"
+                )
+                self._alarm_phase = "stop"
+                signal.setitimer(signal.ITIMER_REAL, float(self.cfg.get("duration_s") or 10.0))
+            elif self._alarm_phase == "stop":
+                self._alarm_phase = None
+                self._stop_and_export()
+
+    def _stop_and_export(self) -> None:
+        prof, kind, self.prof, self.prof_kind = self.prof, self.prof_kind, None, None
+        if prof is None:
+            return
+        if kind == "steps":
+            # stop() closes an open active window through on_trace_ready; a window still
+            # waiting or warming up has recorded nothing.
+            prof.stop()
+            if not self.done:
+                need = sum(int(self.cfg.get(k, d)) for k, d in (("wait", 3), ("warmup", 1)))
+                self.notes.append(
+                    f"the program made {self.steps} step(s) ({self.step_source or 'none seen'}); the step window "
+                    f"starts after {need}: no trace (use --window time, or fewer --wait steps)"
+                )
+        else:
+            prof.stop()
+            self._export(prof, "_capture" if kind == "capture" else "")
+        self.done = True
+
+    # -- capture ranges ----------------------------------------------------------------------
+
+    def capture_start(self) -> None:
+        with self._lock:
+            self._captures += 1
+            if self.window != "capture" or self.torch is None or self.done or self._captures > 1 or not self.profiles:
+                return
+            self.prof = self._profiler()
+            self.prof.start()
+            self.prof_kind = "capture"
+
+    def capture_stop(self) -> None:
+        with self._lock:
+            if self.prof_kind == "capture":
+                self._stop_and_export()
+
+    # -- events ------------------------------------------------------------------------------
+
+    def record(self, event: dict) -> None:
+        """Append one event to events.jsonl (flushed at once: survives a crash)."""
+        with self._lock:
+            if self._events is None:
+                self._events = open(os.path.join(self.run_dir, "events.jsonl"), "a", encoding="utf-8")
+            event = {"pid": self.pid, **event}
+            self._events.write(json.dumps(event, default=str) + "\n")
+            self._events.flush()
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def finish(self) -> None:
+        """Flush what was recorded. Runs at exit and on SIGTERM; safe to call twice."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+            # A second Ctrl-C must not cut the export short.
+            old = None
+            if threading.current_thread() is threading.main_thread():
+                old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+                if self._alarm_phase is not None:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                self._stop_and_export()
+            except Exception as e:
+                self.notes.append(f"stopping torch.profiler failed: {type(e).__name__}: {e}")
+            self._dump_memory_snapshot()
+            self._write_process_info()
+            if self._events is not None:
+                self._events.close()
+            if old is not None:
+                signal.signal(signal.SIGINT, old)
+
+    def _dump_memory_snapshot(self) -> None:
+        torch = self.torch
+        if torch is None or not self.cfg.get("memory_snapshot") or not self.profiles:
+            return
+        if not torch.cuda.is_available():
+            self.notes.append("--memory-snapshot: no CUDA device, no snapshot")
+            return
+        try:
+            path = os.path.join(self.run_dir, f"memory_snapshot_{self.pid}.pickle")
+            torch.cuda.memory._dump_snapshot(path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+        except Exception as e:
+            self.notes.append(f"CUDA memory snapshot failed: {type(e).__name__}: {e}")
+
+    def _write_process_info(self) -> None:
+        torch = self.torch
+        info = {
+            "pid": self.pid,
+            "argv": sys.argv,
+            "python": sys.version.split()[0],
+            "rank": os.environ.get("RANK"),
+            "torch": getattr(torch, "__version__", None) if torch else None,
+            "torch_cuda": getattr(getattr(torch, "version", None), "cuda", None) if torch else None,
+            "profiled": self.profiles and torch is not None,
+            "window": self.prof_kind or self.window,
+            "steps": self.steps,
+            "step_source": self.step_source,
+            "traces": [os.path.relpath(t, self.run_dir) for t in self.traces],
+            "notes": self.notes,
+        }
+        d = os.path.join(self.run_dir, "processes")
+        try:
+            os.makedirs(d, exist_ok=True)
+            tmp = os.path.join(d, f".{self.pid}.json.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(info, f, indent=2, default=str)
+            os.replace(tmp, os.path.join(d, f"{self.pid}.json"))
+        except OSError:
+            pass  # the run directory went away; nothing to tell
+
+
+class _TorchImportHook:
+    """A meta-path finder that calls ``runtime.on_torch`` once ``import torch`` completes."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)  # once; and the lookup below must not find us again
+        import importlib.util
+
+        spec = importlib.util.find_spec("torch")
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, runtime = spec.loader, self.runtime
+        exec_module = loader.exec_module
+
+        def exec_and_hook(module):
+            exec_module(module)
+            runtime.on_torch(module)
+
+        loader.exec_module = exec_and_hook
+        return spec
+
+
+RUNTIME: Runtime | None = None
+
+
+def start() -> Runtime | None:
+    """Start the runtime once, when ``proflab run`` asked for it (the bootstrap calls this)."""
+    global RUNTIME
+    raw = os.environ.get(CONFIG_ENV)
+    if raw and RUNTIME is None:
+        RUNTIME = Runtime(json.loads(raw))
+        RUNTIME.install()
+    return RUNTIME

@@ -1,0 +1,391 @@
+"""``proflab run``: profile an unmodified program, then analyse what was recorded.
+
+The program runs as a child process with proflab's bootstrap folder first on its PYTHONPATH
+(see ``_child.py`` for what happens inside it). This process stays outside the profiled one:
+it samples the GPUs through NVML, forwards SIGINT/SIGTERM, waits, writes the run directory
+(``rundir.py`` has the layout), analyses the trace(s) and exits with the program's status
+(128 + N when a signal N ended it: 130 for Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from proflab import __version__
+from proflab.collect import rundir
+from proflab.errors import ProflabError, UsageError
+
+__all__ = ["RunOptions", "run", "finalize", "analyze_run", "exit_status"]
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
+WINDOWS = ("auto", "steps", "time", "capture")
+BACKENDS = ("torch", "nsys")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``proflab run`` records. Steps count optimizer steps or ``proflab.step()`` calls;
+    times are in seconds."""
+
+    backend: str = "torch"
+    root: str = rundir.DEFAULT_ROOT
+    name: str | None = None
+    window: str = "auto"
+    wait: int = 3  # steps skipped before recording (compilation, autotuning, allocator warm-up)
+    warmup: int = 1  # steps the profiler runs but discards (its own start-up cost)
+    active: int = 5  # steps recorded
+    delay_s: float = 5.0  # time window: starts this long after the torch import...
+    duration_s: float = 10.0  # ...and lasts this long
+    record_shapes: bool = True
+    with_stack: bool = False
+    profile_memory: bool = False
+    memory_snapshot: bool = False
+    capture_range: bool = False
+    python_backtrace: bool = False
+    monitor: bool | None = None  # None: on when a GPU is present
+    monitor_period_s: float = 0.1
+    analyze: bool = True
+    top: int = 15
+    width: int | None = None
+    color: bool = False
+
+    def check(self) -> None:
+        if self.backend not in BACKENDS:
+            raise UsageError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.window not in WINDOWS:
+            raise UsageError(f"unknown window {self.window!r}; choose one of {', '.join(WINDOWS)}")
+        if self.wait < 0 or self.warmup < 0 or self.active < 1:
+            raise UsageError("--wait and --warmup must be >= 0 and --active >= 1")
+        if self.delay_s < 0 or self.duration_s <= 0:
+            raise UsageError("--delay must be >= 0 s and --duration > 0 s")
+        if self.monitor_period_s <= 0:
+            raise UsageError("--monitor-period must be > 0 s")
+
+
+def exit_status(returncode: int) -> int:
+    """A child's return code as a shell reports it: 128 + N for death by signal N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _run_name(cmd: list[str]) -> str:
+    """``train`` for ``python train.py``, ``mymod`` for ``python -m mymod``, else the program."""
+    prog = Path(cmd[0]).name
+    if prog.startswith("python") or prog in ("torchrun", "accelerate", "deepspeed"):
+        args = iter(cmd[1:])
+        for a in args:
+            if a == "-m":
+                return next(args, prog).rsplit(".", 1)[-1]
+            if a.endswith(".py"):
+                return Path(a).stem
+    return prog
+
+
+def _child_config(opts: RunOptions, run_dir: Path) -> dict[str, Any]:
+    cfg = {
+        "run_dir": str(run_dir),
+        "backend": opts.backend,
+        "window": "capture" if opts.capture_range else opts.window,
+        "wait": opts.wait,
+        "warmup": opts.warmup,
+        "active": opts.active,
+        "delay_s": opts.delay_s if opts.window in ("auto", "time") else None,
+        "duration_s": opts.duration_s,
+        "record_shapes": opts.record_shapes,
+        "with_stack": opts.with_stack,
+        "profile_memory": opts.profile_memory,
+        "memory_snapshot": opts.memory_snapshot,
+    }
+    return cfg
+
+
+class _Signals:
+    """Forward SIGINT/SIGTERM to the child while it runs.
+
+    In a terminal, Ctrl-C reaches the whole foreground process group: the child has it
+    already, and a second one could cut its trace export short. So SIGINT is forwarded only
+    when this process is not in the terminal's foreground group (``kill -INT`` from elsewhere,
+    a batch system), and always from the second one on.
+    """
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc = proc
+        self.received: list[int] = []
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+    def _handle(self, signum, frame) -> None:
+        self.received.append(signum)
+        if signum == signal.SIGINT and self.received.count(signal.SIGINT) == 1 and _foreground():
+            return
+        try:
+            self.proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+
+def _foreground() -> bool:
+    """Whether this process is in the foreground process group of its controlling terminal."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue
+    return False
+
+
+def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> int:
+    """Profile ``cmd``; returns its exit status. Raises ProflabError for proflab's own failures
+    (bad options, a missing backend) before the program starts."""
+    opts.check()
+    if not cmd:
+        raise UsageError("give the command to profile after --, e.g. proflab run -- python train.py")
+    if shutil.which(cmd[0]) is None:
+        raise UsageError(f"{cmd[0]}: command not found")
+    nsys_path = None
+    if opts.backend == "nsys":
+        from proflab.collect import nsys
+
+        nsys_path = nsys.require()
+
+    run_dir = rundir.new_run_dir(opts.root, opts.name or _run_name(cmd))
+    (run_dir / "traces").mkdir()
+    started = time.time()
+    meta: dict[str, Any] = {
+        "schema": "proflab.run/1",
+        "name": opts.name or _run_name(cmd),
+        "command": list(cmd),
+        "cwd": os.getcwd(),
+        "status": "running",
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "exit_status": None,
+        "options": asdict(opts),
+        "notes": [],
+    }
+    rundir.write_json(run_dir / rundir.META, meta)
+
+    monitor = _start_monitor(opts, meta)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *filter(None, [env.get("PYTHONPATH")])])
+    env["PROFLAB_RUN_CONFIG"] = json.dumps(_child_config(opts, run_dir))
+    env["PROFLAB_RUN_DIR"] = str(run_dir)
+    argv = list(cmd)
+    if nsys_path:
+        from proflab.collect import nsys
+
+        argv = nsys.profile_argv(
+            nsys_path, run_dir / "traces" / "report", cmd,
+            capture_range=opts.capture_range, python_backtrace=opts.python_backtrace,
+        )  # fmt: skip
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.Popen(argv, env=env)
+    except OSError as e:
+        if monitor:
+            monitor.stop()
+        meta.update(status="failed to start", notes=[f"{cmd[0]}: {e}"])
+        rundir.write_json(run_dir / rundir.META, meta)
+        raise UsageError(f"{cmd[0]}: cannot start: {e}") from e
+    with _Signals(proc) as sigs:
+        returncode = proc.wait()
+    status = exit_status(returncode)
+    meta["duration_s"] = round(time.perf_counter() - t0, 3)
+    meta["exit_status"] = status
+    meta["status"] = "interrupted" if sigs.received or returncode < 0 else "finished"
+    if sigs.received:
+        meta["signals"] = [signal.Signals(s).name for s in sigs.received]
+
+    if nsys_path:
+        _export_nsys(run_dir, meta)
+    finalize(run_dir, meta, monitor=monitor)
+    if opts.analyze:
+        text, _ = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
+        out.write(text)
+        out.flush()
+    return status
+
+
+def _start_monitor(opts: RunOptions, meta: dict):
+    if opts.monitor is False:
+        return None
+    from proflab.collect import monitor as m
+
+    a = m.available()
+    if not a:
+        meta["notes"].append(f"GPU monitor off: {a.reason}")
+        return None
+    try:
+        return m.GPUMonitor(opts.monitor_period_s).start()
+    except ProflabError as e:
+        meta["notes"].append(f"GPU monitor off: {e}")
+        return None
+
+
+def _export_nsys(run_dir: Path, meta: dict) -> None:
+    from proflab.collect import nsys
+
+    rep = run_dir / "traces" / "report.nsys-rep"
+    if not rep.exists():
+        meta["notes"].append("nsys wrote no report (did the program reach CUDA? with --capture-range, did it call proflab.capture()?)")
+        return
+    try:
+        nsys.export_sqlite(rep)
+    except ProflabError as e:
+        meta["notes"].append(str(e))
+
+
+def _versions(processes: list[dict]) -> dict[str, Any]:
+    out: dict[str, Any] = {"proflab": __version__, "python": platform.python_version(), "platform": platform.platform()}
+    torch = sorted({p["torch"] for p in processes if p.get("torch")})
+    if torch:
+        out["torch"] = torch[0] if len(torch) == 1 else torch
+        cuda = sorted({p["torch_cuda"] for p in processes if p.get("torch_cuda")})
+        out["torch_cuda"] = cuda[0] if len(cuda) == 1 else (cuda or None)
+    else:
+        from importlib import metadata
+
+        try:  # the program did not import torch; say what is installed, without importing it
+            out["torch_installed"] = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            out["torch_installed"] = None
+    return out
+
+
+def _git(cwd: str) -> dict[str, Any] | None:
+    """The commit of the git work tree ``cwd`` is in (and whether it has changes), or None."""
+    git = shutil.which("git")
+    if not git:
+        return None
+    try:
+        head = subprocess.run([git, "-C", cwd, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            [git, "-C", cwd, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return {"commit": head.stdout.strip(), "dirty": bool(dirty.stdout.strip()) if dirty.returncode == 0 else None}
+
+
+def _processes(run_dir: Path) -> list[dict]:
+    out = []
+    for p in sorted((run_dir / "processes").glob("*.json")):
+        try:
+            out.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def trace_files(run_dir: Path) -> list[Path]:
+    """The traces of a run: torch.profiler's, else the Nsight Systems SQLite export."""
+    t = run_dir / "traces"
+    if not t.is_dir():
+        return []
+    kineto = sorted(p for p in t.iterdir() if p.is_file() and p.name.endswith(".pt.trace.json.gz"))
+    return kineto or sorted(t.glob("*.sqlite"))
+
+
+def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
+    """Stop the monitor, write monitor.parquet and the final meta.json."""
+    if monitor is not None:
+        monitor.stop()
+        try:
+            monitor.write_parquet(run_dir / "monitor.parquet")
+            meta["monitor"] = monitor.summary().to_dict()
+            meta["monitor"]["errors"] = monitor.errors[:5]
+        except Exception as e:  # a broken monitor must not lose the run
+            meta["notes"].append(f"monitor samples not written: {type(e).__name__}: {e}")
+    procs = _processes(run_dir)
+    meta["processes"] = procs
+    for p in procs:
+        meta["notes"].extend(n for n in p.get("notes", []) if n not in meta["notes"])
+    meta["versions"] = _versions(procs)
+    from proflab.collect import monitor as m
+
+    meta["gpu"] = m.device_info()
+    meta["git"] = _git(meta.get("cwd") or os.getcwd())
+    meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
+    ev = run_dir / "events.jsonl"
+    meta["events"] = sum(1 for _ in ev.open(encoding="utf-8")) if ev.exists() else 0
+    meta["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    rundir.write_json(run_dir / rundir.META, meta)
+    return meta
+
+
+def analyze_run(
+    run_dir: Path, meta: dict, *, top: int = 15, width: int | None = None, color: bool = False
+) -> tuple[str, list]:
+    """Analyse a run's traces: write analysis.json and summary.txt, update meta.json; return
+    the terminal summary and the reports (one per trace)."""
+    from proflab.render import render
+
+    head = _run_header(run_dir, meta)
+    reports, body = [], ""
+    traces = trace_files(run_dir)
+    try:
+        if traces:
+            from proflab.api import analyze, load
+
+            reports = [analyze(load(p), top_kernels=top) for p in traces]
+            rundir.write_text(run_dir / "analysis.json", render(reports, "json"))
+            body = render(reports, "term", width=width or 80, color=color)
+            f = reports[0].findings
+            meta["analysis"] = {
+                "reports": len(reports),
+                "top_finding": None if not f else (
+                    f[0].category if f[0].category == "healthy"
+                    else f"{f[0].category} ({f[0].est_gain_ms:.1f} ms, {f[0].est_gain_pct:.1f}%)"
+                ),
+            }  # fmt: skip
+        else:
+            meta["analysis"] = {"reports": 0, "top_finding": None, "note": "no trace was recorded"}
+    except ProflabError as e:
+        meta["analysis"] = {"reports": 0, "top_finding": None, "error": str(e)}
+        body = f"proflab: the analysis failed: {e}\n"
+    text = head + body
+    rundir.write_text(run_dir / "summary.txt", text)
+    rundir.write_json(run_dir / rundir.META, meta)
+    return text, reports
+
+
+def _run_header(run_dir: Path, meta: dict) -> str:
+    lines = [
+        f"proflab run: {run_dir}",
+        f"  command: {' '.join(meta.get('command') or [])}",
+        f"  exit status {meta.get('exit_status')} ({meta.get('status')}) after {meta.get('duration_s')} s",
+    ]
+    mon = meta.get("monitor")
+    if mon:
+        gpm = {k: v for k, v in (mon.get("gpm") or {}).items() if v is not None}
+        lines.append(
+            f"  GPU monitor: {mon['samples']} samples every {mon['period_s']} s; energy {mon['energy_j']} J, "
+            f"power mean {mon['mean_power_w']} W / max {mon['max_power_w']} W, GPU util {mon['mean_util_gpu_pct']}%"
+        )
+        if gpm:
+            lines.append("  GPM means: " + ", ".join(f"{k[4:]} {v}" for k, v in gpm.items()))
+    if meta.get("traces"):
+        lines.append(f"  traces: {', '.join(meta['traces'])}")
+    if meta.get("events"):
+        lines.append(f"  events: {meta['events']} in events.jsonl")
+    for n in meta.get("notes") or []:
+        lines.append(f"  note: {n}")
+    return "\n".join(lines) + "\n\n"

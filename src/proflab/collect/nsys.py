@@ -1,0 +1,82 @@
+"""Nsight Systems: is it here, the ``nsys profile`` command line, and the SQLite export.
+
+Command lines are argument lists, never shell strings: a path or argument with spaces or
+quotes reaches nsys as it is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from proflab.collect import Availability
+from proflab.errors import BackendUnavailable, CollectError
+
+__all__ = ["available", "require", "profile_argv", "export_argv", "export_sqlite", "INSTALL_HINT"]
+
+INSTALL_HINT = (
+    "Nsight Systems (nsys) is not on the PATH. It ships with the CUDA Toolkit (add the toolkit's "
+    "bin/ folder to PATH), as the nsight-systems package in NVIDIA's CUDA apt/dnf repositories, "
+    "or as a standalone installer from NVIDIA's Nsight Systems download page; "
+    "or drop --backend nsys to profile with torch.profiler"
+)
+_EXPORT_TIMEOUT_S = 1800
+
+
+def available() -> Availability:
+    """Whether ``nsys`` is on the PATH. Never raises."""
+    return Availability(True) if shutil.which("nsys") else Availability(False, INSTALL_HINT)
+
+
+def require() -> str:
+    """The path of ``nsys``, or :class:`BackendUnavailable` saying how to install it."""
+    path = shutil.which("nsys")
+    if not path:
+        raise BackendUnavailable(INSTALL_HINT)
+    return path
+
+
+def profile_argv(
+    nsys: str,
+    output: str | Path,
+    cmd: list[str],
+    *,
+    capture_range: bool = False,
+    python_backtrace: bool = False,
+) -> list[str]:
+    """``nsys profile`` as the seeds recommend: CUDA, NVTX and OS runtime traced, CUDA memory
+    usage on; with ``capture_range``, recording only between cudaProfilerStart and Stop
+    (``proflab.capture()``); with ``python_backtrace``, the Python stack of each CUDA call
+    and Python sampling. ``output`` is the report path without ``.nsys-rep``."""
+    argv = [
+        nsys, "profile",
+        "--trace=cuda,nvtx,osrt",
+        "--cuda-memory-usage=true",
+        f"--output={output}",
+        "--force-overwrite=true",
+    ]  # fmt: skip
+    if capture_range:
+        argv += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
+    if python_backtrace:
+        argv += ["--python-backtrace=cuda", "--python-sampling=true"]
+    return argv + list(cmd)
+
+
+def export_argv(nsys: str, report: str | Path, sqlite: str | Path) -> list[str]:
+    return [nsys, "export", "--type=sqlite", f"--output={sqlite}", "--force-overwrite=true", str(report)]
+
+
+def export_sqlite(report: str | Path, sqlite: str | Path | None = None) -> Path:
+    """Export an ``.nsys-rep`` report to SQLite beside it (or at ``sqlite``)."""
+    report = Path(report)
+    sqlite = Path(sqlite) if sqlite else report.with_suffix(".sqlite")
+    argv = export_argv(require(), report, sqlite)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CollectError(f"{report}: nsys export failed: {e}") from e
+    if done.returncode != 0 or not sqlite.exists():
+        tail = " ".join((done.stderr or done.stdout or "").split())[-300:]
+        raise CollectError(f"{report}: nsys export exited {done.returncode}: {tail}")
+    return sqlite

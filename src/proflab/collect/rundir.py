@@ -1,0 +1,139 @@
+"""Run directories: where one profiled run leaves everything, and the list of past runs.
+
+Layout of ``proflab-runs/<YYYYmmdd-HHMMSS>-<name>/``::
+
+    meta.json          command, cwd, exit status, times, versions, GPU/driver/CUDA, git commit,
+                       options, the files below; "status": running | finished | interrupted
+    traces/            torch.profiler traces, one per process (<host>_<pid>.pt.trace.json.gz),
+                       or the Nsight Systems report and its SQLite export
+    monitor.parquet    GPU monitor samples (see proflab.collect.monitor for the columns)
+    events.jsonl       DetailedProfiler / proflab.record events, one JSON object a line
+    processes/         one JSON per profiled process: torch version, steps seen, the window
+    analysis.json      the proflab.report/1 analysis of the trace(s)
+    summary.txt        the terminal summary printed at the end of the run
+
+Every file is written through a temporary file and a rename, so a reader never sees half a
+file, and ``meta.json`` exists from the moment the run starts: a run that crashes or is
+interrupted still leaves a readable directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_ROOT",
+    "RunInfo",
+    "atomic_path",
+    "write_json",
+    "write_text",
+    "new_run_dir",
+    "list_runs",
+    "read_meta",
+]
+
+DEFAULT_ROOT = "proflab-runs"
+META = "meta.json"
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path):
+    """A temporary path beside ``path``, renamed onto it on success, removed on failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp makes files private; run files are for reading
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def _slug(name: str) -> str:
+    s = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return s[:48] or "run"
+
+
+def new_run_dir(root: str | Path = DEFAULT_ROOT, name: str = "run", *, now: float | None = None) -> Path:
+    """Create ``root/<YYYYmmdd-HHMMSS>-<name>/`` (``-2``, ``-3``... when it exists)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{stamp}-{_slug(name)}"
+    for i in range(1, 1000):
+        path = root / (base if i == 1 else f"{base}-{i}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{root}: too many runs named {base}")
+
+
+def read_meta(run_dir: str | Path) -> dict[str, Any] | None:
+    """A run's meta.json, or None when it has none or it does not parse."""
+    try:
+        return json.loads((Path(run_dir) / META).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One past run as ``proflab runs`` lists it. Times are local, durations in s."""
+
+    path: Path
+    started: str | None
+    name: str
+    command: str
+    status: str
+    exit_status: int | None
+    duration_s: float | None
+    top_finding: str | None
+
+
+def list_runs(root: str | Path = DEFAULT_ROOT) -> list[RunInfo]:
+    """Every run directory under ``root`` that has a meta.json, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    runs = []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        meta = read_meta(d)
+        if meta is None:
+            continue
+        cmd = meta.get("command") or []
+        runs.append(
+            RunInfo(
+                path=d,
+                started=meta.get("started"),
+                name=meta.get("name") or d.name,
+                command=" ".join(cmd) if isinstance(cmd, list) else str(cmd),
+                status=meta.get("status", "?"),
+                exit_status=meta.get("exit_status"),
+                duration_s=meta.get("duration_s"),
+                top_finding=(meta.get("analysis") or {}).get("top_finding"),
+            )
+        )
+    return runs

@@ -1,0 +1,222 @@
+"""The instrumentation API, the monitor's pure parts and the nsys command line, on CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import proflab
+from proflab.collect import monitor, nsys
+from proflab.errors import BackendUnavailable, UsageError
+
+
+def test_public_names():
+    for name in ("annotate", "capture", "step", "record", "profile", "GPUMonitor", "auto_profile",
+                 "DetailedProfiler", "ProfCallback"):  # fmt: skip
+        assert name in proflab.__all__ and getattr(proflab, name) is not None
+
+
+def test_import_stays_light():
+    code = ("import sys, proflab; proflab.annotate; proflab.step(); "
+            "print(sorted(m for m in ('torch', 'polars', 'pynvml') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_without_torch_annotate_step_capture_are_noops(tmp_path):
+    # torch hidden from the interpreter: the API must not need it
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import proflab\n"
+        "@proflab.annotate\n"
+        "def f(x): return x + 1\n"
+        "with proflab.annotate('r'): y = f(1)\n"
+        "proflab.step()\n"
+        "with proflab.capture(): pass\n"
+        "ev = proflab.record('e', k=1)\n"
+        "print(y, ev['name'], ev['k'])\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "e", "1"]
+
+
+def test_auto_profile_without_cuda_uses_perf_counter(capsys):
+    calls = []
+
+    @proflab.auto_profile(warmup=2, iterations=7, work_per_call=100, unit="items")
+    def work(n):
+        calls.append(n)
+        return sum(range(n))
+
+    assert work(20000) == sum(range(20000))
+    assert len(calls) == 9
+    t = work.timing
+    assert t.clock == "perf_counter" and t.iterations == 7 and t.warmup == 2
+    assert 0 < t.min_ms <= t.median_ms <= t.p95_ms <= t.max_ms
+    assert t.min_ms <= t.mean_ms <= t.max_ms
+    assert t.throughput_per_s == pytest.approx(100 / (t.mean_ms / 1e3))
+    assert "perf_counter" in capsys.readouterr().err
+    with pytest.raises(UsageError):
+        proflab.auto_profile(iterations=0)(lambda: None)()
+
+
+def test_p95_interpolates():
+    from proflab.collect.timing import _p95
+
+    assert _p95([float(i) for i in range(1, 101)]) == pytest.approx(95.05)
+    assert _p95([3.0]) == 3.0
+
+
+def test_profile_block_writes_an_analysed_run(tmp_path):
+    torch = pytest.importorskip("torch")
+    m = torch.nn.Linear(32, 32)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    log = proflab.DetailedProfiler()
+    with proflab.profile("blk", root=tmp_path, wait=1, warmup=1, active=3) as run:
+        for i in range(7):
+            with proflab.annotate("forward"):
+                loss = m(torch.randn(8, 32)).sum()
+            loss.backward()
+            opt.step()
+            log.record("after_step", i=i)
+            proflab.step()
+    assert run.path.parent == tmp_path and len(run.traces) == 1
+    assert run.report.summary["step_count"] == 3
+    trace = proflab.load(run.traces[0])
+    names = set(trace.cpu["name"].to_list())
+    assert "forward" in names and "proflab.event:after_step" in names
+    events = [json.loads(x) for x in (run.path / "events.jsonl").read_text().splitlines()]
+    assert [e["i"] for e in events] == list(range(7)) and len(log) == 7
+    meta = json.loads((run.path / "meta.json").read_text())
+    assert meta["status"] == "finished" and meta["events"] == 7
+    assert json.loads((run.path / "analysis.json").read_text())["summary"]["step_count"] == 3
+
+
+def test_profile_capture_window(tmp_path):
+    torch = pytest.importorskip("torch")
+    with proflab.profile("cap", root=tmp_path, window="capture") as run:
+        torch.randn(16, 16) @ torch.randn(16, 16)  # outside: not recorded
+        with proflab.capture():
+            torch.randn(16, 16).relu()
+    trace = proflab.load(run.traces[0])
+    names = set(trace.cpu["name"].to_list())
+    assert "aten::relu" in names and "aten::mm" not in names
+
+
+def test_profcallback_core_writes_the_seed_artifacts(tmp_path):
+    torch = pytest.importorskip("torch")
+    from proflab.collect.callbacks import ProfilingCore
+
+    m = torch.nn.Linear(16, 16)
+    core = ProfilingCore(tmp_path, wait=1, warmup=1, active=2, with_stack=True, profile_memory=True)
+    core.start()
+    for _ in range(5):
+        m(torch.randn(4, 16)).sum().backward()
+        core.step()
+    core.stop()
+    table = (tmp_path / "key_averages.txt").read_text()
+    assert "aten::addmm" in table and "Self CPU" in table
+    assert proflab.load(tmp_path / "trace.pt.trace.json.gz").steps.height == 2
+    assert (tmp_path / "stacks_cpu.txt").exists()
+
+
+def test_profcallback_needs_a_framework():
+    if "lightning" in sys.modules or "transformers" in sys.modules or "pytorch_lightning" in sys.modules:
+        pytest.skip("a framework is imported in this session")
+    with pytest.raises(UsageError, match="import lightning"):
+        proflab.ProfCallback("out")
+    with pytest.raises(UsageError, match="framework must be"):
+        proflab.ProfCallback("out", framework="keras")
+
+
+# -- the GPU monitor without a GPU ----------------------------------------------------------
+
+
+def test_monitor_availability_says_why(capsys):
+    a = monitor.available()
+    if a.ok:
+        pytest.skip("this machine has a GPU: the GPU tests cover it")
+    assert not a and a.reason
+    assert "NVML" in a.reason or "nvidia-ml-py" in a.reason
+    with pytest.raises(BackendUnavailable):
+        monitor.GPUMonitor().start()
+    info = monitor.device_info()
+    assert info == {"available": False, "reason": a.reason}
+
+
+def test_monitor_stop_without_start_is_harmless():
+    m = monitor.GPUMonitor(0.05)
+    m.stop()
+    m.stop()
+    assert m.samples.height == 0 and m.samples.columns[: len(monitor.COLUMNS)] == list(monitor.COLUMNS)
+    assert m.summary().samples == 0 and m.summary().energy_j is None
+    with pytest.raises(UsageError):
+        monitor.GPUMonitor(0)
+
+
+def _frame(rows: list[dict]) -> pl.DataFrame:
+    cols = {c: [r.get(c) for r in rows] for c in monitor.COLUMNS}
+    return pl.DataFrame(cols, schema=monitor._schema()).with_columns(monitor._throttle_expr())
+
+
+def test_summary_golden():
+    # two devices, three ticks 0.1 s apart; device 1 has no energy counter and no GPM
+    rows = []
+    for k, t in enumerate((0.0, 0.1, 0.2)):
+        rows.append({"device": 0, "time_ns": k, "elapsed_s": t, "power_w": 100.0 + 100 * k, "energy_j": 20.0 * k,
+                     "util_gpu_pct": 50.0, "sm_clock_mhz": 1980.0, "temp_c": 40.0 + k, "mem_used_bytes": 2**30 * k,
+                     "throttle_mask": 0x4 if k == 2 else 0x1, "gpm_sm_active_pct": 10.0 * k})  # fmt: skip
+        rows.append({"device": 1, "time_ns": k, "elapsed_s": t, "power_w": 50.0, "util_gpu_pct": 0.0,
+                     "throttle_mask": None})  # fmt: skip
+    s = monitor.summarize(_frame(rows), duration_s=0.2, period_s=0.1)
+    d0, d1 = s.devices
+    assert d0.mean_power_w == 200.0 and d0.max_power_w == 300.0
+    assert d0.energy_j == 40.0 and d0.energy_source == "counter"
+    assert d0.energy_integrated_j == pytest.approx(0.1 * (100 + 200) / 2 + 0.1 * (200 + 300) / 2)  # 40 J
+    assert d0.throttle == ("sw_power_cap",) and d0.max_temp_c == 42.0 and d0.max_mem_used_bytes == 2 * 2**30
+    assert d0.gpm["gpm_sm_active_pct"] == 10.0 and d0.gpm["gpm_dram_bw_util_pct"] is None
+    assert d1.energy_source == "integrated power" and d1.energy_j == pytest.approx(10.0)
+    assert d1.throttle == ()
+    assert s.energy_j == pytest.approx(50.0) and s.mean_power_w == 250.0
+    assert s.max_power_w == 350.0  # the highest per-tick sum of both devices
+    assert s.mean_util_gpu_pct == 25.0 and s.gpm["gpm_sm_active_pct"] == 10.0 and s.samples == 6
+
+
+def test_throttle_names():
+    assert monitor.throttle_names(0) == []
+    assert monitor.throttle_names(0x4 | 0x40) == ["sw_power_cap", "hw_thermal_slowdown"]
+    assert monitor.throttle_names(None) is None
+
+
+# -- nsys --------------------------------------------------------------------------------
+
+
+def test_nsys_profile_argv_golden():
+    argv = nsys.profile_argv("/x/nsys", "/runs/a b/traces/report", ["python", "train.py", "--lr", "0.1"],
+                             capture_range=True, python_backtrace=True)  # fmt: skip
+    assert argv == [
+        "/x/nsys", "profile", "--trace=cuda,nvtx,osrt", "--cuda-memory-usage=true",
+        "--output=/runs/a b/traces/report", "--force-overwrite=true",
+        "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
+        "--python-backtrace=cuda", "--python-sampling=true",
+        "python", "train.py", "--lr", "0.1",
+    ]  # fmt: skip
+    plain = nsys.profile_argv("nsys", "r", ["./app"])
+    assert "--capture-range=cudaProfilerApi" not in plain and plain[-1] == "./app"
+    assert nsys.export_argv("nsys", "r.nsys-rep", "r.sqlite") == [
+        "nsys", "export", "--type=sqlite", "--output=r.sqlite", "--force-overwrite=true", "r.nsys-rep"
+    ]
+
+
+def test_exit_status_mapping():
+    from proflab.collect.launcher import _run_name, exit_status
+
+    assert exit_status(0) == 0 and exit_status(3) == 3 and exit_status(-2) == 130 and exit_status(-15) == 143
+    assert _run_name(["python3", "-u", "train.py"]) == "train"
+    assert _run_name(["python", "-m", "pkg.main"]) == "main"
+    assert _run_name(["./a.out"]) == "a.out"

@@ -1,0 +1,35 @@
+"""ProfCallback in a real PyTorch Lightning Trainer (skipped where lightning is not installed)."""
+
+from __future__ import annotations
+
+import pytest
+
+import proflab
+
+
+def test_lightning_trainer_writes_artifacts(tmp_path):
+    torch = pytest.importorskip("torch")
+    L = pytest.importorskip("lightning")
+
+    class Tiny(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(16, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    cb = proflab.ProfCallback(tmp_path / "prof", framework="lightning", wait=1, warmup=1, active=3)
+    assert isinstance(cb, L.Callback) and isinstance(cb, proflab.ProfCallback)
+    trainer = L.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer.fit(Tiny(), loader)
+    table = (tmp_path / "prof" / "key_averages.txt").read_text()
+    assert "aten::" in table and "Self CPU time total" in table
+    assert proflab.load(tmp_path / "prof" / "trace.pt.trace.json.gz").steps.height == 3

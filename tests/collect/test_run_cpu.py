@@ -1,0 +1,235 @@
+"""``proflab run`` end to end on CPU: real subprocesses, real torch.profiler traces.
+
+Needs torch (skipped where it is not installed, as in CI); the no-torch test runs everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import proflab
+from proflab.cli import main
+
+sys.path.insert(0, str(Path(__file__).parent))
+from scripts import NO_TORCH, TRAIN  # noqa: E402
+
+PROFLAB = [sys.executable, "-m", "proflab"]
+
+
+def _proflab_run(tmp_path: Path, *args: str, script: str = TRAIN, timeout: int = 120) -> subprocess.CompletedProcess:
+    prog = tmp_path / "prog.py"
+    prog.write_text(script)
+    return subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--", sys.executable, str(prog), *args],
+        capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
+    )  # fmt: skip
+
+
+def _only_run(tmp_path: Path) -> Path:
+    runs = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def _meta(run: Path) -> dict:
+    return json.loads((run / "meta.json").read_text())
+
+
+@pytest.fixture
+def torch_required():
+    pytest.importorskip("torch")
+
+
+def test_training_script_run_directory(tmp_path, torch_required):
+    done = _proflab_run(tmp_path, "14")
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    assert run.name.endswith("-prog")
+    meta = _meta(run)
+    assert meta["status"] == "finished" and meta["exit_status"] == 0
+    assert meta["command"][-2:] == [str(tmp_path / "prog.py"), "14"]
+    assert meta["versions"]["proflab"] == proflab.__version__
+    import torch
+
+    assert meta["versions"]["torch"] == torch.__version__
+    assert meta["duration_s"] > 0
+    assert meta["gpu"]["available"] is False and meta["gpu"]["reason"]
+    assert "git" in meta  # None outside a git work tree: tmp_path is not in one
+    assert meta["git"] is None
+    proc = meta["processes"][0]
+    assert proc["step_source"] == "optimizer" and proc["steps"] == 14
+    # the trace: 5 active steps after 3 skipped and 1 warm-up, readable by proflab.load
+    assert len(meta["traces"]) == 1
+    trace = proflab.load(run / meta["traces"][0])
+    assert trace.steps.height == 5
+    assert not trace.has_gpu
+    # the analysis: valid report JSON that says the GPU parts were skipped
+    doc = json.loads((run / "analysis.json").read_text())
+    assert doc["schema"] == "proflab.report/1"
+    assert doc["summary"]["step_count"] == 5
+    assert any(m["signal"] == "GPU activity" and "hot kernels" in m["skipped"] for m in doc["missing"])
+    # the terminal summary: printed and kept
+    assert "proflab run:" in done.stdout and "5 steps" in done.stdout and "missing: GPU activity" in done.stdout
+    assert (run / "summary.txt").read_text() in done.stdout
+    assert "GPU monitor off" in done.stdout
+    assert not (run / "traces" / ".partial").exists()
+
+
+def test_script_that_raises_keeps_the_trace(tmp_path, torch_required):
+    done = _proflab_run(tmp_path, "40", "raise")
+    assert done.returncode == 1
+    assert "planted failure at step 10" in done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["exit_status"] == 1 and meta["status"] == "finished"
+    # 11 steps taken: 3 skipped, 1 warm-up, 5 active, the window closed before the raise
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5
+    assert json.loads((run / "analysis.json").read_text())["schema"] == "proflab.report/1"
+
+
+def test_partial_window_is_flushed_at_exit(tmp_path, torch_required):
+    # 6 steps: 3 skipped, 1 warm-up, then 2 whole active steps and the open third one (the
+    # program's tail up to exit) when the program ends; exit must flush them
+    done = _proflab_run(tmp_path, "6")
+    assert done.returncode == 0, done.stderr
+    meta = _meta(_only_run(tmp_path))
+    assert proflab.load(_only_run(tmp_path) / meta["traces"][0]).steps.height == 3
+
+
+def test_exit_status_3_is_propagated(tmp_path, torch_required):
+    done = _proflab_run(tmp_path, "12", "exit3")
+    assert done.returncode == 3
+    meta = _meta(_only_run(tmp_path))
+    assert meta["exit_status"] == 3 and meta["traces"]
+
+
+def test_sigint_to_proflab_flushes_and_exits_130(tmp_path, torch_required):
+    prog = tmp_path / "prog.py"
+    prog.write_text(TRAIN)
+    p = subprocess.Popen(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--active", "3", "--", sys.executable, str(prog), "100", "sleep"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        start_new_session=True,  # not the test runner's terminal group: proflab must forward SIGINT
+    )  # fmt: skip
+    deadline = time.monotonic() + 90
+    line = ""
+    while time.monotonic() < deadline:
+        line = p.stdout.readline()
+        if "READY" in line or not line:
+            break
+    assert "READY" in line, p.stderr.read()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=90)
+    assert p.returncode == 130, err
+    assert "KeyboardInterrupt" in err
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["status"] == "interrupted" and meta["exit_status"] == 130 and meta["signals"] == ["SIGINT"]
+    # steps 4..6 were recorded before the sleep; the trace is whole and readable
+    assert proflab.load(run / meta["traces"][0]).steps.height == 3
+    assert json.loads((run / "analysis.json").read_text())["summary"]["step_count"] == 3
+
+
+def test_time_window_without_optimizer(tmp_path, torch_required):
+    script = (
+        "import time, torch\n"
+        "t = time.time()\n"
+        "while time.time() - t < 1.5:\n"
+        "    torch.randn(64, 64) @ torch.randn(64, 64)\n"
+    )
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.2", "--duration", "0.5", "--",
+         sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert any("time window" in n for n in meta["notes"]), meta["notes"]
+    trace = proflab.load(run / meta["traces"][0])
+    mm = trace.cpu.filter(trace.cpu["name"] == "aten::mm")
+    assert mm.height > 10
+    # the window lasted about --duration (0.5 s), not the whole 1.5 s program
+    span_s = ((mm["start_ns"] + mm["dur_ns"]).max() - mm["start_ns"].min()) / 1e9
+    assert 0.1 < span_s < 1.2, span_s  # profiler start-up takes part of the 0.5 s on 2 cores
+
+
+def test_steps_after_the_time_fallback_win(tmp_path, torch_required):
+    # slow "loading" after the torch import, then training: the step window replaces the
+    # provisional time window
+    script = TRAIN.replace("torch.manual_seed(0)", "time.sleep(1.0)\ntorch.manual_seed(0)")
+    prog = tmp_path / "prog.py"
+    prog.write_text(script)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.2", "--duration", "0.3", "--",
+         sys.executable, str(prog), "12"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert len(meta["traces"]) == 1, meta
+    assert any("recorded the step window instead" in n for n in meta["notes"]), meta["notes"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
+def test_program_without_torch_runs_unaffected(tmp_path):
+    done = _proflab_run(tmp_path, script=NO_TORCH)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "torch imported: False" in done.stdout
+    meta = _meta(_only_run(tmp_path))
+    assert meta["traces"] == [] and meta["analysis"]["note"] == "no trace was recorded"
+
+
+def test_other_sitecustomize_still_runs(tmp_path):
+    other = tmp_path / "site"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['OTHER_SITE'] = 'yes'\n")
+    prog = tmp_path / "prog.py"
+    prog.write_text("import os, sys\nsys.exit(0 if os.environ.get('OTHER_SITE') == 'yes' else 7)\n")
+    env = dict(os.environ, PYTHONPATH=str(other))
+    done = subprocess.run([*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--", sys.executable, str(prog)],
+                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_runs_lists_past_runs(tmp_path, capsys, torch_required):
+    assert _proflab_run(tmp_path, "12").returncode == 0
+    assert _proflab_run(tmp_path, "12", "exit3").returncode == 3
+    rc = main(["runs", str(tmp_path / "runs"), "--width", "200"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    lines = [line for line in out.splitlines() if "prog" in line]
+    assert len(lines) == 2, out
+    assert any(" 3 " in line for line in lines) and any(" 0 " in line for line in lines)
+    assert "healthy" in out or "none" in out or "null" in out
+
+
+def test_runs_on_empty_folder(tmp_path, capsys):
+    assert main(["runs", str(tmp_path / "nothing")]) == 0
+    assert "no runs" in capsys.readouterr().out
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["run", "-o", str(tmp_path), "--"]) == 2
+    assert "give the command" in capsys.readouterr().err
+    assert main(["run", "-o", str(tmp_path), "--", "no-such-program-xyz"]) == 2
+    assert "command not found" in capsys.readouterr().err
+    assert main(["run", "-o", str(tmp_path), "--active", "0", "--", sys.executable, "-c", "pass"]) == 2
+    assert not any(tmp_path.iterdir()), "no run directory for a run that never started"
+
+
+def test_nsys_missing_says_how_to_install(tmp_path, capsys, monkeypatch):
+    # A machine with nsys on the PATH would run it; an empty PATH (plus the interpreter by
+    # absolute path) makes "no nsys" real here.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["run", "--backend", "nsys", "-o", str(tmp_path / "r"), "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nsys" in err and "CUDA Toolkit" in err
+    assert not (tmp_path / "r").exists()
