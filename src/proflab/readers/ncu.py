@@ -6,9 +6,8 @@ profiled program's own output may come before the table, numbers carry thousands
 value is converted to a base unit here (ns, byte, byte/s, Hz), so nothing downstream sees a
 prefix.
 
-A ``.ncu-rep`` is read with NVIDIA's ``ncu_report`` Python module when it can be imported
-(it ships in the Nsight Compute install's ``extras/python``), else by asking ``ncu --import``
-for the raw page. Without either, the error says how to export CSV instead.
+A ``.ncu-rep`` is read by asking ``ncu --import`` for its raw and details pages; without ncu
+the error says how to export CSV on a machine that has it.
 """
 
 from __future__ import annotations
@@ -333,17 +332,16 @@ def _read_rep(p: Path) -> NcuProfile:
         head = f.read(16)
     if not head:
         raise EmptyTrace(p, "empty file")
-    # The ncu command gives both the raw metrics and the rule results (details page); the
-    # ncu_report module is the way in when only the Python interface is at hand.
+    # The ncu command gives both the raw metrics and the rule results (details page).
+    # NVIDIA's ncu_report module is not used: in Nsight Compute 2025.3.1 it brought the
+    # interpreter down (a fatal error inside _ncu_report) while reading a report that
+    # ncu --import reads cleanly, and a reader must not crash its caller.
     exe = shutil.which("ncu")
     if exe is not None:
         return _read_rep_cli(p, exe)
-    folder = find_ncu_python()
-    if folder is not None:
-        return _read_rep_module(p, folder)
     raise UnsupportedFormat(
         p,
-        "reading .ncu-rep needs Nsight Compute (its ncu_report module or the ncu command); "
+        "reading .ncu-rep needs the ncu command (Nsight Compute); "
         "on a machine with ncu run: ncu --import FILE.ncu-rep --csv --page raw > FILE.csv, then pass the CSV",
     )
 
@@ -380,56 +378,6 @@ def merge(raw: NcuProfile, details: NcuProfile, kind: str | None = None) -> NcuP
         ncu_version=raw.ncu_version or details.ncu_version,
         notes=raw.notes + details.notes,
     )
-
-
-def _read_rep_module(p: Path, folder: Path) -> NcuProfile:
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    import ncu_report  # type: ignore[import-not-found]
-
-    try:
-        ctx = ncu_report.load_report(str(p))
-    except Exception as e:  # the module raises plain exceptions on damaged files
-        raise CorruptInput(p, f"ncu_report could not load it ({e})") from e
-    launches, metrics, rules = [], [], []
-    lid = 0
-    for ri in range(ctx.num_ranges()):
-        rng = ctx.range_by_idx(ri)
-        for ai in range(rng.num_actions()):
-            a = rng.action_by_idx(ai)
-            name = a.name(ncu_report.IAction.NameBase_DEMANGLED)
-
-            def text_of(metric: str) -> str:
-                m = a.metric_by_name(metric)
-                return "" if m is None else str(m.as_string())
-
-            launches.append({
-                "launch_id": lid,
-                "name": name,
-                "pid": _int_or_none(text_of("launch__process_id") or None),
-                "device": _int_or_none(text_of("device__attribute_device_index") or text_of("launch__device_id")),
-                "cc": None,
-                "stream": _int_or_none(text_of("launch__stream_id")),
-                "grid": f"({text_of('launch__grid_dim_x')}, {text_of('launch__grid_dim_y')}, {text_of('launch__grid_dim_z')})",
-                "block": f"({text_of('launch__block_dim_x')}, {text_of('launch__block_dim_y')}, {text_of('launch__block_dim_z')})",
-            })
-            numeric = {getattr(ncu_report.IMetric, f"ValueKind_{k}", None) for k in ("DOUBLE", "FLOAT", "UINT32", "UINT64")}
-            string_kind = getattr(ncu_report.IMetric, "ValueKind_STRING", None)
-            for mname in a.metric_names():
-                m = a.metric_by_name(mname)
-                # metrics without a value (absent hardware units) and instanced kinds are skipped
-                if m is None or not m.has_value():
-                    continue
-                kind = m.kind()
-                if kind == string_kind:
-                    metrics.append((lid, mname, None, "", str(m.as_string() or "")))
-                elif kind in numeric:
-                    base, factor = base_unit(m.unit() or "")
-                    metrics.append((lid, mname, m.as_double() * factor, base, str(m.as_string() or "")))
-            lid += 1
-    if not launches:
-        raise EmptyTrace(p, "the report holds no profiled kernels")
-    return _profile(str(p), "ncu-rep", launches, metrics, rules, None)
 
 
 def _int_or_none(text: str | None) -> int | None:
