@@ -251,3 +251,14 @@ def test_kernels_without_ncu_says_how_to_get_it(tmp_path, capsys, monkeypatch):
     rc = main(["kernels", str(DATA / "train_step.pt.trace.json.gz"), "--", "python", "train.py"])
     assert rc == 2
     assert "ncu is not on the PATH" in capsys.readouterr().err
+
+
+def test_analyze_run_directory_with_ncu_results_shows_both_levels(tmp_path, capsys):
+    run = tmp_path / "run"
+    (run / "ncu").mkdir(parents=True)
+    (run / "train_step.pt.trace.json.gz").write_bytes((DATA / "train_step.pt.trace.json.gz").read_bytes())
+    for page in ("raw", "details"):
+        (run / "ncu" / f"{page}.csv").write_bytes(gzip.decompress((DATA / f"train_step_{page}.csv.gz").read_bytes()))
+    assert main(["analyze", str(run), "--width", "80"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU busy" in out and "Kernel deep dive (Nsight Compute)" in out

@@ -185,7 +185,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
     if args.top < 0:
         raise UsageError("--top must be >= 0")
-    reports = [analyze(load(p), top_kernels=args.top) for p in paths]
+    ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
+    if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
+        # a run directory with `proflab kernels` results: both levels, ranked together
+        from proflab.deepdive import deep_dive, load_ncu
+
+        pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
+        reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
+    else:
+        reports = [analyze(load(p), top_kernels=args.top) for p in paths]
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
