@@ -262,3 +262,10 @@ def test_analyze_run_directory_with_ncu_results_shows_both_levels(tmp_path, caps
     assert main(["analyze", str(run), "--width", "80"]) == 0
     out = capsys.readouterr().out
     assert "GPU busy" in out and "Kernel deep dive (Nsight Compute)" in out
+
+
+def test_analyze_a_proflab_run_directory_reads_its_traces_folder(capsys):
+    run = Path(__file__).parent / "data" / "runs" / "20261122-074634-h100_cuda_train"
+    # the run directory also holds analysis.json and meta.json, which are not traces
+    assert main(["analyze", str(run), "--width", "80"]) == 0
+    assert "GPU busy" in capsys.readouterr().out

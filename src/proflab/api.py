@@ -39,7 +39,13 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15) -> Report:
     """Every analysis and rule over one trace; returns the :class:`Report`."""
     if not isinstance(trace, Trace):
         trace = load(trace)
-    ctx = Context(trace)
+    return report_for(Context(trace), top_kernels=top_kernels)
+
+
+def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
+    """The report over an analysis context that callers may go on using (its cached tables
+    are built once)."""
+    trace = ctx.trace
     if not trace.has_gpu:
         ctx.note_missing(
             "GPU activity",

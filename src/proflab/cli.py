@@ -35,11 +35,8 @@ def _parser() -> argparse.ArgumentParser:
         description="Read traces, break GPU time down, find why the GPU idles, rank fixes by estimated gain.",
     )
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
-    a.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
-    a.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically) instead of stdout")
     a.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
-    a.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
-    a.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    _report_output_args(a)
     a.set_defaults(func=cmd_analyze)
     q = sub.add_parser(
         "sql",
@@ -84,10 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--timeout", type=float, metavar="S", help="stop ncu after S seconds, keeping what it profiled")
     k.add_argument("--ncu-dir", metavar="DIR", help="where ncu's report and CSV pages go (default: RUN_DIR/ncu or ./proflab-ncu-TIME)")
     k.add_argument("--roofline", metavar="FILE", help="write the roofline chart here (.svg or .png)")
-    k.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
-    k.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically) instead of stdout")
-    k.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width")
-    k.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    _report_output_args(k)
     k.set_defaults(func=cmd_kernels)
     _run_parser(sub)
     rs = sub.add_parser(
@@ -99,6 +93,29 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
     rs.set_defaults(func=cmd_runs)
     return p
+
+
+def _report_output_args(p: argparse.ArgumentParser) -> None:
+    """-f/-o/--width/--color of the commands that print a Report (analyze, kernels)."""
+    p.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically) instead of stdout")
+    p.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+
+
+def _emit_reports(args: argparse.Namespace, reports: list, fmt: str) -> int:
+    """Render ``reports`` as ``fmt`` to -o (atomically) or stdout."""
+    from proflab.render import render
+
+    to_tty = not args.output and sys.stdout.isatty()
+    color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
+    width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+    text = render(reports, fmt, width=width, color=color)
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _run_parser(sub) -> None:
@@ -175,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from proflab.api import analyze, load
     from proflab.readers import expand_paths
-    from proflab.render import format_for_path, render
+    from proflab.render import format_for_path
 
     paths = expand_paths(args.paths)
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
@@ -194,15 +211,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
     else:
         reports = [analyze(load(p), top_kernels=args.top) for p in paths]
-    to_tty = not args.output and sys.stdout.isatty()
-    color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
-    width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
-    text = render(reports, fmt, width=width, color=color)
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _emit_reports(args, reports, fmt)
 
 
 def _trace_in(target: str | None):
@@ -273,18 +282,8 @@ def cmd_kernels(args: argparse.Namespace) -> int:
 
         write_roofline(list(report.verdicts), chart)
     if out_dir is not None:
-        from proflab.render import render as _render
-
-        _write_atomic(out_dir / "kernels.json", _render([report], "json", width=80, color=False))
-    to_tty = not args.output and sys.stdout.isatty()
-    color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
-    width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
-    text = render([report], fmt, width=width, color=color)
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+        _write_atomic(out_dir / "kernels.json", render([report], "json", width=80, color=False))
+    return _emit_reports(args, [report], fmt)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

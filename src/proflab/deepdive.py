@@ -73,10 +73,10 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
     if trace is None:
         return _standalone(profile, vs)
     from proflab.analysis.context import Context
-    from proflab.api import analyze
+    from proflab.api import report_for
 
-    base = analyze(trace, top_kernels=top_kernels)
     ctx = Context(trace)
+    base = report_for(ctx, top_kernels=top_kernels)
     rows = ctx.hot_kernels(10_000).to_dicts()
     times: dict[str, KernelTime] = {}
     unmatched = []
@@ -139,7 +139,7 @@ def _standalone(profile: NcuProfile, vs: list[KernelVerdict]) -> Report:
         missing.append(Missing("ncu rule results", "the raw page carries no rule results (add the details page CSV, or a .ncu-rep)",
                                ("ncu's estimated speedups",)))
     return Report(
-        source={"inputs": [{"path": profile.path, "format": f"ncu-{profile.kind}"}], "tool": {"name": "proflab", "version": __version__},
+        source={"inputs": [{"path": profile.path, "format": "ncu-rep" if profile.kind == "ncu-rep" else f"ncu-{profile.kind}"}], "tool": {"name": "proflab", "version": __version__},
                 "ncu": _ncu_source(profile)},
         device={"name": dev, "sm_count": None if sms is None else int(sms)},
         summary={"kind": "ncu", "wall_ms": round(total_ns / 1e6, 4), "gpu_busy_pct": None, "breakdown_ms": None,

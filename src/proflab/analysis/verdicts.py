@@ -37,10 +37,7 @@ HIGH_PCT = 60.0
 METRICS: dict[str, tuple[str, ...]] = {
     "duration_ns": ("gpu__time_duration.sum", "gpu__time_duration.avg"),
     "sm_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
-    "memory_pct": (
-        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-        "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    ),
+    "memory_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
     "dram_pct": (
         "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
         "dram__throughput.avg.pct_of_peak_sustained_elapsed",
@@ -207,6 +204,11 @@ def _median(xs: list[float | None]) -> float | None:
     return statistics.median(ys) if ys else None
 
 
+def _med(prof: NcuProfile, lids: list[int], *names: str) -> float | None:
+    """The median over ``lids`` of the first of ``names`` each launch has."""
+    return _median([prof.value(lid, *names) for lid in lids])
+
+
 def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
     names = prof.metric_names(lids[0])
     per_issue = re.compile(r"^smsp__(?:average_)?warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$")
@@ -214,7 +216,7 @@ def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
     for n in names:
         m = per_issue.match(n)
         if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
-            val = _median([prof.value(lid, n) for lid in lids])
+            val = _med(prof, lids, n)
             if val is not None:
                 reasons[m.group(1)] = max(reasons.get(m.group(1), 0.0), val)
     unit = "cycles_per_issue"
@@ -223,7 +225,7 @@ def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
         for n in names:
             m = samp.match(n)
             if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
-                val = _median([prof.value(lid, n) for lid in lids])
+                val = _med(prof, lids, n)
                 if val is not None:
                     reasons[m.group(1)] = val
         unit = "samples"
@@ -244,11 +246,10 @@ def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
 
 
 def _uncoalesced(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
-    med = lambda *n: _median([prof.value(lid, *n) for lid in lids])  # noqa: E731
-    excess = med("derived__memory_l2_theoretical_sectors_global_excessive")
-    total = med("memory_l2_theoretical_sectors_global")
-    sectors = med("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
-    requests = med("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+    excess = _med(prof, lids, "derived__memory_l2_theoretical_sectors_global_excessive")
+    total = _med(prof, lids, "memory_l2_theoretical_sectors_global")
+    sectors = _med(prof, lids, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    requests = _med(prof, lids, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
     out: dict[str, Any] = {}
     if excess is not None and total:
         out["excessive_sectors_pct"] = round(100.0 * excess / total, 1)
@@ -258,11 +259,10 @@ def _uncoalesced(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
 
 
 def _bank_conflicts(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
-    med = lambda *n: _median([prof.value(lid, *n) for lid in lids])  # noqa: E731
-    wavefronts = med("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
-    excess = med("derived__memory_l1_wavefronts_shared_excessive")
-    conflicts = med("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
-    instr = med("smsp__sass_inst_executed_op_shared.sum")
+    wavefronts = _med(prof, lids, "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+    excess = _med(prof, lids, "derived__memory_l1_wavefronts_shared_excessive")
+    conflicts = _med(prof, lids, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
+    instr = _med(prof, lids, "smsp__sass_inst_executed_op_shared.sum")
     out: dict[str, Any] = {}
     if wavefronts:
         if excess is not None:
@@ -307,9 +307,9 @@ def verdicts(prof: NcuProfile, device_name: str | None = None) -> list[KernelVer
         groups.setdefault(name, []).append(lid)
     out = []
     for name, lids in groups.items():
-        metrics = {k: _median([prof.value(lid, *names) for lid in lids]) for k, names in METRICS.items()}
+        metrics = {k: _med(prof, lids, *names) for k, names in METRICS.items()}
         missing = [k for k, v in metrics.items() if v is None]
-        limits = {k: v for k, names in _LIMITS.items() if (v := _median([prof.value(lid, *names) for lid in lids])) is not None}
+        limits = {k: v for k, names in _LIMITS.items() if (v := _med(prof, lids, *names)) is not None}
         # the resource allowing the fewest blocks per SM; ties are all named
         low = min(limits.values()) if limits else None
         limiter = " / ".join(k for k, v in limits.items() if v == low) if limits else None

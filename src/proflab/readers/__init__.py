@@ -21,6 +21,10 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
+            # a `proflab run` directory keeps its traces in traces/, beside meta.json and the
+            # analysis (which is JSON too, but not a trace)
+            if (p / "meta.json").is_file() and (p / "traces").is_dir():
+                p = p / "traces"
             found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
             if not found:
                 raise InputNotFound(p, "directory holds no trace files (*.json, *.json.gz)")

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -27,7 +25,7 @@ import polars as pl
 from proflab.errors import CorruptInput, EmptyTrace, InputNotFound, SchemaError, UnsupportedFormat
 from proflab.model.ncu import LAUNCH_SCHEMA, METRIC_SCHEMA, RULE_SCHEMA, NcuProfile
 
-__all__ = ["read", "sniff", "parse_csv_text", "parse_value", "base_unit", "find_ncu_python", "merge", "export_pages"]
+__all__ = ["read", "parse_csv_text", "parse_value", "base_unit", "merge", "export_pages"]
 
 _ID_COLS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name")
 _LAUNCH_COLS = {
@@ -120,17 +118,6 @@ def parse_value(text: str) -> float | None:
     if not t or not _NUMBER.match(t):
         return None
     return float(t.replace(",", ""))
-
-
-def sniff(path: Path) -> bool:
-    if path.suffix == ".ncu-rep":
-        return True
-    try:
-        with open(path, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
-    return b'"ID","Process ID"' in head or b'"ID","Process ID"' in head.replace(b" ", b"")
 
 
 def read(path: str | Path) -> NcuProfile:
@@ -300,33 +287,6 @@ def _profile(source: str, kind: str, launches: list[dict], metrics: list[tuple],
 # .ncu-rep
 
 
-def find_ncu_python() -> Path | None:
-    """The folder holding ``ncu_report.py``: ``$NCU_PYTHON``, or ``extras/python`` beside the
-    ``ncu`` found on the PATH (following its symlink into the install)."""
-    env = os.environ.get("NCU_PYTHON")
-    if env and (Path(env) / "ncu_report.py").exists():
-        return Path(env)
-    exe = shutil.which("ncu")
-    if exe is None:
-        return None
-    real = Path(exe).resolve()
-    candidates = [real.parent / "extras" / "python", real.parent.parent / "extras" / "python"]
-    candidates.extend(sorted(Path("/opt/nvidia").glob("nsight-compute/*/extras/python"), reverse=True))
-    # CUDA's bin/ncu is a wrapper script: the install sits beside it as nsight-compute-*/.
-    for root in (real.parent.parent, real.parent.parent.parent):
-        candidates.extend(sorted(root.glob("nsight-compute*/extras/python"), reverse=True))
-    try:
-        text = real.read_text(errors="replace")[:4096] if real.stat().st_size < 65536 else ""
-    except OSError:
-        text = ""
-    for m in re.finditer(r"(/[^\s\"']*nsight-compute[^\s\"'/]*)", text):
-        candidates.append(Path(m.group(1)) / "extras" / "python")
-    for c in candidates:
-        if (c / "ncu_report.py").exists():
-            return c
-    return None
-
-
 def _read_rep(p: Path) -> NcuProfile:
     with open(p, "rb") as f:
         head = f.read(16)
@@ -378,10 +338,3 @@ def merge(raw: NcuProfile, details: NcuProfile, kind: str | None = None) -> NcuP
         ncu_version=raw.ncu_version or details.ncu_version,
         notes=raw.notes + details.notes,
     )
-
-
-def _int_or_none(text: str | None) -> int | None:
-    if not text:
-        return None
-    v = parse_value(text)
-    return None if v is None else int(v)

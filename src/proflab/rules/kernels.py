@@ -59,6 +59,12 @@ def _ncu_speedup(v: KernelVerdict, category: str) -> tuple[float, str] | None:
     return best
 
 
+def _ncu_material(v: KernelVerdict, category: str, min_pct: float = 5.0) -> bool:
+    """ncu's own rule estimates at least ``min_pct`` % saving from fixing this cause."""
+    est = _ncu_speedup(v, category)
+    return est is not None and est[0] >= min_pct
+
+
 def _finding(v: KernelVerdict, kt: KernelTime, denom_ns: float, category: str, frac: float,
              assumption: str, title: str, evidence: dict[str, Any], fix: str) -> Finding:
     frac = max(0.0, min(frac, 1.0))
@@ -158,7 +164,7 @@ def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Find
     m = v.metrics
     u = v.uncoalesced or {}
     excess, spr = u.get("excessive_sectors_pct"), u.get("load_sectors_per_request")
-    if (excess is not None and excess >= UNCOALESCED_PCT) or (spr is not None and spr >= 8) or (_ncu_speedup(v, "uncoalesced_access") or (0,))[0] >= 5:
+    if (excess is not None and excess >= UNCOALESCED_PCT) or (spr is not None and spr >= 8) or _ncu_material(v, "uncoalesced_access"):
         frac, why = _estimate(v, "uncoalesced_access", (excess or 0.0) / 100.0 * ((m.get("memory_pct") or 0) / 100.0),
                               "the excessive sectors' share of memory traffic, times the memory unit's utilisation")
         out.append(_finding(
@@ -171,7 +177,7 @@ def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Find
         ))
     b = v.bank_conflicts or {}
     bex = b.get("excessive_wavefronts_pct")
-    if (bex is not None and bex >= BANK_CONFLICT_PCT) or (_ncu_speedup(v, "bank_conflicts") or (0,))[0] >= 5:
+    if (bex is not None and bex >= BANK_CONFLICT_PCT) or _ncu_material(v, "bank_conflicts"):
         frac, why = _estimate(v, "bank_conflicts", (bex or 0.0) / 100.0 * ((m.get("l1_pct") or 0) / 100.0),
                               "the excessive wavefronts' share, times L1/shared-memory utilisation")
         wpi = b.get("wavefronts_per_shared_instruction")
@@ -182,7 +188,7 @@ def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Find
             "Pad the shared-memory tile (e.g. float tile[32][33]) or swizzle its index so that the 32 lanes of a warp hit 32 different banks.",
         ))
     at = m.get("active_threads_per_warp")
-    if (at is not None and at < DIVERGENT_THREADS) or (_ncu_speedup(v, "divergence") or (0,))[0] >= 5:
+    if (at is not None and at < DIVERGENT_THREADS) or _ncu_material(v, "divergence"):
         frac, why = _estimate(v, "divergence", (1.0 - (at or 32.0) / 32.0) * ((m.get("sm_pct") or 0) / 100.0),
                               "idle lanes' share, times SM utilisation")
         out.append(_finding(
