@@ -4,13 +4,12 @@ ProflabError becomes one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from proflab import __version__
+from proflab._io import atomic_path, write_atomic
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["main"]
@@ -486,7 +485,7 @@ def _emit(args: argparse.Namespace, text: str) -> int:
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
     """CSV, JSON (an array of row objects) or Parquet: every row given, to -o or stdout."""
     if fmt == "parquet":
-        with _atomic_path(Path(args.output)) as tmp:
+        with atomic_path(Path(args.output)) as tmp:
             df.write_parquet(tmp)
         return 0
     if fmt == "csv":
@@ -496,29 +495,6 @@ def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
     return _emit(args, text)
 
 
-@contextlib.contextmanager
-def _atomic_path(path: Path):
-    """A temporary path beside ``path``, renamed onto it on success and removed on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        # mkstemp makes the file private; give it the mode a plain open() would have.
-        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a report."""
-    with _atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    write_atomic(path, text)

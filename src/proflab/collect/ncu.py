@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proflab._io import write_atomic
 from proflab.collect import Availability
 from proflab.errors import ProflabError, UsageError
 
@@ -218,7 +219,5 @@ def run_ncu(argv: list[str], out_dir: Path, *, timeout_s: float | None = None) -
     raw, details = export_pages(report, argv[0])
     raw_csv, details_csv = out_dir / "raw.csv", out_dir / "details.csv"
     for path, content in ((raw_csv, raw), (details_csv, details)):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(content)
-        tmp.replace(path)
+        write_atomic(path, content)
     return NcuRun(report, raw_csv, details_csv, log, tuple(argv), rc, timed_out, wall)

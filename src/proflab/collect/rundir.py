@@ -19,15 +19,14 @@ interrupted still leaves a readable directory.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from proflab._io import atomic_path, write_atomic
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -44,26 +43,8 @@ DEFAULT_ROOT = "proflab-runs"
 META = "meta.json"
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | Path):
-    """A temporary path beside ``path``, renamed onto it on success, removed on failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield Path(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes files private; run files are for reading
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_text(path: str | Path, text: str) -> Path:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
-    return Path(path)
+    return write_atomic(path, text)
 
 
 def write_json(path: str | Path, obj: Any) -> Path:

@@ -78,9 +78,10 @@ def write_roofline(verdicts: list[dict[str, Any]], path: str | Path) -> int:
     if roofs_bw:
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
+    from proflab._io import atomic_path
+
     p = Path(path)
-    tmp = p.with_name(p.name + ".tmp" + p.suffix)
-    fig.savefig(tmp, format=p.suffix.lstrip(".").lower() or "svg")
+    with atomic_path(p) as tmp:
+        fig.savefig(tmp, format=p.suffix.lstrip(".").lower() or "svg")
     plt.close(fig)
-    tmp.replace(p)
     return len(names)
