@@ -279,7 +279,7 @@ def _ranges(ctx: Context, top: int = 15) -> list[dict[str, Any]]:
 
 
 def _host_ops(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
-    ops = trace.cpu.filter(pl.col("cat") == "cpu_op")
+    ops = trace.cpu.select("cat", "name", "dur_ns").filter(pl.col("cat") == "cpu_op")
     if ops.height == 0:
         return []
     t = (

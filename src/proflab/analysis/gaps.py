@@ -57,27 +57,37 @@ GAP_SCHEMA = {
 
 def launch_calls(trace: Trace) -> pl.DataFrame:
     """Host runtime/driver calls that carry a correlation id (they launched GPU work)."""
-    return trace.cpu.filter(
-        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null()
-    ).select(
-        "correlation",
-        pl.col("name").alias("launch_name"),
-        pl.col("start_ns").alias("launch_start_ns"),
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("launch_end_ns"),
-        "tid",
-    ).unique("correlation", keep="first")
+    # select, then filter: only these columns are copied (the host table can be millions of rows)
+    return (
+        trace.cpu.select("cat", "correlation", "name", "start_ns", "dur_ns", "tid")
+        .filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
+        .select(
+            "correlation",
+            pl.col("name").alias("launch_name"),
+            pl.col("start_ns").alias("launch_start_ns"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("launch_end_ns"),
+            "tid",
+        )
+        .unique("correlation", keep="first")
+    )
 
 
 def blocking_calls(trace: Trace) -> pl.DataFrame:
     """Host calls that block until the GPU has drained: sync APIs, blocking memcpy/memset, and
     async memcpy to or from pageable memory (staged through a driver buffer, so synchronous)."""
-    cpu = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
-    pageable = trace.gpu.filter(
-        (pl.col("kind") == "memcpy") & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    ).select("correlation", pl.lit(True).alias("pageable"))
+    pageable = (
+        trace.gpu.select("kind", "src_kind", "dst_kind", "correlation")
+        .filter((pl.col("kind") == "memcpy") & ((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable")))
+        .get_column("correlation")
+        .drop_nulls()
+    )
+    # one filter over the host table (select first, so only these columns are copied), no join
     return (
-        cpu.join(pageable, on="correlation", how="left")
-        .filter(pl.col("name").str.contains(_SYNC_CALL) | pl.col("pageable").fill_null(False))
+        trace.cpu.select("cat", "correlation", "name", "tid", "start_ns", "dur_ns", "external_id")
+        .filter(
+            pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+            & (pl.col("name").str.contains(_SYNC_CALL) | pl.col("correlation").is_in(pageable.implode()))
+        )
         .select(
             "tid",
             pl.col("name").alias("sync_name"),

@@ -30,10 +30,12 @@ GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation
 
 def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels joined to the host call that launched them and the operator it ran under."""
-    ops = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
-    ops = ops.select(
-        "external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types")
-    ).unique("external_id", keep="first")
+    ops = (
+        trace.cpu.select("cat", "external_id", "name", "input_types")
+        .filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
+        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
+        .unique("external_id", keep="first")
+    )
     k = trace.kernels.join(launches, on="correlation", how="left")
     k = k.join(ops, on="external_id", how="left")
     return k.with_columns(

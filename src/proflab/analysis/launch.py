@@ -34,8 +34,10 @@ class LaunchStats:
 
 def launch_stats(trace: Trace, kernel_rows: pl.DataFrame) -> LaunchStats:
     k = kernel_rows
-    calls = trace.cpu.filter(
-        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_LAUNCH_CALL)
+    calls = (
+        trace.cpu.select("cat", "name", "start_ns", "dur_ns")
+        .filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_LAUNCH_CALL))
+        .select("start_ns", "dur_ns")
     )
     delay = (k["start_ns"] - k["launch_start_ns"]).drop_nulls() if k.height else pl.Series([], dtype=pl.Int64)
     per_step = None

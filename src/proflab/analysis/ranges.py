@@ -26,9 +26,13 @@ _SCHEMA = {"name": pl.String, "device": pl.Int32, "ranges": pl.UInt32, "host_ns"
 def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Columns: name, device, ranges (how many of that name launched work on the device),
     host_ns (their summed duration), gpu_ns, launches; sorted by gpu_ns."""
-    ranges = trace.cpu.filter(
-        (pl.col("cat") == "user_annotation") & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null()
-    ).select("name", "tid", "start_ns", "dur_ns")
+    ranges = (
+        trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns")
+        .filter(
+            (pl.col("cat") == "user_annotation") & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null()
+        )
+        .drop("cat")
+    )
     if ranges.height == 0 or not trace.has_gpu:
         return pl.DataFrame(schema=_SCHEMA)
     work = (
@@ -54,12 +58,13 @@ def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         gpu = np.concatenate([[0], np.cumsum(np.where(on, dur, 0))])
         count = np.concatenate([[0], np.cumsum(on)])
         n = count[hi] - count[lo]
+        some = n > 0  # ranges that launched work on this device; filtered before any copy
         parts.append(
-            ranges.with_columns(
+            ranges.filter(pl.Series(some)).with_columns(
                 pl.lit(int(d), dtype=pl.Int32).alias("device"),
-                pl.Series("gpu_ns", gpu[hi] - gpu[lo], dtype=pl.Int64),
-                pl.Series("launches", n, dtype=pl.Int64),
-            ).filter(pl.col("launches") > 0)
+                pl.Series("gpu_ns", (gpu[hi] - gpu[lo])[some], dtype=pl.Int64),
+                pl.Series("launches", n[some], dtype=pl.Int64),
+            )
         )
     per_range = pl.concat(parts)
     return (

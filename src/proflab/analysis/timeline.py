@@ -49,7 +49,7 @@ def device_sets(trace: Trace) -> dict[int, dict[str, IntervalSet]]:
 
     ``sets[d]["memset"]`` is therefore all activity on device d.
     """
-    gpu = trace.gpu.with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    gpu = trace.gpu.select("device", "kind", "is_comm", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     out: dict[int, dict[str, IntervalSet]] = {}
     for (device,), g in gpu.group_by(["device"], maintain_order=True):
         if device is None:

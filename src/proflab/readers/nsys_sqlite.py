@@ -16,7 +16,13 @@ What an export holds and how it maps onto the model:
 CUPTI correlation ids are unique only within a process, and an export can hold several: the
 model's ``correlation`` is ``pid << 32 | correlationId`` so joins never cross processes.
 ``globalTid`` packs the process and thread ids (pid in bits 24-47, tid in bits 0-23).
-Tables are fetched in batches of rows, so memory follows the tables' size, not SQLite's.
+
+Exports are large (several GB is a real case), so memory follows the events kept, not the
+file: tables are read through the ADBC SQLite driver straight into Arrow columns (no Python
+object per value), only the columns the model needs are selected, names stay ids until one
+join against ``StringIds`` (whose strings are cleaned once, not once per row), and the
+per-table frames are merged into time order one column at a time, so the merge costs one
+column of extra memory rather than a second copy of every table.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 import polars as pl
@@ -46,7 +53,7 @@ from proflab.model.trace import (
 __all__ = ["sniff", "read", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_BATCH_ROWS = 50_000
+_BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
@@ -67,16 +74,30 @@ def read(path: str | Path) -> Trace:
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
         return _read_report(path)
+    import adbc_driver_sqlite.dbapi as adbc
+
+    uri = _read_only_uri(path)
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    except sqlite3.Error as e:
+        con = sqlite3.connect(uri, uri=True)
+        bulk = adbc.connect(uri)
+    except (sqlite3.Error, adbc.Error) as e:
         raise CorruptInput(path, f"cannot open as SQLite: {e}") from e
     try:
-        return _read(path, con)
-    except sqlite3.DatabaseError as e:
-        raise CorruptInput(path, f"damaged or truncated SQLite database ({e})") from e
+        return _read(path, con, bulk)
+    except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
+        raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
     finally:
         con.close()
+        bulk.close()
+
+
+def _read_only_uri(path: Path) -> str:
+    """A read-only SQLite URI for ``path``; '?', '#' and '%' in a name are escaped."""
+    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def _is_nsys_rep(path: Path) -> bool:
@@ -109,16 +130,17 @@ def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection) -> Trace:
+def _read(path: Path, con: sqlite3.Connection, bulk) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         raise EmptyTrace(path, "SQLite database with no tables")
     if "StringIds" not in tables and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in tables):
         raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
-    ctx = _Ctx(path, con, tables)
-    gpu = pl.concat([ctx.kernels(), ctx.memcpy(), ctx.memset()]).sort("start_ns", maintain_order=True)
-    cpu = pl.concat([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"), ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"),
-                     ctx.nvtx(), ctx.osrt()]).sort("start_ns", maintain_order=True)  # fmt: skip
+    ctx = _Ctx(path, con, bulk, tables)
+    gpu = _merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
+    cpu = _merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
+                           ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
+    ctx.release()
     if gpu.height == 0 and cpu.height == 0:
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
     devices = ctx.devices()
@@ -134,11 +156,41 @@ def _read(path: Path, con: sqlite3.Connection) -> Trace:
     return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta)
 
 
+def _merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Concatenate frames of one schema in ``start_ns`` order (stable: ties keep table
+    order). Built one column at a time, each dropped from the parts once gathered, so the
+    peak is the parts plus about one column, never two copies of everything. A column no
+    row fills (an export has no Python frames or autograd sequence numbers) becomes one
+    null broadcast to the frame's length, which costs no memory per row."""
+    schema = parts[0].schema
+    parts = [p for p in parts if p.height]
+    if not parts:
+        return pl.DataFrame(schema=schema)
+    height = sum(p.height for p in parts)
+    empty = [c for c in schema if c != "start_ns" and all(p.get_column(c).null_count() == p.height for p in parts)]
+    parts = [p.drop(empty) for p in parts]
+    if len(parts) == 1 and parts[0]["start_ns"].is_sorted():
+        merged = parts[0].rechunk()
+    else:
+        starts = pl.concat([p.get_column("start_ns") for p in parts]).to_frame().with_row_index()
+        order = starts.sort("start_ns", maintain_order=True).get_column("index")
+        del starts
+        columns = []
+        for name in parts[0].columns:
+            columns.append(pl.concat([p.get_column(name) for p in parts]).gather(order))
+            parts = [p.drop(name) for p in parts]
+        merged = pl.DataFrame(columns, height=height)
+    return merged.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in empty).select(list(schema))
+
+
 class _Ctx:
-    def __init__(self, path: Path, con: sqlite3.Connection, tables: set[str]) -> None:
-        self.path, self.con, self.tables = path, con, tables
+    def __init__(self, path: Path, con: sqlite3.Connection, bulk, tables: set[str]) -> None:
+        self.path, self.con, self.bulk, self.tables = path, con, bulk, tables
         self.notes: list[str] = []
         self._strings: pl.DataFrame | None = None
+
+    def release(self) -> None:
+        self._strings = None
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
@@ -149,28 +201,62 @@ class _Ctx:
             raise SchemaError(self.path, f"table {table} lacks column(s) {', '.join(missing)} (unsupported export version?)")
 
     def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None) -> pl.DataFrame:
-        """Rows of ``sql`` in batches; ``finish`` turns each batch into its final columns
-        right away, so raw rows and intermediate columns never exist for the whole table."""
-        finish = finish or (lambda df: df)
-        cur = self.con.execute(sql)
-        frames = []
-        while rows := cur.fetchmany(_BATCH_ROWS):
-            frames.append(finish(pl.DataFrame(rows, schema=schema, orient="row")))
-            del rows
-        return pl.concat(frames) if frames else finish(pl.DataFrame(schema=schema))
+        """The rows of ``sql`` as typed columns, read through ADBC into Arrow without a
+        Python object per value. The columns are named and typed by ``schema`` (in order);
+        ``finish`` then turns them into their final form. The driver infers each column's type
+        from its first batch, so text columns are selected as ``coalesce(col, '')``."""
+        from adbc_driver_sqlite.dbapi import DatabaseError
 
-    def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name") -> pl.DataFrame:
-        """Replace a StringIds id column by its text: one join, so the text of a repeated
-        name is never built once per row."""
+        cur = self.bulk.cursor()
+        try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(_BATCH_ROWS)})
+            cur.execute(sql)
+            raw = pl.DataFrame(cur.fetch_arrow())
+        except (DatabaseError, pl.exceptions.ComputeError) as e:  # errors met while streaming come via polars
+            if "Type mismatch" in str(e):
+                table = sql.split(" FROM ")[-1].split()[0]
+                raise SchemaError(self.path, f"unexpected value types in table {table} ({_first_line(e)})") from e
+            if isinstance(e, pl.exceptions.ComputeError) and "[SQLite]" in str(e):
+                raise CorruptInput(self.path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
+            raise
+        finally:
+            cur.close()
+        if raw.width == 0 or raw.height == 0:
+            raw = pl.DataFrame(schema=schema)
+        df = raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
+        del raw
+        return (finish or (lambda d: d))(df)
+
+    def strings(self) -> pl.DataFrame:
         if self._strings is None:
             self._strings = (
                 self.fetch("SELECT id, value FROM StringIds", {"id": pl.Int64, "value": pl.String})
                 if "StringIds" in self.tables
                 else pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
             )
-        joined = df.join(self._strings.rename({"id": id_col, "value": "_text"}), on=id_col, how="left")
-        text = pl.coalesce(pl.col(out), pl.col("_text")) if out in df.columns else pl.col("_text")
-        return joined.with_columns(text.alias(out)).drop(id_col, "_text")
+        return self._strings
+
+    def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name", clean=None) -> pl.DataFrame:
+        """Replace a StringIds id column by its text: one join, so the text of a repeated
+        name is never built once per row. ``clean`` (an expression over ``value``) rewrites
+        the strings the frame uses once each, before the join, never per row."""
+        ids = df.get_column(id_col)
+        if ids.null_count() == ids.len():  # every name is stored inline (NVTX text)
+            text = pl.repeat(None, ids.len(), dtype=pl.String, eager=True)
+        else:
+            strings = self.strings()
+            if clean is not None:
+                strings = strings.join(ids.unique().alias("id").to_frame(), on="id", how="semi")
+                strings = strings.with_columns(clean.alias("value"))
+            # the join gathers the id column alone, not every column of the frame
+            text = (
+                ids.to_frame()
+                .join(strings.rename({"id": id_col, "value": out}), on=id_col, how="left", maintain_order="left")
+                .get_column(out)
+            )
+        if out in df.columns:
+            text = df.get_column(out).fill_null(text)
+        return df.with_columns(text.alias(out)).drop(id_col)
 
     # -- GPU ---------------------------------------------------------------------------
     def _gpu_frame(self, df: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -275,9 +361,7 @@ class _Ctx:
         df = self.fetch(
             f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
-            lambda df: self._host_frame(
-                self.named(df).with_columns(pl.col("name").str.replace(r"(?:_v\d+)+$", "")), cat, correlated=True
-            ),
+            lambda df: self._host_frame(self.named(df, clean=pl.col("value").str.replace(r"(?:_v\d+)+$", "")), cat, correlated=True),
         )
         return df
 
@@ -289,11 +373,18 @@ class _Ctx:
         has_domain = "domainId" in self.columns(t)
         domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
         df = self.fetch(
-            f"SELECT n.text, n.textId, {'n.domainId' if has_domain else 'NULL'}, "
+            f"SELECT {_OPERATOR_ONLY_SQL}, n.textId, {'n.domainId' if has_domain else 'NULL'}, "
             f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
             {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
              "dur_ns": pl.Int64},
-            lambda df: self._host_frame(self._nvtx_names(self.named(df), domains), "user_annotation", correlated=False),
+            lambda df: self._host_frame(
+                self._nvtx_names(
+                    self.named(df.with_columns(pl.col("name").replace("", None)), clean=_operator_only(pl.col("value"))),
+                    domains,
+                ),
+                "user_annotation",
+                correlated=False,
+            ),
         )
         return df
 
@@ -307,9 +398,7 @@ class _Ctx:
                 .otherwise(pl.col("name"))
                 .alias("name")
             )
-        # torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
-        # sizes = [...]": the operator is the name; the rest would make every range unique.
-        return df.with_columns(pl.col("name").fill_null("").str.replace(r", (?:seq|op_id|sizes|input_op_ids) = .*$", ""))
+        return df.with_columns(pl.col("name").fill_null(""))
 
     def osrt(self) -> pl.DataFrame:
         t = "OSRT_API"
@@ -356,6 +445,22 @@ class _Ctx:
             ):
                 out["nsys_export_schema" if name == "EXPORT_SCHEMA_VERSION" else "nsys"] = str(value)
         return out
+
+
+_EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
+
+
+def _operator_only(name: pl.Expr) -> pl.Expr:
+    """torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
+    sizes = [...]": the operator is the name; the rest would make every range unique. Applied to
+    StringIds once (``_OPERATOR_ONLY_SQL`` does the same to text stored inline)."""
+    return name.str.replace(rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = .*$", "")
+
+
+# The same cut in SQLite, for NVTX text stored inline in each row (emit_nvtx writes millions of
+# unique strings): only the operator name leaves the database. '' stands for "no inline text".
+_CUT_AT = ", ".join(f"coalesce(nullif(instr(n.text, ', {k} = '), 0), 1 << 30)" for k in _EMIT_NVTX_KEYS)
+_OPERATOR_ONLY_SQL = f"coalesce(substr(n.text, 1, min({_CUT_AT}) - 1), '')"
 
 
 def _mapped(col: str, mapping: dict[int, str], values: list[str]) -> pl.Expr:

@@ -61,7 +61,8 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
     g, total = found
     device = int(g["device"][0])
     ops = (
-        trace.cpu.filter(pl.col("cat") == "cpu_op")
+        trace.cpu.select("cat", "external_id", "name")
+        .filter(pl.col("cat") == "cpu_op")
         .select(pl.col("external_id").alias("sync_external_id"), pl.col("name").alias("op"))
         .unique("sync_external_id", keep="first")
     )
@@ -210,10 +211,15 @@ def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
     ).with_row_index("gap")
     if gaps.height == 0:
         return []
-    events = trace.cpu.filter(
-        pl.col("cat").is_in(["cpu_op", "user_annotation"]) & ~pl.col("name").str.starts_with("ProfilerStep#")
-    ).select(pl.col("tid").alias("etid"), "name", pl.col("start_ns").alias("e0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("e1"))
-    events = events.filter(pl.col("etid").is_in(gaps["tid"].unique().implode()))
+    events = (
+        trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns")
+        .filter(
+            pl.col("cat").is_in(["cpu_op", "user_annotation"])
+            & ~pl.col("name").str.starts_with("ProfilerStep#")
+            & pl.col("tid").is_in(gaps["tid"].unique().implode())
+        )
+        .select(pl.col("tid").alias("etid"), "name", pl.col("start_ns").alias("e0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("e1"))
+    )
     # Keep only events that overlap some gap (gaps on one device are disjoint and sorted, so
     # that is one search per event) before pairing them: a plain join on the thread would
     # pair every gap with every event of the thread.

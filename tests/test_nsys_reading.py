@@ -1,0 +1,91 @@
+"""How the Nsight Systems reader reads: the time-order merge, names cut inside SQLite, file
+names SQLite's URI syntax would misread, and values of the wrong type."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import proflab
+from proflab.cli import main
+from proflab.model.trace import CPU_SCHEMA
+from proflab.readers import nsys_sqlite
+
+NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+T4 = NSYS / "t4_power_iteration_baseline.sqlite"
+
+
+def _cpu(starts: list[int], name: str, **cols) -> pl.DataFrame:
+    n = len(starts)
+    data = {c: [None] * n for c in CPU_SCHEMA}
+    data.update(cat=["cuda_runtime"] * n, name=[f"{name}{i}" for i in range(n)], start_ns=starts, dur_ns=[1] * n, **cols)
+    return pl.DataFrame(data, schema=CPU_SCHEMA)
+
+
+def test_merge_orders_by_start_keeps_table_order_on_ties_and_the_schema():
+    a = _cpu([30, 10, 20], "a", tid=[1, 2, 3])
+    b = _cpu([20, 5], "b", tid=[4, 5])
+    merged = nsys_sqlite._merge_by_start([a, b])
+    assert merged.schema == pl.Schema(CPU_SCHEMA)
+    assert merged["start_ns"].to_list() == [5, 10, 20, 20, 30]
+    assert merged["name"].to_list() == ["b1", "a1", "a2", "b0", "a0"]  # a's 20 before b's 20
+    assert merged["tid"].to_list() == [5, 2, 3, 4, 1]  # rows stay whole
+    assert merged["python_id"].null_count() == 5  # a column nobody fills stays null
+
+
+def test_merge_of_one_sorted_part_and_of_nothing():
+    one = nsys_sqlite._merge_by_start([_cpu([1, 2, 3], "x"), _cpu([], "y")])
+    assert one["name"].to_list() == ["x0", "x1", "x2"]
+    none = nsys_sqlite._merge_by_start([_cpu([], "x"), _cpu([], "y")])
+    assert none.height == 0 and none.schema == pl.Schema(CPU_SCHEMA)
+
+
+_piece = st.sampled_from(["aten::addmm", "forward, layer 3", ", seq = 4", ", op_id = 99", ", sizes = [[2, 3]]",
+                          ", input_op_ids = [1]", ", seq=4", "x", ", ", " = ", "é"])  # fmt: skip
+
+
+@given(st.lists(_piece, max_size=6).map("".join))
+def test_operator_cut_in_sqlite_matches_the_regex(text):
+    """Inline NVTX text is cut inside SQLite; StringIds text by a regex. Both must agree."""
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (text TEXT)")
+    con.execute("INSERT INTO t VALUES (?)", (text,))
+    (in_sql,) = con.execute(f"SELECT {nsys_sqlite._OPERATOR_ONLY_SQL} FROM t n").fetchone()
+    in_polars = pl.select(nsys_sqlite._operator_only(pl.lit(text))).item()
+    assert in_sql == in_polars
+
+
+@pytest.mark.skipif(not T4.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+@pytest.mark.parametrize("name", ["run?x=1.sqlite", "run#2.sqlite", "100%done.sqlite"])
+def test_file_names_with_uri_characters_are_read(tmp_path, name):
+    path = tmp_path / name
+    shutil.copyfile(T4, path)
+    trace = proflab.load(path)
+    assert trace.gpu.height == proflab.load(T4).gpu.height > 0
+
+
+def test_value_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    """SQLite stores any type in any column. A text value among the times of a runtime table
+    (the driver types each column from its first batch) is a schema error, not a traceback."""
+    path = tmp_path / "odd.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.execute("INSERT INTO StringIds VALUES (1, 'cudaLaunchKernel_v7000')")
+    con.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, globalTid INTEGER, "
+                "correlationId INTEGER, nameId INTEGER)")  # fmt: skip
+    rows = [(i * 10, i * 10 + 5, (7 << 24) + 7, i, 1) for i in range(8)] + [("late", 95, (7 << 24) + 7, 9, 1)]
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    before = path.read_bytes()
+    monkeypatch.setattr(nsys_sqlite, "_BATCH_ROWS", 4)  # the bad row then falls in a later batch
+    assert main(["analyze", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "odd.sqlite" in err and "Traceback" not in err
+    assert path.read_bytes() == before
