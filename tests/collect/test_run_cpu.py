@@ -185,6 +185,7 @@ def test_program_without_torch_runs_unaffected(tmp_path):
     assert "torch imported: False" in done.stdout
     meta = _meta(_only_run(tmp_path))
     assert meta["traces"] == [] and meta["analysis"]["note"] == "no trace was recorded"
+    assert any("never imported torch" in n for n in meta["notes"]), meta["notes"]
 
 
 def test_other_sitecustomize_still_runs(tmp_path):
@@ -233,3 +234,30 @@ def test_nsys_missing_says_how_to_install(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nsys" in err and "CUDA Toolkit" in err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("kind", ["schedule", "plain"])
+def test_program_with_its_own_profiler_is_followed(tmp_path, torch_required, kind):
+    """proflab steps aside for the program's torch.profiler, counts its prof.step() calls,
+    and keeps a copy of what it recorded; the program's own output is untouched."""
+    from scripts import OWN_PROFILER
+
+    done = _proflab_run(tmp_path, kind, script=OWN_PROFILER)
+    assert done.returncode == 0, done.stderr
+    assert "done" in done.stdout
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert [Path(t).name for t in meta["traces"]] == [Path(meta["traces"][0]).name]
+    assert "_own1" in meta["traces"][0]
+    assert any("its own torch.profiler" in n for n in meta["notes"]), meta["notes"]
+    trace = proflab.load(run / meta["traces"][0])
+    assert trace.cpu.filter(trace.cpu["name"] == "aten::addmm").height > 0
+    (proc,) = [json.loads(p.read_text()) for p in (run / "processes").glob("*.json")]
+    if kind == "schedule":
+        assert proc["step_source"] == "profiler" and proc["steps"] == 8
+        assert trace.steps.height == 3  # the program's active window: its ProfilerStep ranges
+        assert len(list((tmp_path / "own_logs").glob("*.pt.trace.json"))) == 1  # its handler still ran
+    else:
+        assert proc["step_source"] == "optimizer"
+        assert "Self CPU time total" in done.stdout
+    assert (run / "analysis.json").exists()

@@ -15,6 +15,13 @@ a program that does not use torch runs unaffected. Once torch is in:
 - window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
   ``proflab.capture()`` blocks (the first one).
 
+A program that runs its own ``torch.profiler.profile`` is followed, not fought: two Kineto
+sessions cannot run at once, so proflab's own profiler stands aside (it has recorded nothing
+while its schedule waits; a time window in progress is closed and kept), the program's
+``prof.step()`` calls count as the run's steps, and every trace the program's profiler
+records is also exported into the run directory (``<who>_own<N>``) before the program's own
+``on_trace_ready`` handler sees it, so the analysis runs on exactly what the program recorded.
+
 The trace is exported when the window closes, and otherwise when the process ends: at exit
 (normal end, an uncaught exception, Ctrl-C's KeyboardInterrupt) and on SIGTERM, so a crashing
 or interrupted program still leaves what was recorded. Each process writes its own trace
@@ -48,7 +55,7 @@ class Runtime:
         self.prof = None  # the active torch.profiler.profile
         self.prof_kind = None  # "steps" | "time" | "capture"
         self.steps = 0
-        self.step_source = None  # "user" | "optimizer"
+        self.step_source = None  # "user" (proflab.step) | "profiler" (the program's prof.step) | "optimizer"
         self._optimizer_id = None
         self.traces: list[str] = []
         self.notes: list[str] = []
@@ -60,6 +67,7 @@ class Runtime:
         self._alarm_phase = None  # "start" | "stop"
         self._provisional = False  # a time-window fallback is in progress or done, no step yet
         self._step_base = 0
+        self._own_traces = 0  # traces exported from the program's own profiler
         argv = getattr(sys, "orig_argv", sys.argv)
         self._launcher = any(x.endswith(_TORCH_LAUNCHERS) for x in argv[:3])
         self._mp_child = "--multiprocessing-fork" in argv
@@ -92,6 +100,10 @@ class Runtime:
         if not self.profiles:
             return
         try:
+            self._follow_program_profilers(torch)
+        except Exception as e:
+            self.notes.append(f"proflab cannot follow the program's own torch.profiler: {type(e).__name__}: {e}")
+        try:
             if self.cfg.get("memory_snapshot") and torch.cuda.is_available():
                 torch.cuda.memory._record_memory_history(max_entries=int(self.cfg.get("snapshot_entries", 100000)))
             if self.window in ("auto", "steps"):
@@ -109,7 +121,7 @@ class Runtime:
         acts = [tp.ProfilerActivity.CPU]
         if self.torch.cuda.is_available():
             acts.append(tp.ProfilerActivity.CUDA)
-        return tp.profile(
+        prof = tp.profile(
             activities=acts,
             schedule=schedule,
             on_trace_ready=self._on_trace_ready if schedule is not None else None,
@@ -117,6 +129,80 @@ class Runtime:
             with_stack=bool(self.cfg.get("with_stack", False)),
             profile_memory=bool(self.cfg.get("profile_memory", False)),
         )
+        prof._proflab_own = True
+        return prof
+
+    # -- the program's own torch.profiler ----------------------------------------------------
+
+    def _follow_program_profilers(self, torch) -> None:
+        """Wrap torch.profiler.profile's start/step/stop (see the module docstring)."""
+        cls = torch.profiler.profile
+        if getattr(cls, "_proflab_followed", False):
+            return
+        runtime = self
+        start, step, stop = cls.start, cls.step, cls.stop
+
+        def start_(prof):
+            if not getattr(prof, "_proflab_own", False):
+                runtime._program_profiler_starts(prof)
+            return start(prof)
+
+        def step_(prof):
+            out = step(prof)
+            if not getattr(prof, "_proflab_own", False):
+                runtime.step("profiler")
+            return out
+
+        def stop_(prof):
+            out = stop(prof)
+            if not getattr(prof, "_proflab_own", False) and getattr(prof, "_proflab_on_ready", None) is None:
+                runtime._keep_program_trace(prof)  # no handler: what it recorded ends at stop
+            return out
+
+        cls.start, cls.step, cls.stop = start_, step_, stop_
+        cls._proflab_followed = True
+
+    def _program_profiler_starts(self, prof) -> None:
+        with self._lock:
+            if self.prof is not None:
+                if self.prof_kind in ("time", "capture"):
+                    self.notes.append("the program started its own torch.profiler: proflab's window was closed there")
+                    self._stop_and_export()
+                else:  # the step schedule, still waiting: nothing recorded yet
+                    self.prof.stop()
+                    self.prof, self.prof_kind = None, None
+            if self._alarm_phase is not None and threading.current_thread() is threading.main_thread():
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                self._alarm_phase = None
+            self.done = True
+            note = "the program runs its own torch.profiler: proflab keeps a copy of each trace it records"
+            if note not in self.notes:
+                self.notes.append(note)
+        handler = getattr(prof, "on_trace_ready", None)
+        if handler is not None and getattr(prof, "_proflab_on_ready", None) is None:
+
+            def on_ready(p, _handler=handler):
+                self._keep_program_trace(p)
+                return _handler(p)
+
+            prof._proflab_on_ready = on_ready
+            prof.on_trace_ready = on_ready
+
+    def _keep_program_trace(self, prof) -> None:
+        if not self.profiles:
+            return
+        with self._lock:
+            try:
+                if getattr(prof, "profiler", None) is None or getattr(prof.profiler, "kineto_results", None) is None:
+                    return  # stopped before anything was recorded
+            except Exception:
+                return
+            self._own_traces += 1
+            before = len(self.traces)
+            self._export(prof, f"_own{self._own_traces}")
+            if len(self.traces) > before:
+                _serve_later_exports(prof.profiler, self.traces[-1])
+
 
     def _someone_else_profiles(self) -> bool:
         try:
@@ -141,7 +227,7 @@ class Runtime:
                 self.notes.append("this torch has no global optimizer step hook; call proflab.step() each step")
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if self.step_source == "user":
+        if self.step_source in ("user", "profiler"):
             return  # explicit steps win
         # With several optimizers (GANs, per-module optimizers) one iteration steps each of
         # them: count the steps of the first one seen only.
@@ -154,10 +240,13 @@ class Runtime:
     def step(self, source: str = "user") -> None:
         """One training step ended (``proflab.step()``, or the optimizer hook)."""
         with self._lock:
-            if source == "user" and self.step_source != "user":
-                self.step_source = "user"
-            elif self.step_source is None:
-                self.step_source = source
+            rank = ("optimizer", "profiler", "user")  # a more explicit source takes over
+            if self.step_source is not None and rank.index(source) < rank.index(self.step_source):
+                return  # the same step, seen again through a less explicit source
+            if self.step_source is not None and rank.index(source) > rank.index(self.step_source):
+                self.step_source = source  # the step the old source just counted ends here: not a new one
+                return
+            self.step_source = source
             self.steps += 1
             if self.window == "auto" and self._provisional:
                 self._back_to_steps()
@@ -399,6 +488,22 @@ class _TorchImportHook:
 
         loader.exec_module = exec_and_hook
         return spec
+
+
+
+def _serve_later_exports(recorded, copy_path: str) -> None:
+    """Kineto saves a trace once ("Trace is already saved" the second time): the program's own
+    export of this trace (its on_trace_ready handler, or a later export_chrome_trace call)
+    is served from proflab's copy instead, byte for byte the JSON it would have written."""
+
+    def export_chrome_trace(path, *args, **kwargs):
+        import gzip
+        import shutil
+
+        with gzip.open(copy_path, "rb") as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+    recorded.export_chrome_trace = export_chrome_trace
 
 
 RUNTIME: Runtime | None = None
