@@ -318,7 +318,7 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["processes"] = procs
     for p in procs:
         meta["notes"].extend(n for n in p.get("notes", []) if n not in meta["notes"])
-    if not procs and meta.get("backend", "torch") == "torch":
+    if not procs and (meta.get("options") or {}).get("backend", "torch") == "torch":
         meta["notes"].append(
             "no process of the program reported to proflab: it never imported torch, or proflab's "
             "in-process runtime did not start (the program's stderr says why)"
