@@ -142,7 +142,7 @@ def test_time_window_without_optimizer(tmp_path, torch_required):
     script = (
         "import time, torch\n"
         "t = time.time()\n"
-        "while time.time() - t < 1.5:\n"
+        "while time.time() - t < 3.0:\n"
         "    torch.randn(64, 64) @ torch.randn(64, 64)\n"
     )
     done = subprocess.run(
@@ -156,7 +156,7 @@ def test_time_window_without_optimizer(tmp_path, torch_required):
     trace = proflab.load(run / meta["traces"][0])
     mm = trace.cpu.filter(trace.cpu["name"] == "aten::mm")
     assert mm.height > 10
-    # the window lasted about --duration (0.5 s), not the whole 1.5 s program
+    # the window lasted about --duration (0.5 s), not the whole 3 s program
     span_s = ((mm["start_ns"] + mm["dur_ns"]).max() - mm["start_ns"].min()) / 1e9
     assert 0.1 < span_s < 1.2, span_s  # profiler start-up takes part of the 0.5 s on 2 cores
 
