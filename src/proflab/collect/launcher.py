@@ -318,11 +318,11 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["processes"] = procs
     for p in procs:
         meta["notes"].extend(n for n in p.get("notes", []) if n not in meta["notes"])
-    if not procs and (meta.get("options") or {}).get("backend", "torch") == "torch":
-        meta["notes"].append(
-            "no process of the program reported to proflab: it never imported torch, or proflab's "
-            "in-process runtime did not start (the program's stderr says why)"
-        )
+    if (meta.get("options") or {}).get("backend", "torch") == "torch":
+        if not procs:
+            meta["notes"].append("proflab's in-process runtime did not start in the program (its stderr says why)")
+        elif not any(p.get("torch") for p in procs):
+            meta["notes"].append("the program never imported torch: no torch.profiler trace")
     meta["versions"] = _versions(procs)
     from proflab.collect import monitor as m
 
