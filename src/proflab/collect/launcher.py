@@ -243,7 +243,15 @@ def _export_nsys(run_dir: Path, meta: dict) -> None:
 
     rep = run_dir / "traces" / "report.nsys-rep"
     if not rep.exists():
-        meta["notes"].append("nsys wrote no report (did the program reach CUDA? with --capture-range, did it call proflab.capture()?)")
+        raw = sorted((run_dir / "traces").glob("*.qdstrm"))
+        if raw:  # recorded, but this nsys has no importer to turn the raw stream into a report
+            meta["notes"].append(
+                f"nsys recorded {raw[0].relative_to(run_dir)} but made no report from it (this nsys lacks its "
+                "QdstrmImporter): convert it with QdstrmImporter from a full Nsight Systems install, then run "
+                "`proflab analyze` on the .nsys-rep"
+            )
+        else:
+            meta["notes"].append("nsys wrote no report (did the program reach CUDA? with --capture-range, did it call proflab.capture()?)")
         return
     try:
         nsys.export_sqlite(rep)
