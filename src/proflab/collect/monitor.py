@@ -26,6 +26,8 @@ Columns of ``samples`` (one row per device per tick; units in the names):
 
 from __future__ import annotations
 
+import math
+
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -537,7 +539,9 @@ class GPUMonitor:
         out = {}
         for i, (_, col) in enumerate(GPM_METRICS):
             m = get.metrics[i]
-            out[col] = float(m.value) if m.nvmlReturn == pynvml.NVML_SUCCESS else None
+            v = float(m.value) if m.nvmlReturn == pynvml.NVML_SUCCESS else None
+            # NVML can answer success with NaN (DRAM bandwidth utilisation on an H200): missing, not a number
+            out[col] = v if v is not None and math.isfinite(v) else None
         return out
 
     # -- results -----------------------------------------------------------------------------
