@@ -91,7 +91,6 @@ MEMCPY_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "pageable": pl.Boolean,
 }
 # Memcpy-only columns, always null on a kernel row.
-_NOT_KERNEL = ("kind", "bytes", "copy_kind", "src_kind", "dst_kind")
 # Words that query DuckDB's catalog: such a query should see every table.
 _CATALOG_WORDS = {"information_schema", "duckdb_tables", "duckdb_columns", "duckdb_views", "show", "pragma"}
 # Result types polars cannot take as they come out of DuckDB: widened, narrowed or spelled out.
@@ -147,7 +146,7 @@ def _builders(trace: Trace) -> dict[str, Callable[[], pl.DataFrame]]:
         "cpu": lambda: _plain(_with_end(trace.cpu)),
         "steps": lambda: trace.steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")),
         "devices": lambda: trace.devices,
-        "kernels": lambda: _plain(_with_end(ctx.kernel_rows.drop(_NOT_KERNEL))),
+        "kernels": lambda: _plain(_with_end(ctx.kernel_rows)),
         "memcpy_summary": lambda: _or_empty(_plain(ctx.memcpy_table), MEMCPY_SUMMARY_SCHEMA),
         "gaps": lambda: _plain(ctx.gaps),
         "step_breakdown": lambda: _with_end(ctx.step_table),

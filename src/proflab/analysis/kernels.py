@@ -14,7 +14,7 @@ import polars as pl
 from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
-__all__ = ["kernel_rows", "hot_kernels", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
+__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "hot_kernels", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
 
 # Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
 TENSOR_CORE_PATTERN = (
@@ -22,6 +22,8 @@ TENSOR_CORE_PATTERN = (
     r"s1688|s16816|h1688|h16816|i8816|16816|1688gemm|nvjet|_hsh|_bsb|flash|fmha|sdpa|cudnn.*(?:hmma|h884|h1688)"
 )
 # GEMM-like kernels (cuBLAS, cuBLASLt, CUTLASS, cuDNN implicit GEMM).
+# GPU table columns that only copies and memsets fill
+NOT_KERNEL_COLUMNS = ("kind", "bytes", "copy_kind", "src_kind", "dst_kind")
 GEMM_PATTERN = r"(?i)gemm|gemv|nvjet|cutlass|xmma|matmul|sgemm|dgemm|hgemm"
 # FP32 GEMMs on the CUDA cores (no TF32): SIMT sgemm tiles and fp32-only xmma/nvjet tiles.
 FP32_SIMT_PATTERN = r"(?i)sgemm|simt.*gemm|gemm.*simt|gemv.*float|gemvx?.*<float|f32f32_f32f32_f32|gemm.*_ffma_|gemmSN.*float"
@@ -36,7 +38,9 @@ def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
         .unique("external_id", keep="first")
     )
-    k = trace.kernels.join(launches, on="correlation", how="left")
+    # the copy columns are null for kernels: leave them out of a table as long as the kernels
+    k = trace.gpu.drop(NOT_KERNEL_COLUMNS).filter(trace.gpu["kind"] == "kernel")
+    k = k.join(launches, on="correlation", how="left")
     k = k.join(ops, on="external_id", how="left")
     return k.with_columns(
         pl.col("name").str.contains(GEMM_PATTERN).or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
