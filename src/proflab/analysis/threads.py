@@ -17,9 +17,11 @@ class ThreadClock:
     def __init__(self, tids: list[pl.Series], times: list[pl.Series]) -> None:
         known = pl.concat([t.cast(pl.Int64) for t in tids]).drop_nulls().unique().sort()
         self._rank = {int(t): i for i, t in enumerate(known)}  # threads, not events
-        stamps = pl.concat([t.cast(pl.Int64) for t in times]).drop_nulls()
-        self.t0 = int(stamps.min()) if stamps.len() else 0
-        self.span = (int(stamps.max()) if stamps.len() else 0) - self.t0 + 1
+        # min and max per series: concatenating every timestamp would copy them all
+        lows = [v for v in (t.min() for t in times) if v is not None]
+        highs = [v for v in (t.max() for t in times) if v is not None]
+        self.t0 = int(min(lows)) if lows else 0
+        self.span = (int(max(highs)) if highs else 0) - self.t0 + 1
 
     def key(self, tid: pl.Series, t: pl.Series) -> np.ndarray:
         r = tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=pl.Int64).to_numpy()
