@@ -298,16 +298,18 @@ class Runtime:
 
     def _export(self, prof, suffix: str = "") -> None:
         final = self._trace_path(suffix)
-        tmp_dir = os.path.join(self.run_dir, "traces", ".partial")
-        os.makedirs(tmp_dir, exist_ok=True)
+        # One folder per process: another rank of the run tidying up its own must not
+        # remove it while Kineto is still writing here.
+        tmp_dir = os.path.join(self.run_dir, "traces", f".partial-{self.pid}")
         tmp = os.path.join(tmp_dir, os.path.basename(final))
         try:
+            os.makedirs(tmp_dir, exist_ok=True)
             prof.export_chrome_trace(tmp)
             os.replace(tmp, final)  # readers never see half a trace
             self.traces.append(final)
             try:
                 os.rmdir(tmp_dir)
-            except OSError:  # another process of the run is exporting too
+            except OSError:  # a failed export's leftover: keep it for inspection
                 pass
         except Exception as e:
             self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
