@@ -261,3 +261,25 @@ def test_program_with_its_own_profiler_is_followed(tmp_path, torch_required, kin
         assert proc["step_source"] == "optimizer"
         assert "Self CPU time total" in done.stdout
     assert (run / "analysis.json").exists()
+
+
+def test_run_into_an_unusable_folder_is_one_line(tmp_path, capsys):
+    not_a_dir = tmp_path / "afile"
+    not_a_dir.write_text("x")
+    assert main(["run", "-o", str(not_a_dir), "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(not_a_dir) in err and "Traceback" not in err
+
+
+def test_runs_survives_a_foreign_meta_json(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for name, text in [
+        ("20240101-000000-list", "[]"),
+        ("20240101-000001-types", '{"exit_status": "3", "duration_s": "slow", "command": 5, "analysis": []}'),
+        ("20240101-000002-good", '{"name": "good", "exit_status": 0, "duration_s": 1.5, "command": ["python", "t.py"]}'),
+    ]:
+        (root / name).mkdir(parents=True)
+        (root / name / "meta.json").write_text(text)
+    assert main(["runs", str(root), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "good" in out and "types" in out and "list" not in out
