@@ -261,3 +261,12 @@ def test_device_info_never_raises(monkeypatch):
     monkeypatch.setattr(monitor, "_nvml", lambda: _fake_nvml())
     gpu = monitor.device_info()["gpus"][0]
     assert gpu["name"] == "NVIDIA H100" and gpu["power_limit_w"] == 700.0 and gpu["gpm_supported"] is True
+
+
+def test_auto_profile_passes_the_functions_own_keywords():
+    @proflab.auto_profile(warmup=1, iterations=2, report=False)
+    def tag(x, name="default", warmup="w", unit="u"):
+        return (x, name, warmup, unit)
+
+    assert tag(1, name="mine", warmup="mine too", unit="kg") == (1, "mine", "mine too", "kg")
+    assert tag.timing.name.endswith("tag") and tag.timing.iterations == 2 and tag.timing.unit is None
