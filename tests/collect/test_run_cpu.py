@@ -223,6 +223,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert main(["run", "-o", str(tmp_path), "--", "no-such-program-xyz"]) == 2
     assert "command not found" in capsys.readouterr().err
     assert main(["run", "-o", str(tmp_path), "--active", "0", "--", sys.executable, "-c", "pass"]) == 2
+    assert main(["run", "-o", str(tmp_path), "--top", "-1", "--", sys.executable, "-c", "pass"]) == 2
+    assert "--top" in capsys.readouterr().err
     assert not any(tmp_path.iterdir()), "no run directory for a run that never started"
 
 

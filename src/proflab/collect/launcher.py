@@ -70,6 +70,8 @@ class RunOptions:
             raise UsageError("--delay must be >= 0 s and --duration > 0 s")
         if self.monitor_period_s <= 0:
             raise UsageError("--monitor-period must be > 0 s")
+        if self.top < 0:
+            raise UsageError("--top must be >= 0")
 
 
 def exit_status(returncode: int) -> int:
