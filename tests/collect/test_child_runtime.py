@@ -40,3 +40,37 @@ def test_two_processes_exporting_at_once_both_keep_their_trace(tmp_path):
     names = sorted(p.name for p in (tmp_path / "traces").iterdir() if p.is_file())
     assert len(names) == 2 and all(n.endswith(".pt.trace.json.gz") for n in names)
     assert [p.name for p in (tmp_path / "traces").iterdir() if p.name.startswith(".")] == []
+
+
+def _failing_profiler(*args, **kwargs):
+    raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
+
+
+def test_a_profiler_that_fails_never_breaks_the_program(tmp_path, monkeypatch):
+    # Each of these runs inside a call the program makes (a capture block, a step, the
+    # SIGALRM handler that interrupts whatever it is doing): proflab's failure stays a note.
+    rt = _runtime(tmp_path, 100, window="capture")
+    rt.torch = object()  # torch "imported"; the profiler itself is what fails
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt.capture_start()
+    rt.capture_stop()
+    assert rt.done and rt.prof is None
+    assert any("proflab.capture()" in n and "INSUFFICIENT_PRIVILEGES" in n for n in rt.notes)
+
+    rt = _runtime(tmp_path, 101, window="time", duration_s=10.0)
+    rt.torch = object()
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt._alarm_phase = "start"
+    rt._on_alarm(14, None)
+    assert rt.done and rt._alarm_phase is None
+    assert any("time window failed" in n for n in rt.notes)
+
+    # steps arriving after the time-window fallback restart the step profiler
+    rt = _runtime(tmp_path, 102, window="auto")
+    rt.torch = object()
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt._provisional = True
+    rt.step("optimizer")
+    rt.step("optimizer")
+    assert rt.done and rt.steps == 2
+    assert [n for n in rt.notes if "step failed" in n] and not [n for n in rt.notes if "its own" in n]
