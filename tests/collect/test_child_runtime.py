@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 from proflab.collect import _child
@@ -74,3 +75,27 @@ def test_a_profiler_that_fails_never_breaks_the_program(tmp_path, monkeypatch):
     rt.step("optimizer")
     assert rt.done and rt.steps == 2
     assert [n for n in rt.notes if "step failed" in n] and not [n for n in rt.notes if "its own" in n]
+
+
+def test_a_forked_child_does_not_flush_the_parents_profiler(tmp_path, monkeypatch):
+    # A multiprocessing pool forked from the program inherits the runtime, its atexit and
+    # SIGTERM handlers included (Pool.terminate() sends SIGTERM to every worker).
+    stopped = []
+
+    class Running(_FakeProfile):
+        def stop(self):
+            stopped.append(True)
+
+    parent = os.getpid()
+    rt = _runtime(tmp_path, parent, window="time")
+    rt.torch, rt.prof, rt.prof_kind = object(), Running(), "time"
+    monkeypatch.setattr(_child.os, "getpid", lambda: parent + 1)  # now "in the child"
+    rt.finish()
+    rt.record({"name": "from the worker"})
+    monkeypatch.undo()
+    assert stopped == [] and rt.prof is not None, "the child stopped the parent's profiler"
+    assert not (tmp_path / "processes").exists() and list((tmp_path / "traces").iterdir()) == []
+    assert json.loads((tmp_path / "events.jsonl").read_text())["pid"] == parent + 1
+
+    rt.finish()  # the parent itself still flushes
+    assert stopped == [True] and (tmp_path / "processes" / f"{parent}.json").exists()

@@ -89,6 +89,8 @@ class Runtime:
             sys.meta_path.insert(0, _TorchImportHook(self))
 
     def _on_sigterm(self, signum, frame) -> None:
+        # Forked children (DataLoader workers, multiprocessing pools, whose terminate() sends
+        # SIGTERM) inherit this handler: finish() declines there, so they just end.
         self.finish()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -418,14 +420,20 @@ class Runtime:
         with self._lock:
             if self._events is None:
                 self._events = open(os.path.join(self.run_dir, "events.jsonl"), "a", encoding="utf-8")
-            event = {"pid": self.pid, **event}
+            event = {"pid": os.getpid(), **event}  # a forked worker's events are its own
             self._events.write(json.dumps(event, default=str) + "\n")
             self._events.flush()
 
     # -- the end -----------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Flush what was recorded. Runs at exit and on SIGTERM; safe to call twice."""
+        """Flush what was recorded. Runs at exit and on SIGTERM; safe to call twice.
+
+        Only in the process that started the runtime: a forked child holds a copy of its
+        profiler, and stopping or exporting that copy would write the parent's trace and
+        process file (same pid in the names) from the child's half of the state."""
+        if os.getpid() != self.pid:
+            return
         with self._lock:
             if self._finished:
                 return
