@@ -220,3 +220,53 @@ def test_exit_status_mapping():
     assert _run_name(["python3", "-u", "train.py"]) == "train"
     assert _run_name(["python", "-m", "pkg.main"]) == "main"
     assert _run_name(["./a.out"]) == "a.out"
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def _fake_nvml(**overrides):
+    """A pynvml stand-in: one GPU, every call answering, except those in ``overrides``."""
+    import types
+
+    m = types.SimpleNamespace(
+        NVMLError=_NVMLError,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: 1,
+        nvmlSystemGetDriverVersion=lambda: "550.1",
+        nvmlSystemGetCudaDriverVersion=lambda: 12040,
+        nvmlDeviceGetHandleByIndex=lambda i: object(),
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=80 << 30),
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000,
+        nvmlDeviceGetName=lambda h: "NVIDIA H100",
+        nvmlDeviceGetUUID=lambda h: "GPU-0",
+        nvmlGpmQueryDeviceSupport=lambda h: types.SimpleNamespace(isSupportedDevice=1),
+    )
+    for k, v in overrides.items():
+        setattr(m, k, v)
+    return m
+
+
+def test_device_info_never_raises(monkeypatch):
+    def denied(i):
+        raise _NVMLError("Insufficient Permissions")
+
+    monkeypatch.setattr(monitor, "_nvml", lambda: _fake_nvml(nvmlDeviceGetHandleByIndex=denied))
+    info = monitor.device_info()
+    assert info["available"] is True and info["driver_version"] == "550.1"
+    assert info["gpus"] == [{"index": 0, "error": "NVML nvmlDeviceGetHandleByIndex failed: Insufficient Permissions"}]
+
+    monkeypatch.setattr(monitor, "_nvml", lambda: _fake_nvml())
+    gpu = monitor.device_info()["gpus"][0]
+    assert gpu["name"] == "NVIDIA H100" and gpu["power_limit_w"] == 700.0 and gpu["gpm_supported"] is True
+
+
+def test_auto_profile_passes_the_functions_own_keywords():
+    @proflab.auto_profile(warmup=1, iterations=2, report=False)
+    def tag(x, name="default", warmup="w", unit="u"):
+        return (x, name, warmup, unit)
+
+    assert tag(1, name="mine", warmup="mine too", unit="kg") == (1, "mine", "mine too", "kg")
+    assert tag.timing.name.endswith("tag") and tag.timing.iterations == 2 and tag.timing.unit is None

@@ -80,7 +80,7 @@ def test_training_script_run_directory(tmp_path, torch_required):
     assert "proflab run:" in done.stdout and "5 steps" in done.stdout and "missing: GPU activity" in done.stdout
     assert (run / "summary.txt").read_text() in done.stdout
     assert "GPU monitor off" in done.stdout
-    assert not (run / "traces" / ".partial").exists()
+    assert not list((run / "traces").glob(".partial*"))
 
 
 def test_script_that_raises_keeps_the_trace(tmp_path, torch_required):
@@ -223,6 +223,8 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     assert main(["run", "-o", str(tmp_path), "--", "no-such-program-xyz"]) == 2
     assert "command not found" in capsys.readouterr().err
     assert main(["run", "-o", str(tmp_path), "--active", "0", "--", sys.executable, "-c", "pass"]) == 2
+    assert main(["run", "-o", str(tmp_path), "--top", "-1", "--", sys.executable, "-c", "pass"]) == 2
+    assert "--top" in capsys.readouterr().err
     assert not any(tmp_path.iterdir()), "no run directory for a run that never started"
 
 
@@ -261,3 +263,25 @@ def test_program_with_its_own_profiler_is_followed(tmp_path, torch_required, kin
         assert proc["step_source"] == "optimizer"
         assert "Self CPU time total" in done.stdout
     assert (run / "analysis.json").exists()
+
+
+def test_run_into_an_unusable_folder_is_one_line(tmp_path, capsys):
+    not_a_dir = tmp_path / "afile"
+    not_a_dir.write_text("x")
+    assert main(["run", "-o", str(not_a_dir), "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(not_a_dir) in err and "Traceback" not in err
+
+
+def test_runs_survives_a_foreign_meta_json(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for name, text in [
+        ("20240101-000000-list", "[]"),
+        ("20240101-000001-types", '{"exit_status": "3", "duration_s": "slow", "command": 5, "analysis": []}'),
+        ("20240101-000002-good", '{"name": "good", "exit_status": 0, "duration_s": 1.5, "command": ["python", "t.py"]}'),
+    ]:
+        (root / name).mkdir(parents=True)
+        (root / name / "meta.json").write_text(text)
+    assert main(["runs", str(root), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "good" in out and "types" in out and "list" not in out

@@ -89,6 +89,8 @@ class Runtime:
             sys.meta_path.insert(0, _TorchImportHook(self))
 
     def _on_sigterm(self, signum, frame) -> None:
+        # Forked children (DataLoader workers, multiprocessing pools, whose terminate() sends
+        # SIGTERM) inherit this handler: finish() declines there, so they just end.
         self.finish()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -165,12 +167,15 @@ class Runtime:
     def _program_profiler_starts(self, prof) -> None:
         with self._lock:
             if self.prof is not None:
-                if self.prof_kind in ("time", "capture"):
-                    self.notes.append("the program started its own torch.profiler: proflab's window was closed there")
-                    self._stop_and_export()
-                else:  # the step schedule, still waiting: nothing recorded yet
-                    self.prof.stop()
-                    self.prof, self.prof_kind = None, None
+                try:
+                    if self.prof_kind in ("time", "capture"):
+                        self.notes.append("the program started its own torch.profiler: proflab's window was closed there")
+                        self._stop_and_export()
+                    else:  # the step schedule, still waiting: nothing recorded yet
+                        self.prof.stop()
+                except Exception as e:
+                    self.notes.append(f"stopping proflab's torch.profiler failed: {type(e).__name__}: {e}")
+                self.prof, self.prof_kind = None, None
             if self._alarm_phase is not None and threading.current_thread() is threading.main_thread():
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 self._alarm_phase = None
@@ -248,18 +253,17 @@ class Runtime:
                 return
             self.step_source = source
             self.steps += 1
-            if self.window == "auto" and self._provisional:
-                self._back_to_steps()
-            if self.prof is None or self.prof_kind != "steps" or self.done:
-                return
             try:
+                if self.window == "auto" and self._provisional:
+                    self._back_to_steps()
+                if self.prof is None or self.prof_kind != "steps" or self.done:
+                    return
                 if self.steps - self._step_base == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
                     self._stand_aside()
                     return
                 self.prof.step()
             except Exception as e:
-                self.notes.append(f"torch.profiler step failed: {type(e).__name__}: {e}")
-                self._stand_aside()
+                self._fail("torch.profiler step failed", e)
 
     def _back_to_steps(self) -> None:
         """Steps arrived after the time-window fallback: that window was only standing in for
@@ -287,6 +291,12 @@ class Runtime:
         self.notes.append("the program runs its own torch.profiler: proflab recorded nothing over it")
         self.prof, self.prof_kind, self.done = None, None, True
 
+    def _fail(self, what: str, e: Exception) -> None:
+        """proflab's own failure, met inside a call from the program (a step, a capture
+        block, the SIGALRM handler): say why, record nothing more, and let the program go on."""
+        self.notes.append(f"{what}: {type(e).__name__}: {e}")
+        self.prof, self.prof_kind, self.done = None, None, True
+
     def _on_trace_ready(self, prof) -> None:
         self._export(prof)
         self.done = True
@@ -298,16 +308,18 @@ class Runtime:
 
     def _export(self, prof, suffix: str = "") -> None:
         final = self._trace_path(suffix)
-        tmp_dir = os.path.join(self.run_dir, "traces", ".partial")
-        os.makedirs(tmp_dir, exist_ok=True)
+        # One folder per process: another rank of the run tidying up its own must not
+        # remove it while Kineto is still writing here.
+        tmp_dir = os.path.join(self.run_dir, "traces", f".partial-{self.pid}")
         tmp = os.path.join(tmp_dir, os.path.basename(final))
         try:
+            os.makedirs(tmp_dir, exist_ok=True)
             prof.export_chrome_trace(tmp)
             os.replace(tmp, final)  # readers never see half a trace
             self.traces.append(final)
             try:
                 os.rmdir(tmp_dir)
-            except OSError:  # another process of the run is exporting too
+            except OSError:  # a failed export's leftover: keep it for inspection
                 pass
         except Exception as e:
             self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
@@ -331,26 +343,34 @@ class Runtime:
             signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
 
     def _on_alarm(self, signum, frame) -> None:
+        # A signal handler: whatever it raises surfaces in the program's own code.
         with self._lock:
-            if self._alarm_phase == "start":
-                if self.done or (self.window == "auto" and self.steps > 0):
-                    return  # steps arrived: the step window records
-                if self.prof is not None:  # the step profiler, still waiting: nothing recorded
-                    self.prof.stop()
-                self.prof = self._profiler()
-                self.prof.start()
-                self.prof_kind = "time"
-                self._provisional = self.window == "auto"
-                self.notes.append(
-                    f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
-                    f"recorded a time window of {self.cfg.get('duration_s')} s instead"
-                    if self.window == "auto" else "recorded a time window"
-                )
-                self._alarm_phase = "stop"
-                signal.setitimer(signal.ITIMER_REAL, float(self.cfg.get("duration_s") or 10.0))
-            elif self._alarm_phase == "stop":
+            try:
+                self._alarm()
+            except Exception as e:
                 self._alarm_phase = None
-                self._stop_and_export()
+                self._fail("the time window failed", e)
+
+    def _alarm(self) -> None:
+        if self._alarm_phase == "start":
+            if self.done or (self.window == "auto" and self.steps > 0):
+                return  # steps arrived: the step window records
+            if self.prof is not None:  # the step profiler, still waiting: nothing recorded
+                self.prof.stop()
+            self.prof = self._profiler()
+            self.prof.start()
+            self.prof_kind = "time"
+            self._provisional = self.window == "auto"
+            self.notes.append(
+                f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
+                f"recorded a time window of {self.cfg.get('duration_s')} s instead"
+                if self.window == "auto" else "recorded a time window"
+            )
+            self._alarm_phase = "stop"
+            signal.setitimer(signal.ITIMER_REAL, float(self.cfg.get("duration_s") or 10.0))
+        elif self._alarm_phase == "stop":
+            self._alarm_phase = None
+            self._stop_and_export()
 
     def _stop_and_export(self) -> None:
         prof, kind, self.prof, self.prof_kind = self.prof, self.prof_kind, None, None
@@ -378,14 +398,20 @@ class Runtime:
             self._captures += 1
             if self.window != "capture" or self.torch is None or self.done or self._captures > 1 or not self.profiles:
                 return
-            self.prof = self._profiler()
-            self.prof.start()
-            self.prof_kind = "capture"
+            try:
+                self.prof = self._profiler()
+                self.prof.start()
+                self.prof_kind = "capture"
+            except Exception as e:
+                self._fail("could not start torch.profiler for proflab.capture()", e)
 
     def capture_stop(self) -> None:
         with self._lock:
             if self.prof_kind == "capture":
-                self._stop_and_export()
+                try:
+                    self._stop_and_export()
+                except Exception as e:
+                    self._fail("stopping torch.profiler at the end of proflab.capture() failed", e)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -394,14 +420,20 @@ class Runtime:
         with self._lock:
             if self._events is None:
                 self._events = open(os.path.join(self.run_dir, "events.jsonl"), "a", encoding="utf-8")
-            event = {"pid": self.pid, **event}
+            event = {"pid": os.getpid(), **event}  # a forked worker's events are its own
             self._events.write(json.dumps(event, default=str) + "\n")
             self._events.flush()
 
     # -- the end -----------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Flush what was recorded. Runs at exit and on SIGTERM; safe to call twice."""
+        """Flush what was recorded. Runs at exit and on SIGTERM; safe to call twice.
+
+        Only in the process that started the runtime: a forked child holds a copy of its
+        profiler, and stopping or exporting that copy would write the parent's trace and
+        process file (same pid in the names) from the child's half of the state."""
+        if os.getpid() != self.pid:
+            return
         with self._lock:
             if self._finished:
                 return

@@ -70,6 +70,8 @@ class RunOptions:
             raise UsageError("--delay must be >= 0 s and --duration > 0 s")
         if self.monitor_period_s <= 0:
             raise UsageError("--monitor-period must be > 0 s")
+        if self.top < 0:
+            raise UsageError("--top must be >= 0")
 
 
 def exit_status(returncode: int) -> int:
@@ -200,7 +202,8 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
     except OSError as e:
         if monitor:
             monitor.stop()
-        meta.update(status="failed to start", notes=[f"{cmd[0]}: {e}"])
+        meta["status"] = "failed to start"
+        meta["notes"].append(f"{cmd[0]}: {e}")
         rundir.write_json(run_dir / rundir.META, meta)
         raise UsageError(f"{cmd[0]}: cannot start: {e}") from e
     with _Signals(proc) as sigs:
@@ -338,7 +341,10 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["git"] = _git(meta.get("cwd") or os.getcwd())
     meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
     ev = run_dir / "events.jsonl"
-    meta["events"] = sum(1 for _ in ev.open(encoding="utf-8")) if ev.exists() else 0
+    meta["events"] = 0
+    if ev.exists():
+        with ev.open(encoding="utf-8") as f:
+            meta["events"] = sum(1 for _ in f)
     meta["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.write_json(run_dir / rundir.META, meta)
     return meta
@@ -390,8 +396,9 @@ def _run_header(run_dir: Path, meta: dict) -> str:
     if mon:
         gpm = {k: v for k, v in (mon.get("gpm") or {}).items() if v is not None}
         lines.append(
-            f"  GPU monitor: {mon['samples']} samples every {mon['period_s']} s; energy {mon['energy_j']} J, "
-            f"power mean {mon['mean_power_w']} W / max {mon['max_power_w']} W, GPU util {mon['mean_util_gpu_pct']}%"
+            f"  GPU monitor: {mon['samples']} samples every {mon['period_s']} s; energy {_value(mon['energy_j'], ' J')}, "
+            f"power mean {_value(mon['mean_power_w'], ' W')} / max {_value(mon['max_power_w'], ' W')}, "
+            f"GPU util {_value(mon['mean_util_gpu_pct'], '%')}"
         )
         if gpm:
             lines.append("  GPM means: " + ", ".join(f"{k[4:]} {v}" for k, v in gpm.items()))
@@ -402,3 +409,8 @@ def _run_header(run_dir: Path, meta: dict) -> str:
     for n in meta.get("notes") or []:
         lines.append(f"  note: {n}")
     return "\n".join(lines) + "\n\n"
+
+
+def _value(v, unit: str) -> str:
+    """A monitor figure with its unit, or "missing" where the GPU did not report it."""
+    return "missing" if v is None else f"{v}{unit}"

@@ -159,15 +159,22 @@ def device_info() -> dict[str, Any]:
     if not a:
         return {"available": False, "reason": a.reason}
     pynvml = _nvml()
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:
+        return {"available": False, "reason": f"NVML cannot start ({e})"}
     try:
         out: dict[str, Any] = {"available": True}
         out["driver_version"] = _try(lambda: _text(pynvml.nvmlSystemGetDriverVersion()))
         cuda = _try(pynvml.nvmlSystemGetCudaDriverVersion)
         out["cuda_driver_version"] = None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"
         gpus = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        for i in range(_try(pynvml.nvmlDeviceGetCount) or 0):
+            try:  # a GPU outside this container's cgroup answers NO_PERMISSION here
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception as e:
+                gpus.append({"index": i, "error": str(_nvml_error("nvmlDeviceGetHandleByIndex", e))})
+                continue
             mem = _try(lambda: pynvml.nvmlDeviceGetMemoryInfo(h).total)
             limit = _try(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h))
             gpus.append(

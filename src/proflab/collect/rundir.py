@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from proflab._io import atomic_path, write_atomic
+from proflab.errors import UsageError
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -60,24 +61,28 @@ def new_run_dir(root: str | Path = DEFAULT_ROOT, name: str = "run", *, now: floa
     """Create ``root/<YYYYmmdd-HHMMSS>-<name>/`` (``-2``, ``-3``... when it exists)."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     base = f"{stamp}-{_slug(name)}"
-    for i in range(1, 1000):
-        path = root / (base if i == 1 else f"{base}-{i}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"{root}: too many runs named {base}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for i in range(1, 1000):
+            path = root / (base if i == 1 else f"{base}-{i}")
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+    except OSError as e:
+        raise UsageError(f"{root}: cannot make a run directory there ({e.strerror or e})") from e
+    raise UsageError(f"{root}: too many runs named {base}")
 
 
 def read_meta(run_dir: str | Path) -> dict[str, Any] | None:
-    """A run's meta.json, or None when it has none or it does not parse."""
+    """A run's meta.json, or None when it has none, it does not parse or is not an object."""
     try:
-        return json.loads((Path(run_dir) / META).read_text(encoding="utf-8"))
+        meta = json.loads((Path(run_dir) / META).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return meta if isinstance(meta, dict) else None
 
 
 @dataclass(frozen=True)
@@ -99,22 +104,35 @@ def list_runs(root: str | Path = DEFAULT_ROOT) -> list[RunInfo]:
     root = Path(root)
     if not root.is_dir():
         return []
+    try:
+        dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    except OSError as e:
+        raise UsageError(f"{root}: cannot list the runs ({e.strerror or e})") from e
     runs = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+    for d in dirs:
         meta = read_meta(d)
         if meta is None:
             continue
+        # meta.json may come from another proflab version or a hand edit: a field of the
+        # wrong type reads as missing rather than breaking the listing.
         cmd = meta.get("command") or []
+        analysis = meta.get("analysis")
+        exit_status = meta.get("exit_status")
+        duration = meta.get("duration_s")
         runs.append(
             RunInfo(
                 path=d,
-                started=meta.get("started"),
-                name=meta.get("name") or d.name,
-                command=" ".join(cmd) if isinstance(cmd, list) else str(cmd),
-                status=meta.get("status", "?"),
-                exit_status=meta.get("exit_status"),
-                duration_s=meta.get("duration_s"),
-                top_finding=(meta.get("analysis") or {}).get("top_finding"),
+                started=_str(meta.get("started")),
+                name=_str(meta.get("name")) or d.name,
+                command=" ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd),
+                status=_str(meta.get("status")) or "?",
+                exit_status=exit_status if type(exit_status) is int else None,
+                duration_s=float(duration) if type(duration) in (int, float) else None,
+                top_finding=_str(analysis.get("top_finding")) if isinstance(analysis, dict) else None,
             )
         )
     return runs
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None

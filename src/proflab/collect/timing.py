@@ -115,8 +115,10 @@ def auto_profile(fn: Callable | None = None, *, warmup: int = 3, iterations: int
     def decorate(f: Callable) -> Callable:
         @functools.wraps(f)
         def wrapper(*args, **kwargs):
-            timing, result = time_call(f, *args, warmup=warmup, iterations=iterations,
-                                       work_per_call=work_per_call, unit=unit, **kwargs)  # fmt: skip
+            # The call is closed over, so that the function's own keyword arguments (a
+            # ``name`` or ``warmup`` of its own) reach it rather than time_call.
+            timing, result = time_call(lambda: f(*args, **kwargs), warmup=warmup, iterations=iterations,
+                                       work_per_call=work_per_call, unit=unit, name=f.__qualname__)  # fmt: skip
             wrapper.timing = timing
             wrapper.timings.append(timing)
             if report:

@@ -1,0 +1,101 @@
+"""The in-process runtime (``_child.py``) driven directly, without a subprocess: the parts
+that must hold whatever the profiled program does."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from pathlib import Path
+
+from proflab.collect import _child
+
+
+def _runtime(tmp_path: Path, pid: int, **cfg) -> _child.Runtime:
+    (tmp_path / "traces").mkdir(exist_ok=True)
+    rt = _child.Runtime({"run_dir": str(tmp_path), **cfg})
+    rt.pid = pid
+    return rt
+
+
+class _FakeProfile:
+    """Stands in for torch.profiler.profile: export_chrome_trace writes a small gzip file,
+    after running ``during`` (what another process does meanwhile)."""
+
+    def __init__(self, during=None) -> None:
+        self.during = during
+
+    def export_chrome_trace(self, path: str) -> None:
+        if self.during is not None:
+            self.during()
+        with gzip.open(path, "wt") as f:
+            json.dump({"traceEvents": []}, f)
+
+
+def test_two_processes_exporting_at_once_both_keep_their_trace(tmp_path):
+    # torchrun ranks close their step windows together: while rank 0 writes its trace
+    # (Kineto's export takes seconds), rank 1 finishes its own and tidies up.
+    r0, r1 = _runtime(tmp_path, 100), _runtime(tmp_path, 101)
+    r0._export(_FakeProfile(during=lambda: r1._export(_FakeProfile())))
+    assert r0.notes == [] and r1.notes == []
+    names = sorted(p.name for p in (tmp_path / "traces").iterdir() if p.is_file())
+    assert len(names) == 2 and all(n.endswith(".pt.trace.json.gz") for n in names)
+    assert [p.name for p in (tmp_path / "traces").iterdir() if p.name.startswith(".")] == []
+
+
+def _failing_profiler(*args, **kwargs):
+    raise RuntimeError("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES")
+
+
+def test_a_profiler_that_fails_never_breaks_the_program(tmp_path, monkeypatch):
+    # Each of these runs inside a call the program makes (a capture block, a step, the
+    # SIGALRM handler that interrupts whatever it is doing): proflab's failure stays a note.
+    rt = _runtime(tmp_path, 100, window="capture")
+    rt.torch = object()  # torch "imported"; the profiler itself is what fails
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt.capture_start()
+    rt.capture_stop()
+    assert rt.done and rt.prof is None
+    assert any("proflab.capture()" in n and "INSUFFICIENT_PRIVILEGES" in n for n in rt.notes)
+
+    rt = _runtime(tmp_path, 101, window="time", duration_s=10.0)
+    rt.torch = object()
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt._alarm_phase = "start"
+    rt._on_alarm(14, None)
+    assert rt.done and rt._alarm_phase is None
+    assert any("time window failed" in n for n in rt.notes)
+
+    # steps arriving after the time-window fallback restart the step profiler
+    rt = _runtime(tmp_path, 102, window="auto")
+    rt.torch = object()
+    monkeypatch.setattr(rt, "_profiler", _failing_profiler)
+    rt._provisional = True
+    rt.step("optimizer")
+    rt.step("optimizer")
+    assert rt.done and rt.steps == 2
+    assert [n for n in rt.notes if "step failed" in n] and not [n for n in rt.notes if "its own" in n]
+
+
+def test_a_forked_child_does_not_flush_the_parents_profiler(tmp_path, monkeypatch):
+    # A multiprocessing pool forked from the program inherits the runtime, its atexit and
+    # SIGTERM handlers included (Pool.terminate() sends SIGTERM to every worker).
+    stopped = []
+
+    class Running(_FakeProfile):
+        def stop(self):
+            stopped.append(True)
+
+    parent = os.getpid()
+    rt = _runtime(tmp_path, parent, window="time")
+    rt.torch, rt.prof, rt.prof_kind = object(), Running(), "time"
+    monkeypatch.setattr(_child.os, "getpid", lambda: parent + 1)  # now "in the child"
+    rt.finish()
+    rt.record({"name": "from the worker"})
+    monkeypatch.undo()
+    assert stopped == [] and rt.prof is not None, "the child stopped the parent's profiler"
+    assert not (tmp_path / "processes").exists() and list((tmp_path / "traces").iterdir()) == []
+    assert json.loads((tmp_path / "events.jsonl").read_text())["pid"] == parent + 1
+
+    rt.finish()  # the parent itself still flushes
+    assert stopped == [True] and (tmp_path / "processes" / f"{parent}.json").exists()

@@ -1,0 +1,45 @@
+"""The launcher's own parts, without a profiled program: the summary header, finalize, and a
+program that cannot start."""
+
+from __future__ import annotations
+
+import gc
+import json
+from pathlib import Path
+
+import pytest
+
+from proflab.cli import main
+from proflab.collect import launcher
+
+
+def test_header_says_missing_for_what_the_gpu_did_not_report():
+    mon = {"samples": 12, "period_s": 0.1, "energy_j": None, "mean_power_w": 61.5, "max_power_w": None,
+           "mean_util_gpu_pct": None, "gpm": {}}  # fmt: skip
+    head = launcher._run_header(Path("r"), {"command": ["python", "t.py"], "monitor": mon})
+    line = next(x for x in head.splitlines() if "GPU monitor" in x)
+    assert "None" not in line
+    assert "energy missing" in line and "power mean 61.5 W / max missing" in line and "GPU util missing" in line
+
+
+@pytest.mark.filterwarnings("error")
+def test_finalize_closes_events_jsonl(tmp_path):
+    (tmp_path / "events.jsonl").write_text('{"name": "a"}\n{"name": "b"}\n')
+    meta = {"notes": [], "options": {"backend": "nsys"}, "cwd": str(tmp_path)}
+    launcher.finalize(tmp_path, meta)
+    gc.collect()  # an unclosed file warns here, and the warning fails the test
+    assert meta["events"] == 2
+
+
+def test_program_that_cannot_start_keeps_the_notes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(launcher, "_start_monitor", lambda opts, meta: meta["notes"].append("GPU monitor off: test"))
+    prog = tmp_path / "not-a-program"
+    prog.write_text("no interpreter line\n")
+    prog.chmod(0o755)  # executable, so it is found, but exec() refuses it
+    assert main(["run", "-o", str(tmp_path / "runs"), "--", str(prog)]) == 2
+    assert "cannot start" in capsys.readouterr().err
+    (run,) = (tmp_path / "runs").iterdir()
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["status"] == "failed to start"
+    assert "GPU monitor off: test" in meta["notes"]
+    assert any(str(prog) in n for n in meta["notes"])
