@@ -11,7 +11,7 @@ import pytest
 
 import proflab
 from proflab.collect import monitor, nsys
-from proflab.errors import BackendUnavailable, UsageError
+from proflab.errors import BackendUnavailable, CollectError, UsageError
 
 
 def test_public_names():
@@ -270,3 +270,37 @@ def test_auto_profile_passes_the_functions_own_keywords():
 
     assert tag(1, name="mine", warmup="mine too", unit="kg") == (1, "mine", "mine too", "kg")
     assert tag.timing.name.endswith("tag") and tag.timing.iterations == 2 and tag.timing.unit is None
+
+
+def _fake_nsys(tmp_path, monkeypatch, exit_status: int):
+    """A stand-in for nsys (there is none here): it writes part of a file at --output, as an
+    export does while it runs, and exits with ``exit_status``. Only the failure path is faked."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do case "$a" in --output=*) printf "SQLite format 3" > "${a#--output=}";; esac; done\n'
+        f"exit {exit_status}\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_nsys_export_that_fails_leaves_no_half_written_sqlite(tmp_path, monkeypatch):
+    _fake_nsys(tmp_path, monkeypatch, exit_status=1)
+    rep = tmp_path / "traces" / "report.nsys-rep"
+    rep.parent.mkdir()
+    rep.write_bytes(b"")
+    with pytest.raises(CollectError, match="nsys export exited 1"):
+        nsys.export_sqlite(rep)
+    assert sorted(p.name for p in rep.parent.iterdir()) == ["report.nsys-rep"]
+
+
+def test_nsys_export_lands_under_its_final_name(tmp_path, monkeypatch):
+    _fake_nsys(tmp_path, monkeypatch, exit_status=0)
+    rep = tmp_path / "traces" / "report.nsys-rep"
+    rep.parent.mkdir()
+    rep.write_bytes(b"")
+    assert nsys.export_sqlite(rep) == rep.with_suffix(".sqlite")
+    assert sorted(p.name for p in rep.parent.iterdir()) == ["report.nsys-rep", "report.sqlite"]

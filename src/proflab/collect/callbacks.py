@@ -117,6 +117,9 @@ def _adapter(framework: str) -> type:
             def on_train_end(self, trainer, pl_module):
                 self.core.stop()
 
+            def on_exception(self, trainer, pl_module, exception):
+                self.core.stop()  # keep what the window recorded before training failed
+
         cls = LightningProfCallback
     else:
         base = _hf_base()

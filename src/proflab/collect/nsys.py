@@ -6,6 +6,7 @@ quotes reaches nsys as it is.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -71,12 +72,21 @@ def export_sqlite(report: str | Path, sqlite: str | Path | None = None) -> Path:
     """Export an ``.nsys-rep`` report to SQLite beside it (or at ``sqlite``)."""
     report = Path(report)
     sqlite = Path(sqlite) if sqlite else report.with_suffix(".sqlite")
-    argv = export_argv(require(), report, sqlite)
+    # nsys writes as it goes: export into a side folder and rename, so an interrupted export
+    # never leaves a half-written .sqlite where readers look
+    partial = sqlite.parent / f".partial-{os.getpid()}"
+    partial.mkdir(parents=True, exist_ok=True)
+    tmp = partial / sqlite.name
+    argv = export_argv(require(), report, tmp)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CollectError(f"{report}: nsys export failed: {e}") from e
-    if done.returncode != 0 or not sqlite.exists():
-        tail = " ".join((done.stderr or done.stdout or "").split())[-300:]
-        raise CollectError(f"{report}: nsys export exited {done.returncode}: {tail}")
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise CollectError(f"{report}: nsys export failed: {e}") from e
+        if done.returncode != 0 or not tmp.exists():
+            tail = " ".join((done.stderr or done.stdout or "").split())[-300:]
+            raise CollectError(f"{report}: nsys export exited {done.returncode}: {tail}")
+        os.replace(tmp, sqlite)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return sqlite
