@@ -43,3 +43,23 @@ def test_program_that_cannot_start_keeps_the_notes(tmp_path, capsys, monkeypatch
     assert meta["status"] == "failed to start"
     assert "GPU monitor off: test" in meta["notes"]
     assert any(str(prog) in n for n in meta["notes"])
+
+
+def test_ctrl_c_while_finishing_keeps_the_outcome(tmp_path, capsys, monkeypatch):
+    """Ctrl-C after the program ended, during proflab's own finishing work. The moment cannot
+    be hit reliably with a real signal, so finalize raises the KeyboardInterrupt a Ctrl-C would."""
+
+    def interrupted(run_dir, meta, *, monitor=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "finalize", interrupted)
+    prog = tmp_path / "prog.py"
+    prog.write_text("import sys; sys.exit(3)\n")
+    import sys
+
+    assert main(["run", "--no-monitor", "-o", str(tmp_path / "runs"), "--", sys.executable, str(prog)]) == 130
+    (meta_path,) = (tmp_path / "runs").glob("*/meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["exit_status"] == 3 and meta["status"] == "finished"
+    assert any("Ctrl-C while proflab was finishing" in n for n in meta["notes"])
+    assert "interrupted while finishing" in capsys.readouterr().err

@@ -214,14 +214,26 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
     meta["status"] = "interrupted" if sigs.received or returncode < 0 else "finished"
     if sigs.received:
         meta["signals"] = [signal.Signals(s).name for s in sigs.received]
+    rundir.write_json(run_dir / rundir.META, meta)  # the program's outcome, before anything else can fail
 
-    if nsys_path:
-        _export_nsys(run_dir, meta)
-    finalize(run_dir, meta, monitor=monitor)
-    if opts.analyze:
-        text, _ = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
-        out.write(text)
-        out.flush()
+    try:
+        if nsys_path:
+            _export_nsys(run_dir, meta)
+        finalize(run_dir, meta, monitor=monitor)
+        if opts.analyze:
+            text, _ = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
+            out.write(text)
+            out.flush()
+    except KeyboardInterrupt:  # Ctrl-C after the program ended, while proflab was finishing
+        if monitor is not None:
+            monitor.stop()
+        meta["notes"].append(
+            "Ctrl-C while proflab was finishing the run: what was collected is kept; "
+            f"`proflab analyze {run_dir}` analyses it"
+        )
+        rundir.write_json(run_dir / rundir.META, meta)
+        sys.stderr.write(f"proflab: interrupted while finishing; the run is in {run_dir}\n")
+        return 130
     return status
 
 
