@@ -89,3 +89,35 @@ def test_value_of_the_wrong_type_is_one_line_naming_the_file(tmp_path, capsys, m
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "odd.sqlite" in err and "Traceback" not in err
     assert path.read_bytes() == before
+
+
+def _fake_nsys(tmp_path, monkeypatch, body: str) -> None:
+    """A stand-in for `nsys export` (no nsys can run here): the conversion's plumbing is real,
+    the converter is not. ``body`` is shell run with $OUT set to the --output path."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "nsys"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in --output=*) OUT="${a#--output=}";; esac; done\n' + body)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+
+
+@pytest.mark.skipif(not T4.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+def test_nsys_rep_is_exported_then_read_as_nsys_rep(tmp_path, monkeypatch):
+    _fake_nsys(tmp_path, monkeypatch, f'cp "{T4}" "$OUT"\n')
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"not read by proflab itself")
+    trace = proflab.load(rep)
+    assert trace.meta.format == "nsys-rep" and trace.meta.source == str(rep)
+    assert trace.gpu.height == proflab.load(T4).gpu.height
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "run.nsys-rep"]  # nothing left beside it
+
+
+def test_nsys_rep_that_nsys_cannot_export_is_one_line(tmp_path, monkeypatch, capsys):
+    _fake_nsys(tmp_path, monkeypatch, 'echo "ERROR: the report is from a newer version" >&2\nexit 1\n')
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"\x00" * 64)
+    assert main(["analyze", str(rep)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "run.nsys-rep" in err and "newer version" in err
+    assert err.count(str(rep)) == 1

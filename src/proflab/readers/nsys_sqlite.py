@@ -30,14 +30,13 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sqlite3
-import subprocess
 import tempfile
 import urllib.parse
 from pathlib import Path
 
 import polars as pl
 
-from proflab.errors import CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
+from proflab.errors import CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
     COPY_KINDS,
@@ -105,23 +104,19 @@ def _is_nsys_rep(path: Path) -> bool:
 
 
 def _read_report(path: Path) -> Trace:
-    nsys = shutil.which("nsys")
-    if nsys is None:
+    from proflab.collect import nsys
+
+    if shutil.which("nsys") is None:
         raise UnsupportedFormat(
             path,
             "an Nsight Systems report needs nsys to convert it; install Nsight Systems, or run "
             "`nsys export --type sqlite <report>` where it is installed and pass the .sqlite file",
         )
     with tempfile.TemporaryDirectory(prefix="proflab-nsys-") as tmp:
-        out = Path(tmp) / (path.stem + ".sqlite")
-        done = subprocess.run(
-            [nsys, "export", "--type", "sqlite", "--output", str(out), "--force-overwrite", "true", str(path)],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0 or not out.exists():
-            last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-            raise UnsupportedFormat(path, f"nsys export failed: {last[0]}")
+        try:
+            out = nsys.export_sqlite(path, Path(tmp) / (path.stem + ".sqlite"))
+        except CollectError as e:
+            raise UnsupportedFormat(path, f"nsys could not export it to SQLite ({str(e).removeprefix(f'{path}: ')})") from e
         trace = read(out)
     return Trace(trace.gpu, trace.cpu, trace.steps, trace.devices, _with_source(trace.meta, path))
 
