@@ -121,3 +121,16 @@ def test_nsys_rep_that_nsys_cannot_export_is_one_line(tmp_path, monkeypatch, cap
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "run.nsys-rep" in err and "newer version" in err
     assert err.count(str(rep)) == 1
+
+
+@pytest.mark.skipif(not T4.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+def test_reading_in_small_chunks_gives_the_same_trace(monkeypatch):
+    """Tables are read a rowid range at a time; the seams between chunks must not show."""
+    from polars.testing import assert_frame_equal
+
+    whole = proflab.load(T4)
+    monkeypatch.setattr(nsys_sqlite, "_CHUNK_ROWS", 97)  # every table of the export spans many chunks
+    chunked = proflab.load(T4)
+    assert_frame_equal(chunked.gpu, whole.gpu)
+    assert_frame_equal(chunked.cpu, whole.cpu)
+    assert_frame_equal(chunked.steps, whole.steps)

@@ -53,6 +53,7 @@ __all__ = ["sniff", "read", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
+_CHUNK_ROWS = 1 << 20  # rows of a table read and finished at a time
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
@@ -196,10 +197,30 @@ class _Ctx:
             raise SchemaError(self.path, f"table {table} lacks column(s) {', '.join(missing)} (unsupported export version?)")
 
     def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None) -> pl.DataFrame:
-        """The rows of ``sql`` as typed columns, read through ADBC into Arrow without a
-        Python object per value. The columns are named and typed by ``schema`` (in order);
-        ``finish`` then turns them into their final form. The driver infers each column's type
-        from its first batch, so text columns are selected as ``coalesce(col, '')``."""
+        """The rows of ``sql`` (one table, no joins) as typed columns, read through ADBC into
+        Arrow without a Python object per value, ``_CHUNK_ROWS`` rows of the table at a time
+        (by rowid range), each chunk finished before the next is read: what reading costs
+        beyond the finished columns is one chunk, whatever the table's size. The columns are
+        named and typed by ``schema`` (in order); ``finish`` turns them into their final form.
+        The driver infers each column's type from its first batch, so text columns are
+        selected as ``coalesce(col, '')``."""
+        finish = finish or (lambda d: d)
+        table = sql.split(" FROM ")[-1].split()[0]
+        try:
+            (top,) = self.con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()
+        except sqlite3.OperationalError:  # a table without rowids: one piece
+            top = None
+        if top is None or top <= _CHUNK_ROWS:
+            return finish(self._fetch_arrow(sql, schema, table))
+        glue = "AND" if " WHERE " in sql else "WHERE"
+        chunks = []
+        for lo in range(0, top, _CHUNK_ROWS):
+            df = self._fetch_arrow(f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}", schema, table)
+            if df.height or not chunks:
+                chunks.append(finish(df))
+        return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
+
+    def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str) -> pl.DataFrame:
         from adbc_driver_sqlite.dbapi import DatabaseError
 
         cur = self.bulk.cursor()
@@ -209,7 +230,6 @@ class _Ctx:
             raw = pl.DataFrame(cur.fetch_arrow())
         except (DatabaseError, pl.exceptions.ComputeError) as e:  # errors met while streaming come via polars
             if "Type mismatch" in str(e):
-                table = sql.split(" FROM ")[-1].split()[0]
                 raise SchemaError(self.path, f"unexpected value types in table {table} ({_first_line(e)})") from e
             if isinstance(e, pl.exceptions.ComputeError) and "[SQLite]" in str(e):
                 raise CorruptInput(self.path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
@@ -217,10 +237,8 @@ class _Ctx:
         finally:
             cur.close()
         if raw.width == 0 or raw.height == 0:
-            raw = pl.DataFrame(schema=schema)
-        df = raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
-        del raw
-        return (finish or (lambda d: d))(df)
+            return pl.DataFrame(schema=schema)
+        return raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
 
     def strings(self) -> pl.DataFrame:
         if self._strings is None:
