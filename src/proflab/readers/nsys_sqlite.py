@@ -207,14 +207,14 @@ class _Ctx:
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ")[-1].split()[0]
         try:
-            (top,) = self.con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()
+            low, top = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
-            top = None
-        if top is None or top <= _CHUNK_ROWS:
+            low = top = None
+        if top is None or top - low < _CHUNK_ROWS:
             return finish(self._fetch_arrow(sql, schema, table))
         glue = "AND" if " WHERE " in sql else "WHERE"
         chunks = []
-        for lo in range(0, top, _CHUNK_ROWS):
+        for lo in range(low - 1, top, _CHUNK_ROWS):  # rowids can start at 0 (StringIds ids) or below
             df = self._fetch_arrow(f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}", schema, table)
             if df.height or not chunks:
                 chunks.append(finish(df))
