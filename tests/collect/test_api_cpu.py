@@ -108,6 +108,42 @@ def test_profile_capture_window(tmp_path):
     assert "aten::relu" in names and "aten::mm" not in names
 
 
+def test_profile_that_cannot_start_stops_what_it_started(tmp_path, monkeypatch):
+    """torch.profiler failing to start, with the GPU monitor already sampling, must stop the
+    monitor and the half-started profiler. Neither happens for real on CPU: the monitor and the
+    profiler's failure are injected with monkeypatch."""
+    torch = pytest.importorskip("torch")
+    from proflab.collect import api, launcher
+
+    stopped = []
+
+    class Monitor:
+        def stop(self):
+            stopped.append("monitor")
+            return self
+
+    class Profiler:
+        def __init__(self, **kwargs):
+            pass
+
+        def start(self):
+            raise RuntimeError("profiler already enabled")
+
+        def stop(self):
+            stopped.append("profiler")
+
+    monkeypatch.setattr(launcher, "_start_monitor", lambda opts, meta: Monitor())
+    monkeypatch.setattr(torch.profiler, "profile", Profiler)
+    p = proflab.profile("fail", root=tmp_path)
+    with pytest.raises(RuntimeError, match="already enabled"):
+        p.__enter__()
+    assert stopped == ["profiler", "monitor"]
+    assert p not in api._ACTIVE and p._prof is None
+    meta = json.loads((p.run.path / "meta.json").read_text())
+    assert meta["status"] == "failed to start"
+    assert any("profiler already enabled" in n for n in meta["notes"])
+
+
 def test_profcallback_core_writes_the_seed_artifacts(tmp_path):
     torch = pytest.importorskip("torch")
     from proflab.collect.callbacks import ProfilingCore

@@ -230,15 +230,35 @@ class Profile:
             launcher.RunOptions(monitor=self.monitor_wanted, monitor_period_s=self.monitor_period_s), self._meta
         )
         try:
-            import torch  # noqa: F401  (proflab.profile records torch; without it, the monitor only)
-        except ImportError:
-            self._meta["notes"].append("torch is not installed: GPU monitor only, no trace")
-        else:
-            if self.window == "block":
-                self._start()
+            try:
+                import torch  # noqa: F401  (proflab.profile records torch; without it, the monitor only)
+            except ImportError:
+                self._meta["notes"].append("torch is not installed: GPU monitor only, no trace")
+            else:
+                if self.window == "block":
+                    self._start()
+        except BaseException as e:
+            # __exit__ never runs when __enter__ raises: stop here what was started
+            self._abort(e)
+            raise
         _ACTIVE.append(self)
         self._t0 = time.perf_counter()
         return self.run
+
+    def _abort(self, e: BaseException) -> None:
+        from proflab.collect import rundir
+
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:  # a profiler that failed halfway through start() may be left enabled
+                prof.stop()
+            except Exception:
+                pass  # the error from start() is the one to report
+        if self._monitor is not None:
+            self._monitor.stop()
+        self._meta["status"] = "failed to start"
+        self._meta["notes"].append(f"proflab.profile could not start: {type(e).__name__}: {e}")
+        rundir.write_json(self.run.path / rundir.META, self._meta)
 
     def _start(self) -> None:
         import torch
