@@ -45,6 +45,28 @@ def test_without_torch_annotate_step_capture_are_noops(tmp_path):
     assert done.stdout.split() == ["2", "e", "1"]
 
 
+def test_annotate_looks_for_nvtx_once():
+    # no nvtx package (a finder that says so and counts the searches), no torch: the first
+    # annotate looks for nvtx, the others must not search the import path again
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "tries = []\n"
+        "class NoNvtx:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'nvtx':\n"
+        "            tries.append(name)\n"
+        "            raise ModuleNotFoundError(\"No module named 'nvtx'\", name=name)\n"
+        "sys.meta_path.insert(0, NoNvtx())\n"
+        "import proflab\n"
+        "for _ in range(5):\n"
+        "    with proflab.annotate('r'): pass\n"
+        "print(len(tries))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1"
+
+
 def test_auto_profile_without_cuda_uses_perf_counter(capsys):
     calls = []
 

@@ -19,6 +19,7 @@ __all__ = ["annotate", "capture", "step", "record", "profile", "Run"]
 
 _ACTIVE: list[Profile] = []  # proflab.profile() blocks, innermost last
 _nvtx_backend: tuple | None = None  # (push, pop) once resolved; () when there is none
+_nvtx_missing = False  # the nvtx package was looked for and is not installed
 
 
 def _runtime():
@@ -30,16 +31,17 @@ def _runtime():
 def _nvtx() -> tuple:
     """NVTX push/pop: the ``nvtx`` package when installed, else torch's (with CUDA), else none.
     Resolved once torch is known, so that a program without torch pays one import attempt."""
-    global _nvtx_backend
+    global _nvtx_backend, _nvtx_missing
     if _nvtx_backend is not None:
         return _nvtx_backend
-    try:
-        import nvtx
+    if not _nvtx_missing:
+        try:
+            import nvtx
 
-        _nvtx_backend = (lambda name, color: nvtx.push_range(name, color=color), nvtx.pop_range)
-        return _nvtx_backend
-    except ImportError:
-        pass
+            _nvtx_backend = (lambda name, color: nvtx.push_range(name, color=color), nvtx.pop_range)
+            return _nvtx_backend
+        except ImportError:
+            _nvtx_missing = True  # a failed import is not cached by Python: every retry searches the path
     torch = sys.modules.get("torch")
     if torch is None:
         return ()  # not decided yet: torch may come later
