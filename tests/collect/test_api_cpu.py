@@ -119,6 +119,17 @@ def test_profile_block_writes_an_analysed_run(tmp_path):
     assert json.loads((run.path / "analysis.json").read_text())["summary"]["step_count"] == 3
 
 
+def test_detailed_profiler_keeps_fields_named_like_its_own_keys():
+    log = proflab.DetailedProfiler(sync=False)
+    ev = log.record("layer", name="fc1", elapsed_s=-1.0, time_ns=0, gpu_memory_bytes=7, k=1)
+    assert ev["name"] == "layer" and ev["elapsed_s"] >= 0 and ev["time_ns"] > 0 and ev["k"] == 1
+    assert ev["field_name"] == "fc1" and ev["field_elapsed_s"] == -1.0 and ev["field_time_ns"] == 0
+    assert ev["field_gpu_memory_bytes"] == 7  # renamed on every machine, not only where CUDA fills the key
+    ev = log.record("layer", name="fc2", field_name="mine")
+    assert ev["name"] == "layer" and ev["field_name"] == "mine" and ev["field_field_name"] == "fc2"
+    assert len(log) == 2
+
+
 def test_profile_capture_window(tmp_path):
     torch = pytest.importorskip("torch")
     with proflab.profile("cap", root=tmp_path, window="capture") as run:

@@ -17,12 +17,16 @@ from typing import Any
 
 __all__ = ["DetailedProfiler"]
 
+_OWN_KEYS = frozenset({"name", "time_ns", "elapsed_s", "gpu_memory_bytes", "gpu_reserved_bytes"})
+
 
 class DetailedProfiler:
     """An in-memory event log; ``events`` is a list of dicts, ``frame()`` a polars DataFrame.
 
     Event keys: ``name``, ``time_ns`` (wall clock), ``elapsed_s`` (since the log was made),
     ``gpu_memory_bytes`` and ``gpu_reserved_bytes`` (CUDA only; absent otherwise), and yours.
+    A field of yours named like one of these keys is kept under ``field_<key>``
+    (``record("layer", name="fc1")`` gives ``name="layer"``, ``field_name="fc1"``).
     """
 
     def __init__(self, *, sync: bool = True) -> None:
@@ -30,9 +34,16 @@ class DetailedProfiler:
         self.events: list[dict[str, Any]] = []
         self._t0 = time.perf_counter()
 
-    def record(self, name: str, **fields: Any) -> dict[str, Any]:
+    def record(self, name: str, /, **fields: Any) -> dict[str, Any]:
+        """Log one event named ``name`` (positional only, so that a field may be called
+        ``name`` too: it is kept as ``field_name``, like any field named after a key of the log's)."""
         from proflab.collect.api import record as _record
 
+        for key in [k for k in fields if k in _OWN_KEYS]:  # on every machine, so events look alike on all
+            new = f"field_{key}"
+            while new in fields:
+                new = f"field_{new}"
+            fields[new] = fields.pop(key)
         torch = sys.modules.get("torch")
         extra: dict[str, Any] = {"elapsed_s": round(time.perf_counter() - self._t0, 9)}
         if torch is not None and torch.cuda.is_available():
