@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -193,6 +194,26 @@ def test_profcallback_core_writes_the_seed_artifacts(tmp_path):
     assert proflab.load(tmp_path / "trace.pt.trace.json.gz").steps.height == 2
     # stacks by the time that matters where it ran: CUDA self time when a GPU is present
     assert (tmp_path / ("stacks_cuda.txt" if torch.cuda.is_available() else "stacks_cpu.txt")).exists()
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+def test_profcallback_artifact_that_fails_leaves_no_half_file(tmp_path):
+    from proflab.collect.callbacks import ProfilingCore
+
+    def torn(path):
+        with open(path, "w") as f:
+            f.write("half a table")
+        raise OSError("disk full")
+
+    core = ProfilingCore(tmp_path)
+    with pytest.warns(UserWarning, match="key_averages.txt not written: OSError: disk full"):
+        core._artifact("key_averages.txt", torn)
+    assert list(tmp_path.iterdir()) == [] and core.written == []
+
+    core._artifact("key_averages.txt", lambda p: Path(p).write_text("the table"))
+    assert [p.name for p in tmp_path.iterdir()] == ["key_averages.txt"]
+    assert (tmp_path / "key_averages.txt").read_text() == "the table"
+    assert core.written == [tmp_path / "key_averages.txt"]
 
 
 def test_profcallback_needs_a_framework():

@@ -17,6 +17,7 @@ transformers are imported only when a callback for them is made.
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
@@ -61,11 +62,18 @@ class ProfilingCore:
 
     def _artifact(self, name: str, write) -> None:
         path = self.out_dir / name
+        # written in a side folder, then renamed: a write cut short never leaves half a file
+        # under the final name; the file name is kept, as torch picks the format from it (.gz)
+        partial = self.out_dir / f".partial-{os.getpid()}"
         try:
-            write(str(path))
+            partial.mkdir(parents=True, exist_ok=True)
+            write(str(partial / name))
+            os.replace(partial / name, path)
             self.written.append(path)
         except Exception as e:
             warnings.warn(f"ProfCallback: {name} not written: {type(e).__name__}: {e}", stacklevel=2)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
 
     def _write(self, prof) -> None:
         # self time: with_stack adds Python frames, whose total time would crowd out the ops
