@@ -131,6 +131,12 @@ def test_detailed_profiler_keeps_fields_named_like_its_own_keys():
     assert len(log) == 2
 
 
+def test_record_keeps_fields_named_like_its_own_keys():
+    ev = proflab.record("epoch", name="mine", time_ns=0, loss=0.5)
+    assert ev["name"] == "epoch" and ev["time_ns"] > 0 and ev["loss"] == 0.5
+    assert ev["field_name"] == "mine" and ev["field_time_ns"] == 0
+
+
 def test_profile_capture_window(tmp_path):
     torch = pytest.importorskip("torch")
     with proflab.profile("cap", root=tmp_path, window="capture") as run:

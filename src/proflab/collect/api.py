@@ -148,10 +148,27 @@ class capture:
             torch.cuda.profiler.stop()
 
 
-def record(name: str, **fields: Any) -> dict[str, Any]:
+_EVENT_KEYS = ("time_ns", "name")
+
+
+def renamed_fields(fields: dict[str, Any], reserved) -> dict[str, Any]:
+    """``fields`` with any key that an event log uses itself renamed ``field_<key>`` (or
+    ``field_field_<key>``... when that is taken too): kept, never raising, never overwriting."""
+    out = dict(fields)
+    for key in [k for k in out if k in reserved]:
+        new = f"field_{key}"
+        while new in out:
+            new = f"field_{new}"
+        out[new] = out.pop(key)
+    return out
+
+
+def record(name: str, /, **fields: Any) -> dict[str, Any]:
     """Log one event (``time_ns`` wall clock, ``name``, your fields) into the current run's
-    events.jsonl; also a zero-length ``proflab.event:<name>`` range on the trace."""
-    event = {"time_ns": time.time_ns(), "name": name, **fields}
+    events.jsonl; also a zero-length ``proflab.event:<name>`` range on the trace. ``name`` is
+    positional only, so a field may be called ``name`` or ``time_ns`` too: it is kept as
+    ``field_name`` / ``field_time_ns``."""
+    event = {"time_ns": time.time_ns(), "name": name, **renamed_fields(fields, _EVENT_KEYS)}
     torch = sys.modules.get("torch")
     if torch is not None:
         with torch.profiler.record_function(f"proflab.event:{name}"):
@@ -278,12 +295,16 @@ class Profile:
     def _export(self, prof) -> None:
         import os
 
+        import shutil
+
         out = self.run.path / "traces" / f"{self.name}_{os.getpid()}_{len(self.run.traces)}.pt.trace.json.gz"
-        tmp = self.run.path / "traces" / ".partial" / out.name
-        tmp.parent.mkdir(exist_ok=True)
-        prof.export_chrome_trace(str(tmp))
-        tmp.replace(out)
-        tmp.parent.rmdir()
+        side = self.run.path / "traces" / f".partial-{os.getpid()}"  # this process's own: no other removes it
+        side.mkdir(exist_ok=True)
+        try:
+            prof.export_chrome_trace(str(side / out.name))
+            (side / out.name).replace(out)
+        finally:
+            shutil.rmtree(side, ignore_errors=True)
         self.run.traces.append(out)
 
     def step(self) -> None:

@@ -38,12 +38,9 @@ class DetailedProfiler:
         """Log one event named ``name`` (positional only, so that a field may be called
         ``name`` too: it is kept as ``field_name``, like any field named after a key of the log's)."""
         from proflab.collect.api import record as _record
+        from proflab.collect.api import renamed_fields
 
-        for key in [k for k in fields if k in _OWN_KEYS]:  # on every machine, so events look alike on all
-            new = f"field_{key}"
-            while new in fields:
-                new = f"field_{new}"
-            fields[new] = fields.pop(key)
+        fields = renamed_fields(fields, _OWN_KEYS)  # on every machine, so events look alike on all
         torch = sys.modules.get("torch")
         extra: dict[str, Any] = {"elapsed_s": round(time.perf_counter() - self._t0, 9)}
         if torch is not None and torch.cuda.is_available():
