@@ -53,29 +53,32 @@ def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     lo = np.searchsorted(wkey, key(ranges["tid"], ranges["start_ns"]), side="left")
     hi = np.searchsorted(wkey, key(ranges["tid"], ends), side="left")
     parts = []
+    names_durs = ranges.select("name", "dur_ns")
     for d in np.unique(device):
         on = device == d
         gpu = np.concatenate([[0], np.cumsum(np.where(on, dur, 0))])
         count = np.concatenate([[0], np.cumsum(on)])
         n = count[hi] - count[lo]
         some = n > 0  # ranges that launched work on this device; filtered before any copy
+        # summed per name right away: one small frame per device, never all ranges twice
         parts.append(
-            ranges.filter(pl.Series(some)).with_columns(
-                pl.lit(int(d), dtype=pl.Int32).alias("device"),
+            names_durs.filter(pl.Series(some))
+            .with_columns(
                 pl.Series("gpu_ns", (gpu[hi] - gpu[lo])[some], dtype=pl.Int64),
                 pl.Series("launches", n[some], dtype=pl.Int64),
             )
+            .group_by("name")
+            .agg(
+                pl.len().alias("ranges"),
+                pl.col("dur_ns").sum().alias("host_ns"),
+                pl.col("gpu_ns").sum(),
+                pl.col("launches").sum(),
+            )
+            .with_columns(pl.lit(int(d), dtype=pl.Int32).alias("device"))
         )
-    per_range = pl.concat(parts)
     return (
-        per_range.group_by("name", "device")
-        .agg(
-            pl.len().alias("ranges"),
-            pl.col("dur_ns").sum().alias("host_ns"),
-            pl.col("gpu_ns").sum(),
-            pl.col("launches").sum(),
-        )
+        pl.concat(parts)
         .select(list(_SCHEMA))
         .cast(_SCHEMA)
-        .sort(["gpu_ns", "name"], descending=[True, False])
+        .sort(["gpu_ns", "name", "device"], descending=[True, False, False])
     )

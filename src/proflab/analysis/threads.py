@@ -15,7 +15,7 @@ __all__ = ["ThreadClock"]
 
 class ThreadClock:
     def __init__(self, tids: list[pl.Series], times: list[pl.Series]) -> None:
-        known = pl.concat([t.cast(pl.Int64) for t in tids]).drop_nulls().unique().sort()
+        known = pl.concat([t.cast(pl.Int64).unique() for t in tids]).drop_nulls().unique().sort()
         self._rank = {int(t): i for i, t in enumerate(known)}  # threads, not events
         # min and max per series: concatenating every timestamp would copy them all
         lows = [v for v in (t.min() for t in times) if v is not None]
