@@ -144,21 +144,27 @@ class Runtime:
         runtime = self
         start, step, stop = cls.start, cls.step, cls.stop
 
+        def quietly(what, *args) -> None:  # proflab's part must never break the program's profiler
+            try:
+                what(*args)
+            except Exception as e:
+                runtime.notes.append(f"following the program's torch.profiler failed: {type(e).__name__}: {e}")
+
         def start_(prof):
             if not getattr(prof, "_proflab_own", False):
-                runtime._program_profiler_starts(prof)
+                quietly(runtime._program_profiler_starts, prof)
             return start(prof)
 
         def step_(prof):
             out = step(prof)
             if not getattr(prof, "_proflab_own", False):
-                runtime.step("profiler")
+                quietly(runtime.step, "profiler")
             return out
 
         def stop_(prof):
             out = stop(prof)
             if not getattr(prof, "_proflab_own", False) and getattr(prof, "_proflab_on_ready", None) is None:
-                runtime._keep_program_trace(prof)  # no handler: what it recorded ends at stop
+                quietly(runtime._keep_program_trace, prof)  # no handler: what it recorded ends at stop
             return out
 
         cls.start, cls.step, cls.stop = start_, step_, stop_
@@ -187,7 +193,10 @@ class Runtime:
         if handler is not None and getattr(prof, "_proflab_on_ready", None) is None:
 
             def on_ready(p, _handler=handler):
-                self._keep_program_trace(p)
+                try:
+                    self._keep_program_trace(p)
+                except Exception as e:  # the program's own handler runs whatever happens here
+                    self.notes.append(f"copying the program's trace failed: {type(e).__name__}: {e}")
                 return _handler(p)
 
             prof._proflab_on_ready = on_ready
@@ -207,7 +216,6 @@ class Runtime:
             self._export(prof, f"_own{self._own_traces}")
             if len(self.traces) > before:
                 _serve_later_exports(prof.profiler, self.traces[-1])
-
 
     def _someone_else_profiles(self) -> bool:
         try:
