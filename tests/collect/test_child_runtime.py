@@ -99,3 +99,32 @@ def test_a_forked_child_does_not_flush_the_parents_profiler(tmp_path, monkeypatc
 
     rt.finish()  # the parent itself still flushes
     assert stopped == [True] and (tmp_path / "processes" / f"{parent}.json").exists()
+
+
+def test_following_the_programs_profiler_never_breaks_it(tmp_path, monkeypatch):
+    """The program's own torch.profiler, with proflab's copy failing at every point (a failure
+    injected: on a healthy machine the copy does not fail): the program's start, step, stop and
+    trace handler all still run."""
+    torch = __import__("pytest").importorskip("torch")
+    rt = _runtime(tmp_path, os.getpid())
+    rt.torch = torch
+    monkeypatch.setattr(torch.profiler.profile, "start", torch.profiler.profile.start)
+    monkeypatch.setattr(torch.profiler.profile, "step", torch.profiler.profile.step)
+    monkeypatch.setattr(torch.profiler.profile, "stop", torch.profiler.profile.stop)
+    monkeypatch.setattr(torch.profiler.profile, "_proflab_followed", False, raising=False)
+    rt._follow_program_profilers(torch)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(rt, "_keep_program_trace", broken)
+    monkeypatch.setattr(rt, "step", broken)
+    seen = []
+    sched = torch.profiler.schedule(wait=0, warmup=0, active=1, repeat=1)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], schedule=sched,
+                                on_trace_ready=lambda p: seen.append(len(p.key_averages()))) as prof:  # fmt: skip
+        for _ in range(3):
+            torch.randn(8, 8).relu()
+            prof.step()
+    assert seen and seen[0] > 0  # the program's handler ran, with its events
+    assert any("planted" in n for n in rt.notes)
