@@ -134,3 +134,13 @@ def test_reading_in_small_chunks_gives_the_same_trace(monkeypatch):
     assert_frame_equal(chunked.gpu, whole.gpu)
     assert_frame_equal(chunked.cpu, whole.cpu)
     assert_frame_equal(chunked.steps, whole.steps)
+
+
+def test_merged_text_is_gathered_through_a_dictionary():
+    """The merge must give the same text as concatenate-then-gather, nulls included."""
+    a = pl.Series("name", ["k" * 200, None, "short", "k" * 200])
+    b = pl.Series("name", ["short", "other" * 40, None])
+    order = pl.Series([6, 0, 4, 2, 1, 5, 3], dtype=pl.UInt32)
+    want = pl.concat([a, b]).gather(order)
+    got = nsys_sqlite._gather_text([a, b], order)
+    assert got.name == "name" and got.to_list() == want.to_list()
