@@ -24,5 +24,8 @@ class ThreadClock:
         self.span = (int(max(highs)) if highs else 0) - self.t0 + 1
 
     def key(self, tid: pl.Series, t: pl.Series) -> np.ndarray:
-        r = tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=pl.Int64).to_numpy()
-        return r * self.span + (t.cast(pl.Int64).to_numpy() - self.t0)
+        key = tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=pl.Int64).to_numpy(writable=True)
+        key *= self.span  # in place: one array per call, however many events
+        key += t.cast(pl.Int64).to_numpy()
+        key -= self.t0
+        return key
