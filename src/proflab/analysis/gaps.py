@@ -56,11 +56,17 @@ GAP_SCHEMA = {
 
 
 def launch_calls(trace: Trace) -> pl.DataFrame:
-    """Host runtime/driver calls that carry a correlation id (they launched GPU work)."""
-    # select, then filter: only these columns are copied (the host table can be millions of rows)
+    """Host runtime/driver calls whose correlation id matches GPU work (they launched it)."""
+    # select, then filter: only these columns are copied (the host table can be millions of
+    # rows, and most runtime calls launch nothing: event records, stream queries, syncs)
+    launched = trace.gpu.get_column("correlation").drop_nulls().unique()
     return (
         trace.cpu.select("cat", "correlation", "name", "start_ns", "dur_ns", "tid")
-        .filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("correlation").is_not_null())
+        .filter(
+            pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
+            & pl.col("correlation").is_not_null()
+            & pl.col("correlation").is_in(launched.implode())
+        )
         .select(
             "correlation",
             pl.col("name").alias("launch_name"),
