@@ -41,7 +41,10 @@ def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     # the copy columns are null for kernels: leave them out of a table as long as the kernels
     k = trace.gpu.drop(NOT_KERNEL_COLUMNS).filter(trace.gpu["kind"] == "kernel")
     k = k.join(launches, on="correlation", how="left")
-    k = k.join(ops, on="external_id", how="left")
+    if ops.height:
+        k = k.join(ops, on="external_id", how="left")
+    else:  # no operators (an Nsight Systems export): broadcast nulls, not a column of them per kernel
+        k = k.with_columns(pl.lit(None, dtype=ops.schema[c]).alias(c) for c in ops.columns if c != "external_id")
     return k.with_columns(
         pl.col("name").str.contains(GEMM_PATTERN).or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
         pl.col("name").str.contains(TENSOR_CORE_PATTERN).alias("tc_by_name"),
