@@ -194,7 +194,7 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
 
         argv = nsys.profile_argv(
             nsys_path, run_dir / "traces" / "report", cmd,
-            capture_range=opts.capture_range, python_backtrace=opts.python_backtrace,
+            capture_range=opts.capture_range or opts.window == "capture", python_backtrace=opts.python_backtrace,
         )  # fmt: skip
     t0 = time.perf_counter()
     try:
