@@ -74,10 +74,11 @@ def export_sqlite(report: str | Path, sqlite: str | Path | None = None) -> Path:
     sqlite = Path(sqlite) if sqlite else report.with_suffix(".sqlite")
     # nsys writes as it goes: export into a side folder and rename, so an interrupted export
     # never leaves a half-written .sqlite where readers look
+    nsys = require()
     partial = sqlite.parent / f".partial-{os.getpid()}"
     partial.mkdir(parents=True, exist_ok=True)
     tmp = partial / sqlite.name
-    argv = export_argv(require(), report, tmp)
+    argv = export_argv(nsys, report, tmp)
     try:
         try:
             done = subprocess.run(argv, capture_output=True, text=True, timeout=_EXPORT_TIMEOUT_S)

@@ -28,7 +28,6 @@ column of extra memory rather than a second copy of every table.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import sqlite3
 import tempfile
 import urllib.parse
@@ -36,7 +35,7 @@ from pathlib import Path
 
 import polars as pl
 
-from proflab.errors import CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
+from proflab.errors import BackendUnavailable, CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
     COPY_KINDS,
@@ -107,15 +106,15 @@ def _is_nsys_rep(path: Path) -> bool:
 def _read_report(path: Path) -> Trace:
     from proflab.collect import nsys
 
-    if shutil.which("nsys") is None:
-        raise UnsupportedFormat(
-            path,
-            "an Nsight Systems report needs nsys to convert it; install Nsight Systems, or run "
-            "`nsys export --type sqlite <report>` where it is installed and pass the .sqlite file",
-        )
     with tempfile.TemporaryDirectory(prefix="proflab-nsys-") as tmp:
         try:
             out = nsys.export_sqlite(path, Path(tmp) / (path.stem + ".sqlite"))
+        except BackendUnavailable as e:
+            raise UnsupportedFormat(
+                path,
+                "an Nsight Systems report needs nsys to convert it; install Nsight Systems, or run "
+                "`nsys export --type sqlite <report>` where it is installed and pass the .sqlite file",
+            ) from e
         except CollectError as e:
             raise UnsupportedFormat(path, f"nsys could not export it to SQLite ({str(e).removeprefix(f'{path}: ')})") from e
         trace = read(out)
@@ -202,9 +201,10 @@ class _Ctx:
         self.path, self.con, self.bulk, self.tables = path, con, bulk, tables
         self.notes: list[str] = []
         self._strings: pl.DataFrame | None = None
+        self._comm_ids: pl.Series | None = None
 
     def release(self) -> None:
-        self._strings = None
+        self._strings = self._comm_ids = None
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
@@ -267,6 +267,13 @@ class _Ctx:
             )
         return self._strings
 
+    def comm_ids(self) -> pl.Series:
+        """StringIds ids of collective-communication kernel names."""
+        if self._comm_ids is None:
+            strings = self.strings()
+            self._comm_ids = strings.filter(pl.col("value").str.contains(COMM_KERNEL_PATTERN))["id"]
+        return self._comm_ids
+
     def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name", clean=None) -> pl.DataFrame:
         """Replace a StringIds id column by its text: one join, so the text of a repeated
         name is never built once per row. ``clean`` (an expression over ``value``) rewrites
@@ -319,7 +326,8 @@ class _Ctx:
              "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32, "registers": pl.Int32,
              "shared_mem_bytes": pl.Int64},
             lambda df: self._gpu_frame(
-                self.named(df).with_columns(pl.col("name").str.contains(COMM_KERNEL_PATTERN).fill_null(False).alias("is_comm")),
+                # by id: the pattern runs over each distinct name once, not over every kernel's
+                self.named(df.with_columns(pl.col("name_id").is_in(self.comm_ids().implode()).alias("is_comm"))),
                 "kernel",
             ),
         )  # fmt: skip
