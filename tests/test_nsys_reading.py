@@ -16,6 +16,7 @@ import proflab
 from proflab.cli import main
 from proflab.model.trace import CPU_SCHEMA
 from proflab.readers import nsys_sqlite
+from proflab.readers._merge import gather_text, merge_by_start
 
 NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
 T4 = NSYS / "t4_power_iteration_baseline.sqlite"
@@ -31,7 +32,7 @@ def _cpu(starts: list[int], name: str, **cols) -> pl.DataFrame:
 def test_merge_orders_by_start_keeps_table_order_on_ties_and_the_schema():
     a = _cpu([30, 10, 20], "a", tid=[1, 2, 3])
     b = _cpu([20, 5], "b", tid=[4, 5])
-    merged = nsys_sqlite._merge_by_start([a, b])
+    merged = merge_by_start([a, b])
     assert merged.schema == pl.Schema(CPU_SCHEMA)
     assert merged["start_ns"].to_list() == [5, 10, 20, 20, 30]
     assert merged["name"].to_list() == ["b1", "a1", "a2", "b0", "a0"]  # a's 20 before b's 20
@@ -40,9 +41,9 @@ def test_merge_orders_by_start_keeps_table_order_on_ties_and_the_schema():
 
 
 def test_merge_of_one_sorted_part_and_of_nothing():
-    one = nsys_sqlite._merge_by_start([_cpu([1, 2, 3], "x"), _cpu([], "y")])
+    one = merge_by_start([_cpu([1, 2, 3], "x"), _cpu([], "y")])
     assert one["name"].to_list() == ["x0", "x1", "x2"]
-    none = nsys_sqlite._merge_by_start([_cpu([], "x"), _cpu([], "y")])
+    none = merge_by_start([_cpu([], "x"), _cpu([], "y")])
     assert none.height == 0 and none.schema == pl.Schema(CPU_SCHEMA)
 
 
@@ -142,5 +143,5 @@ def test_merged_text_is_gathered_through_a_dictionary():
     b = pl.Series("name", ["short", "other" * 40, None])
     order = pl.Series([6, 0, 4, 2, 1, 5, 3], dtype=pl.UInt32)
     want = pl.concat([a, b]).gather(order)
-    got = nsys_sqlite._gather_text([a, b], order)
+    got = gather_text([a, b], order)
     assert got.name == "name" and got.to_list() == want.to_list()

@@ -46,6 +46,7 @@ from proflab.model.trace import (
     TraceMeta,
     steps_from_annotations,
 )
+from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
     MappedSlicer,
@@ -220,8 +221,8 @@ def _read(path: Path) -> Trace:
     unknown: Counter[str] = Counter()
     for t in tables:
         unknown.update(t.unknown)
-    gpu = pl.concat([t.gpu for t in tables]).sort("start_ns", maintain_order=True)
-    cpu = pl.concat([t.cpu for t in tables]).sort("start_ns", maintain_order=True)
+    gpu = merge_by_start([t.gpu for t in tables])
+    cpu = merge_by_start([t.cpu for t in tables])
     if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
