@@ -210,26 +210,27 @@ def _med(prof: NcuProfile, lids: list[int], *names: str) -> float | None:
     return _median([prof.value(lid, *names) for lid in lids])
 
 
+# Stall metrics per reason, in the order to try them: cycles per issued instruction
+# (WarpStateStats), else PC-sampling counts (SourceCounters without WarpStateStats).
+_STALL_METRICS = (
+    (re.compile(r"^smsp__(?:average_)?warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$"), "cycles_per_issue"),
+    (re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+)$"), "samples"),
+)
+
+
 def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
     names = prof.metric_names(lids[0])
-    per_issue = re.compile(r"^smsp__(?:average_)?warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$")
     reasons: dict[str, float] = {}
-    for n in names:
-        m = per_issue.match(n)
-        if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
-            val = _med(prof, lids, n)
-            if val is not None:
-                reasons[m.group(1)] = max(reasons.get(m.group(1), 0.0), val)
-    unit = "cycles_per_issue"
-    if not reasons:  # PC sampling counts (WarpStateStats absent, SourceCounters present)
-        samp = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+)$")
+    for pattern, unit in _STALL_METRICS:
         for n in names:
-            m = samp.match(n)
+            m = pattern.match(n)
             if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
                 val = _med(prof, lids, n)
                 if val is not None:
-                    reasons[m.group(1)] = val
-        unit = "samples"
+                    # both the average_ and the plain per-issue name may be present
+                    reasons[m.group(1)] = max(reasons.get(m.group(1), 0.0), val)
+        if reasons:
+            break
     total = sum(reasons.values())
     if total <= 0:
         return ()
