@@ -269,3 +269,14 @@ def test_analyze_a_proflab_run_directory_reads_its_traces_folder(capsys):
     # the run directory also holds analysis.json and meta.json, which are not traces
     assert main(["analyze", str(run), "--width", "80"]) == 0
     assert "GPU busy" in capsys.readouterr().out
+
+
+def test_stalls_fall_back_to_pc_sampling_counts():
+    # a raw page with SourceCounters but no WarpStateStats: stall reasons come from PC samples
+    text = ('"ID","Process ID","Process Name","Host Name","Kernel Name","gpu__time_duration.sum",'
+            '"smsp__pcsamp_warps_issue_stalled_long_scoreboard","smsp__pcsamp_warps_issue_stalled_wait",'
+            '"smsp__pcsamp_warps_issue_stalled_selected"\n'
+            '"","","","","","nsecond","","",""\n'
+            '"0","1","python","h","k","1,000","300","100","600"\n')
+    (v,) = verdicts(ncu.parse_csv_text(text, "pcsamp.csv"))
+    assert [(s["reason"], s["samples"], s["share_pct"]) for s in v.stalls] == [("long_scoreboard", 300, 75.0), ("wait", 100, 25.0)]

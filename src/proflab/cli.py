@@ -263,9 +263,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         print(f"proflab: profiling {len(plan.functions)} kernel(s) with ncu "
               f"(skip {plan.launch_skip}, count {plan.launch_count}): {', '.join(plan.functions)}", file=sys.stderr)
         run = ncu_collect.run_ncu(argv, out_dir, timeout_s=args.timeout)
-        from proflab.readers.ncu import merge, read
-
-        profile = merge(read(run.raw_csv), read(run.details_csv))
+        profile = load_ncu([run.raw_csv, run.details_csv])
         notes += list(plan.notes)
         notes.append(f"ncu ran {run.wall_s:.1f} s; report {run.report}")
         if run.timed_out:

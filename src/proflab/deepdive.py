@@ -79,12 +79,15 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
     base = report_for(ctx, top_kernels=top_kernels)
     rows = ctx.hot_kernels(10_000).to_dicts()
     times: dict[str, KernelTime] = {}
+    verdict_of: dict[str, KernelVerdict] = {}  # timeline kernel name -> the verdict its time went to
     unmatched = []
     for v in vs:
         m = match_kernels(v, rows)
         if not m:
             unmatched.append(v.name)
             continue
+        for r in m:
+            verdict_of.setdefault(r["name"], v)
         sources = sorted({r["source"] for r in m if r.get("source")})
         ops = sorted({r["op"] for r in m if r.get("op")})
         where: dict[str, list[Any]] = {}
@@ -94,18 +97,14 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
             where["source"] = sources
         times[v.name] = KernelTime(float(sum(r["total_ns"] for r in m)), int(sum(r["count"] for r in m)), "timeline", where)
     window_ns = (base.summary.get("wall_ms") or 0.0) * 1e6
-    kfind = kernel_findings(vs, times, window_ns)
     # a kernel the timeline does not contain has no share of its window: keep its verdict,
     # leave its findings out, and say so
-    kfind = [f for f in kfind if f.where.get("kernels", [None])[0] in times]
-    by_name = {v.name: v for v in vs}
+    kfind = kernel_findings([v for v in vs if v.name in times], times, window_ns)
     kernels = []
     for k in base.kernels:
         k = dict(k)
-        for v in vs:
-            if v.name in times and any(r["name"] == k["name"] for r in match_kernels(v, [k])):
-                k["ncu"] = {"bound": v.bound, "headline": v.headline, "kernel": v.name}
-                break
+        if (v := verdict_of.get(k["name"])) is not None:
+            k["ncu"] = {"bound": v.bound, "headline": v.headline, "kernel": v.name}
         kernels.append(k)
     findings = sorted([*base.findings, *kfind], key=lambda f: -f.est_gain_ms)
     missing = list(base.missing)
@@ -118,7 +117,7 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
         source={**base.source, "ncu": _ncu_source(profile)},
         findings=tuple(f for f in findings if f.category != "healthy" or not kfind),
         kernels=tuple(kernels),
-        verdicts=tuple(by_name[n].to_dict() for n in by_name),
+        verdicts=tuple(v.to_dict() for v in vs),
         missing=tuple(missing),
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from proflab.analysis.roofline import Roofline, roofline
@@ -209,26 +210,27 @@ def _med(prof: NcuProfile, lids: list[int], *names: str) -> float | None:
     return _median([prof.value(lid, *names) for lid in lids])
 
 
+# Stall metrics per reason, in the order to try them: cycles per issued instruction
+# (WarpStateStats), else PC-sampling counts (SourceCounters without WarpStateStats).
+_STALL_METRICS = (
+    (re.compile(r"^smsp__(?:average_)?warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$"), "cycles_per_issue"),
+    (re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+)$"), "samples"),
+)
+
+
 def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
     names = prof.metric_names(lids[0])
-    per_issue = re.compile(r"^smsp__(?:average_)?warps_issue_stalled_([a-z_]+)_per_issue_active\.ratio$")
     reasons: dict[str, float] = {}
-    for n in names:
-        m = per_issue.match(n)
-        if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
-            val = _med(prof, lids, n)
-            if val is not None:
-                reasons[m.group(1)] = max(reasons.get(m.group(1), 0.0), val)
-    unit = "cycles_per_issue"
-    if not reasons:  # PC sampling counts (WarpStateStats absent, SourceCounters present)
-        samp = re.compile(r"^smsp__pcsamp_warps_issue_stalled_([a-z_]+)$")
+    for pattern, unit in _STALL_METRICS:
         for n in names:
-            m = samp.match(n)
+            m = pattern.match(n)
             if m and m.group(1) not in _NOT_STALLS and not m.group(1).endswith("_not_issued"):
                 val = _med(prof, lids, n)
                 if val is not None:
-                    reasons[m.group(1)] = val
-        unit = "samples"
+                    # both the average_ and the plain per-issue name may be present
+                    reasons[m.group(1)] = max(reasons.get(m.group(1), 0.0), val)
+        if reasons:
+            break
     total = sum(reasons.values())
     if total <= 0:
         return ()
@@ -245,33 +247,36 @@ def _stalls(prof: NcuProfile, lids: list[int]) -> tuple[dict[str, Any], ...]:
     )
 
 
-def _uncoalesced(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
-    excess = _med(prof, lids, "derived__memory_l2_theoretical_sectors_global_excessive")
-    total = _med(prof, lids, "memory_l2_theoretical_sectors_global")
-    sectors = _med(prof, lids, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
-    requests = _med(prof, lids, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
-    out: dict[str, Any] = {}
-    if excess is not None and total:
-        out["excessive_sectors_pct"] = round(100.0 * excess / total, 1)
-    if sectors is not None and requests:
-        out["load_sectors_per_request"] = round(sectors / requests, 2)
+def _ratio(num: float | None, den: float | None, scale: float = 1.0, nd: int = 2) -> float | None:
+    return None if num is None or not den else round(scale * num / den, nd)
+
+
+def _known(**values: float | None) -> dict[str, Any] | None:
+    out = {k: v for k, v in values.items() if v is not None}
     return out or None
+
+
+def _uncoalesced(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
+    med = partial(_med, prof, lids)
+    return _known(
+        excessive_sectors_pct=_ratio(med("derived__memory_l2_theoretical_sectors_global_excessive"),
+                                     med("memory_l2_theoretical_sectors_global"), 100.0, 1),
+        load_sectors_per_request=_ratio(med("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+                                        med("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")),
+    )
 
 
 def _bank_conflicts(prof: NcuProfile, lids: list[int]) -> dict[str, Any] | None:
-    wavefronts = _med(prof, lids, "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
-    excess = _med(prof, lids, "derived__memory_l1_wavefronts_shared_excessive")
-    conflicts = _med(prof, lids, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
-    instr = _med(prof, lids, "smsp__sass_inst_executed_op_shared.sum")
-    out: dict[str, Any] = {}
-    if wavefronts:
-        if excess is not None:
-            out["excessive_wavefronts_pct"] = round(100.0 * excess / wavefronts, 1)
-        elif conflicts is not None:
-            out["excessive_wavefronts_pct"] = round(100.0 * min(conflicts, wavefronts) / wavefronts, 1)
-        if instr:
-            out["wavefronts_per_shared_instruction"] = round(wavefronts / instr, 2)
-    return out or None
+    med = partial(_med, prof, lids)
+    wavefronts = med("l1tex__data_pipe_lsu_wavefronts_mem_shared.sum")
+    excess = med("derived__memory_l1_wavefronts_shared_excessive")
+    if excess is None:  # without ncu's derived metric, each bank conflict is one extra wavefront
+        conflicts = med("l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum")
+        excess = None if conflicts is None or wavefronts is None else min(conflicts, wavefronts)
+    return _known(
+        excessive_wavefronts_pct=_ratio(excess, wavefronts, 100.0, 1),
+        wavefronts_per_shared_instruction=_ratio(wavefronts, med("smsp__sass_inst_executed_op_shared.sum")),
+    )
 
 
 def _divergence(metrics: dict[str, float | None]) -> dict[str, Any] | None:

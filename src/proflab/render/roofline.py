@@ -10,17 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from proflab.render._text import kernel_label, shorten
+
 __all__ = ["write_roofline"]
 
 _LEVEL_MARKERS = {"dram": "o", "l2": "s", "l1": "^"}
 _LEVEL_NAMES = {"dram": "DRAM", "l2": "L2", "l1": "L1"}
-
-
-def _short(name: str, n: int = 40) -> str:
-    from proflab.render._text import kernel_label
-
-    label = kernel_label(name)
-    return label if len(label) <= n else label[: n - 1] + "…"
 
 
 def write_roofline(verdicts: list[dict[str, Any]], path: str | Path) -> int:
@@ -68,7 +63,7 @@ def write_roofline(verdicts: list[dict[str, Any]], path: str | Path) -> int:
         for _, lvl, ai, fl in (p for p in points if p[0] == name):
             ax.scatter([ai], [fl], marker=_LEVEL_MARKERS.get(lvl, "x"), color=c, s=36, zorder=3)
         dram = [p for p in points if p[0] == name and p[1] == "dram"] or [p for p in points if p[0] == name]
-        ax.annotate(_short(name), (dram[0][2], dram[0][3]), fontsize=7, xytext=(4, 4), textcoords="offset points")
+        ax.annotate(shorten(kernel_label(name), 40), (dram[0][2], dram[0][3]), fontsize=7, xytext=(4, 4), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
