@@ -7,10 +7,10 @@ queue full, an upper bound that assumes the host work itself fits under the GPU 
 
 from __future__ import annotations
 
-import numpy as np
 import polars as pl
 
 from proflab.analysis.context import Context
+from proflab.analysis.intervals import IntervalSet
 from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 from proflab.report import Finding
@@ -208,7 +208,7 @@ def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
     """What the launching thread was inside during the gaps: names by overlapped time."""
     gaps = g.filter(pl.col("tid").is_not_null()).select(
         "tid", pl.col("start_ns").alias("g0"), pl.col("launch_start_ns").alias("g1")
-    ).with_row_index("gap")
+    )
     if gaps.height == 0:
         return []
     events = (
@@ -220,28 +220,22 @@ def _host_activity(trace: Trace, g: pl.DataFrame) -> list[dict]:
         )
         .select(pl.col("tid").alias("etid"), "name", pl.col("start_ns").alias("e0"), (pl.col("start_ns") + pl.col("dur_ns")).alias("e1"))
     )
-    # Keep only events that overlap some gap (gaps on one device are disjoint and sorted, so
-    # that is one search per event) before pairing them: a plain join on the thread would
-    # pair every gap with every event of the thread.
+    # Each event's overlap with the gaps of its thread is one prefix-sum lookup: the gap
+    # windows, keyed per thread (ThreadClock), form one IntervalSet, and an event [e0, e1)
+    # overlaps them by covered(e1) - covered(e0). Linear in gaps + events; a pairing of
+    # gaps with events would keep gaps x long ranges (a `## backward ##` range spans
+    # thousands of gaps on one thread).
     clock = ThreadClock([gaps["tid"], events["etid"]], [gaps["g0"], gaps["g1"], events["e0"], events["e1"]])
-    g0, g1 = clock.key(gaps["tid"], gaps["g0"]), clock.key(gaps["tid"], gaps["g1"])
-    by_key = np.argsort(g0, kind="stable")  # by thread, then time
-    g0, g1 = g0[by_key], g1[by_key]
-    j = np.searchsorted(g1, clock.key(events["etid"], events["e0"]), side="right")
-    e1 = clock.key(events["etid"], events["e1"])
-    overlaps = (j < g0.size) & (g0[np.minimum(j, g0.size - 1)] < e1)
-    events = events.filter(pl.Series(overlaps))
-    hits = gaps.join_where(
-        events, pl.col("tid") == pl.col("etid"), pl.col("e0") < pl.col("g1"), pl.col("e1") > pl.col("g0")
-    )
-    total = int((gaps["g1"] - gaps["g0"]).clip(lower_bound=0).sum()) or 1
+    windows = IntervalSet.from_spans(clock.key(gaps["tid"], gaps["g0"]), clock.key(gaps["tid"], gaps["g1"]))
+    ov = windows.covered_within(clock.key(events["etid"], events["e0"]), clock.key(events["etid"], events["e1"]))
+    total = windows.total_ns or 1
     agg = (
-        hits.with_columns(
-            (pl.min_horizontal("e1", "g1") - pl.max_horizontal("e0", "g0")).clip(lower_bound=0).alias("ov")
-        )
+        events.select("name")
+        .with_columns(pl.Series("ov", ov, dtype=pl.Int64))
+        .filter(pl.col("ov") > 0)
         .group_by("name")
         .agg(pl.col("ov").sum().alias("ov_ns"))
-        .sort("ov_ns", descending=True)
+        .sort(["ov_ns", "name"], descending=[True, False])
         .head(8)
     )
     return [
