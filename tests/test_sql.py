@@ -91,7 +91,7 @@ def test_idle_gaps_by_cause_per_step(train):
         _plain(Context(train).gaps)
         .group_by("step", "cause")
         .agg(pl.len().cast(pl.Int64).alias("gaps"), pl.col("dur_ns").sum().alias("idle_ns"))
-        .sort("step", "cause", nulls_last=False)
+        .sort("step", "cause", nulls_last=True)
     )
     assert set(want["cause"]) >= {"host", "sync"}
     assert_frame_equal(got, want)

@@ -35,11 +35,14 @@ def load(path: str | Path) -> Trace:
     return _load(path)
 
 
-def analyze(trace: Trace | str | Path, *, top_kernels: int = 15) -> Report:
-    """Every analysis and rule over one trace; returns the :class:`Report`."""
+def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:
+    """Every analysis and rule over one trace; returns the :class:`Report`.
+
+    ``bare_step_ms``: the loop's step time measured without the profiler (ms), when known:
+    host- and launch-bound verdicts are then judged against it instead of an estimate."""
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return report_for(Context(trace), top_kernels=top_kernels)
+    return report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
 
 
 def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
@@ -152,11 +155,16 @@ def _summary(ctx: Context) -> dict[str, Any]:
         if m.height
         else {}
     )
-    st = ctx.trace.steps
-    out["step_count"] = st.height
+    st = ctx.step_table
+    out["step_count"] = ctx.trace.steps.height
     if st.height:
-        d = (st["end_ns"] - st["start_ns"]).cast(pl.Float64)
+        # Step time is what the GPU experiences (GPU-side windows, see analysis.steps); the
+        # host's ProfilerStep ranges go beside it, since they differ when the host runs ahead.
+        d = st["dur_ns"].cast(pl.Float64)
+        sides = set(st["side"].cast(pl.String).unique().to_list())
+        out["step_side"] = "gpu" if sides == {"gpu"} else ("host" if sides == {"host"} else "mixed")
         out["median_step_ms"] = ms(d.median())
+        out["median_cpu_step_ms"] = ms(st["cpu_dur_ns"].cast(pl.Float64).median())
         out["step_spread_ms"] = {
             "min": ms(d.min()),
             "p10": ms(d.quantile(0.1, "linear")),
@@ -164,8 +172,12 @@ def _summary(ctx: Context) -> dict[str, Any]:
             "max": ms(d.max()),
         }
     else:
+        out["step_side"] = None
         out["median_step_ms"] = None
+        out["median_cpu_step_ms"] = None
         out["step_spread_ms"] = None
+    obs = ctx.observer if ctx.trace.has_gpu else None
+    out["observer"] = obs.to_dict() if obs else None
     return out
 
 
@@ -200,12 +212,14 @@ def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
 def _steps(ctx: Context) -> list[dict[str, Any]]:
     t = ctx.step_table
     if not ctx.trace.has_gpu:  # missing is not zero: no GPU columns at all
-        return [{"step": r["step"], "device": None, "dur_ms": ms(r["dur_ns"])} for r in t.iter_rows(named=True)]
+        return [{"step": r["step"], "device": None, "side": "host", "dur_ms": ms(r["dur_ns"])} for r in t.iter_rows(named=True)]
     return [
         {
             "step": r["step"],
             "device": r["device"],
+            "side": str(r["side"]),
             "dur_ms": ms(r["dur_ns"]),
+            "cpu_dur_ms": ms(r["cpu_dur_ns"]),
             "gpu_busy_pct": round(r["busy_pct"], 2),
             "compute_ms": ms(r["compute_ns"]),
             "communication_ms": ms(r["communication_ns"]),

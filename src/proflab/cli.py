@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
     a.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    a.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the loop's step time measured without the profiler: host and launch verdicts are judged against it (default: estimated from the trace)")
     _report_output_args(a)
     a.set_defaults(func=cmd_analyze)
     q = sub.add_parser(
@@ -209,7 +210,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
     else:
-        reports = [analyze(load(p), top_kernels=args.top) for p in paths]
+        reports = [analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms) for p in paths]
     return _emit_reports(args, reports, fmt)
 
 

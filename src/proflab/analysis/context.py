@@ -10,7 +10,9 @@ from proflab.analysis import gaps as _gaps
 from proflab.analysis import kernels as _kernels
 from proflab.analysis import launch as _launch
 from proflab.analysis import memcpy as _memcpy
+from proflab.analysis import observer as _observer
 from proflab.analysis import ranges as _ranges
+from proflab.analysis import steps as _steps
 from proflab.analysis import timeline as _timeline
 from proflab.analysis.intervals import IntervalSet
 from proflab.analysis.source import FrameIndex
@@ -23,8 +25,11 @@ __all__ = ["Context"]
 class Context:
     """Lazy, cached analyses of one trace. Rules read from it and record missing signals."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: Trace, *, bare_step_ms: float | None = None) -> None:
+        """``bare_step_ms``: the loop's step time measured without the profiler, when known
+        (it replaces the observer model's estimate, see ``analysis.observer``)."""
         self.trace = trace
+        self.bare_step_ms = bare_step_ms
         self._missing: dict[str, Missing] = {}
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -61,8 +66,14 @@ class Context:
         return {d: _timeline.window_breakdown(s, lo, hi) for d, s in self.device_sets.items()}
 
     @cached_property
+    def gpu_steps(self) -> pl.DataFrame:
+        """GPU-side step windows per device (see ``analysis.steps``)."""
+        return _steps.gpu_steps(self.trace, self.launches)
+
+    @cached_property
     def step_table(self) -> pl.DataFrame:
-        return _timeline.step_table(self.trace, self.device_sets)
+        """Per step and device: the GPU-side window (host range where work cannot be tied)."""
+        return _timeline.step_table(self.trace, self.device_sets, self.gpu_steps)
 
     @cached_property
     def launches(self) -> pl.DataFrame:
@@ -75,8 +86,23 @@ class Context:
         return FrameIndex(self.trace)
 
     @cached_property
+    def observer(self) -> _observer.Observer | None:
+        """The profiler's own cost and the unprofiled step (see ``analysis.observer``)."""
+        return _observer.observe(self.trace, self.step_table, self.blocking, self.launches, self.bare_step_ms)
+
+    @cached_property
+    def blocking(self) -> pl.DataFrame:
+        """Host calls that block until the GPU drains (see ``gaps.blocking_calls``)."""
+        return _gaps.blocking_calls(self.trace)
+
+    @cached_property
+    def host_only(self) -> pl.DataFrame:
+        """Host spans of work that launches nothing (see ``observer.host_only_spans``)."""
+        return _observer.host_only_spans(self.trace, self.launches)
+
+    @cached_property
     def gaps(self) -> pl.DataFrame:
-        return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches)
+        return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches, self.step_table)
 
     @property
     def has_launch_links(self) -> bool:

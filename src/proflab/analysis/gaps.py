@@ -7,11 +7,11 @@ launched that work (joined by CUPTI correlation id):
                 but waited (another stream, an event, the copy engine) — not the host's fault.
 ``sync``        the host was blocked in a synchronising call (cudaStreamSynchronize,
                 cudaDeviceSynchronize, a blocking memcpy — what ``.item()`` does) that returned
-                as the GPU drained; the GPU then waited for the host to launch again.
-                Had the host not waited, its work after the sync would have overlapped the
-                GPU work before the gap; when the GPU was mostly idle over that stretch
-                anyway (e.g. loading the next batch after ``loss.item()``), the gap counts
-                as ``host``.
+                as the GPU drained: the idle that follows a sync's return, until the host
+                launches again, is the sync's cost (without the sync the host's work after
+                it would have run while the GPU was still busy). How much of it removing
+                the sync can win back is the rules' question (at most the GPU work the host
+                work could have overlapped).
 ``launch``      a short gap (< ``LAUNCH_GAP_NS``) before a host launch: per-kernel launch and
                 dispatch overhead is longer than the kernels.
 ``host``        a longer gap before a host launch: the host was busy elsewhere (input
@@ -52,7 +52,22 @@ GAP_SCHEMA = {
     "sync_name": pl.String,
     "sync_external_id": pl.Int64,
     "step": pl.Int64,
+    "correlation": pl.Int64,  # of the GPU work that ended the gap
 }
+
+
+def _with_step(gaps: pl.DataFrame, trace: Trace, step_table: pl.DataFrame | None) -> pl.DataFrame:
+    """The step each gap starts in: per device, the step table's windows (GPU-side where
+    known); without one, the host's ProfilerStep ranges."""
+    if step_table is not None and step_table.height:
+        win = step_table.select("device", "step", pl.col("start_ns").alias("_s"), (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"))
+        by = ["device"]
+    else:
+        win = trace.steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
+        by = None
+    gaps = gaps.sort("start_ns").join_asof(win.sort("_s"), left_on="start_ns", right_on="_s", by=by, strategy="backward", check_sortedness=False)
+    return gaps.with_columns(pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("step")).alias("step"))
+
 
 
 def launch_calls(trace: Trace) -> pl.DataFrame:
@@ -104,23 +119,15 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
     )
 
 
-def _with_recent_busy(gaps: pl.DataFrame, busy: dict[int, IntervalSet]) -> pl.DataFrame:
-    """GPU busy time in the ``relaunch_ns`` before each gap's start, per device. One new
-    column, rows in place: no per-device frames concatenated (that would copy every text)."""
-    start = gaps["start_ns"].to_numpy()
-    back = start - gaps["relaunch_ns"].to_numpy()
-    device = gaps["device"].to_numpy()
-    covered = np.zeros(gaps.height, dtype=np.int64)
-    for d in np.unique(device):
-        on = device == d
-        covered[on] = busy[int(d)].covered_within(back[on], start[on])
-    return gaps.with_columns(pl.Series("recent_busy_ns", covered, dtype=pl.Int64))
-
-
 def idle_gaps(
-    trace: Trace, busy: dict[int, IntervalSet], window: tuple[int, int], launches: pl.DataFrame
+    trace: Trace,
+    busy: dict[int, IntervalSet],
+    window: tuple[int, int],
+    launches: pl.DataFrame,
+    step_table: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """Every idle gap inside the window on every active device, with its cause (see module doc)."""
+    """Every idle gap inside the window on every active device, with its cause (see module
+    doc) and the step it falls in (the step windows of ``step_table``, GPU-side where known)."""
     lo, hi = window
     rows = []
     for device, sets in busy.items():
@@ -154,19 +161,12 @@ def idle_gaps(
             sync, left_on="start_ns", right_on="sync_start_ns", by="tid", strategy="backward", check_sortedness=False
         )
     )
-    gaps = gaps.with_columns(
-        (pl.col("launch_start_ns") - pl.col("sync_end_ns")).clip(lower_bound=0).fill_null(0).alias("relaunch_ns")
-    )
-    gaps = _with_recent_busy(gaps, busy)
+    # The sync owns the gap when it returned as the GPU drained (within the wake-up
+    # tolerance of the gap's start) and the host launched again only after it returned.
     synced = (
         pl.col("sync_end_ns").is_not_null()
         & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
         & (pl.col("sync_end_ns") <= pl.col("launch_start_ns"))
-        # Without the sync, the host's work after it (the relaunch time R) would have run
-        # while the GPU was still busy: the sync owns the gap when the GPU was busy for at
-        # least half of the R before the gap; when it mostly was not (a long host stretch,
-        # e.g. loading the next batch after loss.item()), the host work is the cause.
-        & ((2 * pl.col("recent_busy_ns") >= pl.col("relaunch_ns")) | (pl.col("relaunch_ns") < LAUNCH_GAP_NS))
     )
     cause = (
         pl.when(pl.col("launch_start_ns").is_null())
@@ -185,7 +185,5 @@ def idle_gaps(
         pl.when(pl.col("cause") == "sync").then(pl.col("sync_external_id")).alias("sync_external_id"),
         pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
     )
-    steps = trace.steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")).sort("_s")
-    gaps = gaps.sort("start_ns").join_asof(steps, left_on="start_ns", right_on="_s", strategy="backward")
-    gaps = gaps.with_columns(pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("step")).alias("step"))
+    gaps = _with_step(gaps, trace, step_table)
     return gaps.select(list(GAP_SCHEMA)).cast(GAP_SCHEMA).sort("device", "start_ns")

@@ -29,3 +29,9 @@ class ThreadClock:
         key += t.cast(pl.Int64).to_numpy()
         key -= self.t0
         return key
+
+    def unkey(self, key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tid, t) back from keys made by :meth:`key`."""
+        tids = np.array(sorted(self._rank, key=self._rank.get), dtype=np.int64)
+        rank, off = np.divmod(np.asarray(key, dtype=np.int64), self.span)
+        return (tids[rank] if tids.size else rank), off + self.t0

@@ -96,42 +96,49 @@ def window_breakdown(sets: dict[str, IntervalSet], lo: int, hi: int) -> Breakdow
     )
 
 
-def step_table(trace: Trace, sets_by_device: dict[int, dict[str, IntervalSet]]) -> pl.DataFrame:
-    """One row per (step, device): the step's host-side window and its GPU split, in ns."""
-    steps = trace.steps
+def step_table(
+    trace: Trace, sets_by_device: dict[int, dict[str, IntervalSet]], gpu_steps: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One row per (step, device): the step's window and its GPU split, in ns.
+
+    The window is the GPU-side step (``analysis.steps``: ``side == "gpu"``) where the step's
+    work can be tied to its launches, else the host's ProfilerStep range (``side ==
+    "host"``); ``cpu_dur_ns`` is the host range's length either way."""
+    steps = trace.steps.sort("start_ns")
     schema = {
         "step": pl.Int64,
         "device": pl.Int32,
+        "side": pl.String,  # "gpu" or "host"
         "start_ns": pl.Int64,
         "dur_ns": pl.Int64,
+        "cpu_dur_ns": pl.Int64,
         **{f"{p}_ns": pl.Int64 for p in (*PARTS, "busy", "idle")},
         "busy_pct": pl.Float64,
     }
     if steps.height == 0:
         return pl.DataFrame(schema=schema)
-    lo = steps["start_ns"].to_numpy()
-    hi = steps["end_ns"].to_numpy()
+    host = steps.select("step", "start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     frames = []
     devices = list(sets_by_device) or [None]
     for device in devices:
-        cols: dict[str, object] = {
-            "step": steps["step"],
-            "device": pl.Series([device] * steps.height, dtype=pl.Int32),
-            "start_ns": steps["start_ns"],
-            "dur_ns": pl.Series(hi - lo, dtype=pl.Int64),
-        }
+        g = None if gpu_steps is None or device is None else gpu_steps.filter(pl.col("device") == device)
+        if g is not None and g.height:
+            win = g.select("step", "start_ns", "dur_ns", "cpu_dur_ns", pl.lit("gpu").alias("side"))
+        else:
+            win = host.with_columns(pl.col("dur_ns").alias("cpu_dur_ns"), pl.lit("host").alias("side"))
+        lo = win["start_ns"].to_numpy()
+        hi = lo + win["dur_ns"].to_numpy()
         if device is None:
-            zeros = np.zeros(steps.height, dtype=np.int64)
+            zeros = np.zeros(win.height, dtype=np.int64)
             parts = {p: zeros for p in (*PARTS, "busy")} | {"idle": hi - lo}
         else:
             parts = breakdown(sets_by_device[device], lo, hi)
-        for p in (*PARTS, "busy", "idle"):
-            cols[f"{p}_ns"] = pl.Series(parts[p], dtype=pl.Int64)
-        frames.append(pl.DataFrame(cols))
-    df = pl.concat(frames)
+        cols = {f"{p}_ns": pl.Series(parts[p], dtype=pl.Int64) for p in (*PARTS, "busy", "idle")}
+        frames.append(win.with_columns(pl.lit(device, dtype=pl.Int32).alias("device"), **cols))
+    df = pl.concat([f.select(sorted(f.columns)) for f in frames], how="vertical_relaxed")
     return df.with_columns(
         (100.0 * pl.col("busy_ns") / pl.col("dur_ns").clip(lower_bound=1)).alias("busy_pct")
-    ).select(list(schema))
+    ).select(list(schema)).cast(schema).sort("device", "step")
 
 
 def low_stretches(

@@ -105,6 +105,11 @@ def _body(d: dict, width: int) -> Group:
         sp = s.get("step_spread_ms")
         if sp:
             line += f" (p10 {fmt_num(sp.get('p10'))}, p90 {fmt_num(sp.get('p90'))})"
+        if s.get("step_side") == "gpu":
+            line += " GPU-side"
+            cpu = s.get("median_cpu_step_ms")
+            if cpu is not None and abs(cpu - s["median_step_ms"]) > 0.1 * s["median_step_ms"]:
+                line += f"; host ranges {fmt_num(cpu)} ms"
     parts.append(Text(line))
     if s.get("gpu_busy_pct") is not None:
         busy = s["gpu_busy_pct"]
