@@ -12,9 +12,10 @@ import pytest
 
 from proflab.analysis.verdicts import base_function_name, verdicts
 from proflab.cli import main
-from proflab.deepdive import deep_dive, load_ncu
+from proflab.analysis.deepdive import deep_dive
 from proflab.errors import EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.readers import ncu
+from proflab.readers.ncu import load as load_ncu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu" / "copy_blocked_details.csv"

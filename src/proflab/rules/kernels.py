@@ -12,9 +12,9 @@ are not additive; findings are ranked by gain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from proflab.analysis.deepdive import KernelTime
 from proflab.analysis.verdicts import HIGH_PCT, KernelVerdict, limiter_fix
 from proflab.report import Finding
 from proflab.rules._common import severity
@@ -35,17 +35,6 @@ BANK_CONFLICT_PCT = 20.0  # excessive shared-memory wavefronts, % of all
 DIVERGENT_THREADS = 24.0  # average active threads per warp (of 32)
 LOW_OCCUPANCY_PCT = 50.0  # theoretical occupancy
 STALL_SHARE_PCT = 40.0  # share of stall cycles for one reason to be named as the cause
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    """How much GPU time a kernel takes in the program: ``total_ns`` over ``launches``,
-    ``source`` says where the figure comes from (``timeline`` or ``ncu``)."""
-
-    total_ns: float
-    launches: int
-    source: str
-    where: dict[str, list[Any]]
 
 
 def _ncu_speedup(v: KernelVerdict, category: str) -> tuple[float, str] | None:
