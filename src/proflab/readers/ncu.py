@@ -78,6 +78,9 @@ _DETAILS_TO_METRIC: dict[str, str | dict[str, str]] = {
     "Avg. Divergent Branches": "smsp__sass_branch_targets_threads_divergent.avg",
     "Executed Ipc Active": "sm__inst_executed.avg.per_cycle_active",
     "Issue Slots Busy": "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "Local Memory Spilling Requests": "derived__local_spilling_requests",
+    "Local Memory Spilling Request Overhead": "derived__local_spilling_requests_pct",
+    "Stack Size": "launch__stack_size",
 }
 
 # SI prefixes of ncu units, and the time units it spells out (msecond) or abbreviates (ms).
