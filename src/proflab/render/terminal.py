@@ -7,6 +7,7 @@ markup, so a name like ``[bold]`` prints literally.
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -63,7 +64,7 @@ def _verdict(findings: list[dict]) -> Text | None:
     line = Text("Verdict: ", style="bold")
     line.append(top["category"], style=_SEV_STYLE[top["severity"]])
     kind = str(top.get("id", "")).split(":", 1)[0]
-    if kind and kind != top["category"]:
+    if kind != top["category"] and re.fullmatch(r"[a-z][a-z0-9_]*", kind):
         # a specific cause filed under a contract category (local_memory_spills is memory_bound)
         line.append(f" ({kind})")
     line.append(" — ")
