@@ -332,7 +332,9 @@ def kernel_findings(verdicts: list[KernelVerdict], times: dict[str, KernelTime],
         causes = _cause_findings(v, kt, denom_ns)
         # what local memory explains: the latency reading and the L1TEX stalls (ncu's CPIStall
         # estimate for them when it gives one)
-        explained = [(x.evidence["est_speedup_pct"] / 100.0, f"{x.category} reading") for x in [f] if x is not None and x.category == "latency_bound"]
+        explained = []
+        if f is not None and f.category == "latency_bound":
+            explained.append((f.evidence["est_speedup_pct"] / 100.0, "latency_bound reading"))
         stall = _ncu_speedup(v, "warp_stalls")
         if stall is not None and v.stalls and v.stalls[0]["reason"] in L1TEX_STALLS:
             explained.append((stall[0] / 100.0, f"L1TEX stalls (ncu's {stall[1]} rule)"))
