@@ -12,9 +12,10 @@ import pytest
 
 from proflab.analysis.verdicts import base_function_name, verdicts
 from proflab.cli import main
-from proflab.deepdive import deep_dive, load_ncu
+from proflab.analysis.deepdive import deep_dive
 from proflab.errors import EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.readers import ncu
+from proflab.readers.ncu import load as load_ncu
 
 DATA = Path(__file__).parent / "data" / "ncu"
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu" / "copy_blocked_details.csv"
@@ -280,3 +281,150 @@ def test_stalls_fall_back_to_pc_sampling_counts():
             '"0","1","python","h","k","1,000","300","100","600"\n')
     (v,) = verdicts(ncu.parse_csv_text(text, "pcsamp.csv"))
     assert [(s["reason"], s["samples"], s["share_pct"]) for s in v.stalls] == [("long_scoreboard", 300, 75.0), ("wait", 100, 25.0)]
+
+
+# --- local memory (pf_spill: a 256-float per-thread array indexed at run time) ---------------
+
+SPILL_FULL = [DATA / "spill_full_raw.csv.gz", DATA / "spill_full_details.csv.gz"]
+SPILL_TARGETED = [DATA / "spill_targeted_raw.csv.gz", DATA / "spill_targeted_details.csv.gz"]
+
+
+@pytest.mark.parametrize("pages", [SPILL_FULL, SPILL_TARGETED, SPILL_TARGETED[:1]], ids=["full", "targeted", "targeted-raw"])
+def test_spill_verdict_names_local_memory(pages):
+    prof = load_ncu(pages)
+    (v,) = verdicts(prof)
+    lm = v.local_memory
+    # hand arithmetic from the raw page: local sectors over local + global sectors
+    lid = prof.launch_ids[0]
+    local = sum(prof.value(lid, f"l1tex__t_sectors_pipe_lsu_mem_local_op_{op}.sum") for op in ("ld", "st"))
+    glob = sum(prof.value(lid, f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum") or 0 for op in ("ld", "st", "atom", "red"))
+    assert lm["share_of_l1_sectors_pct"] == pytest.approx(100 * local / (local + glob), abs=0.01)
+    assert lm["share_of_l1_sectors_pct"] > 95 and lm["local_bytes"] == int(local * 32)
+    # not a register spill: ncu counts no spill requests; the array sits in a 1 KiB stack frame
+    assert lm["kind"] == "local arrays" and lm["spill_requests"] == 0
+    assert lm["registers_per_thread"] == 32 and lm["stack_bytes_per_thread"] == 1024
+    assert "local memory 99% of L1 sectors" in v.headline
+    report = deep_dive(prof)
+    top = report.findings[0]
+    assert top.id == "local_memory_spills:pf_spill" and top.category == "memory_bound"
+    assert "per-thread arrays in local memory" in top.title and "registers cannot be indexed at run time" in top.fix
+    assert top.evidence["share_of_l1_sectors_pct"] > 95
+    by_cat = {f.category: f for f in report.findings[1:]}
+    # ranked ahead of the generic readings it explains, and the L1TEX stall is not a second finding
+    assert top.est_gain_ms >= by_cat["latency_bound"].est_gain_ms
+    assert "local memory" in by_cat["latency_bound"].fix
+    assert "warp_stalls" not in by_cat
+    if "uncoalesced_access" in by_cat:  # global accesses are 1% of L1 sectors: so is what fixing them saves
+        assert by_cat["uncoalesced_access"].evidence["est_speedup_pct"] <= 100 - lm["share_of_l1_sectors_pct"] + 0.05
+
+
+def test_spill_from_the_details_page_alone():
+    prof = load_ncu(SPILL_FULL[1:])
+    (v,) = verdicts(prof)
+    # no sector counts: local memory is known from ncu's access-pattern rules on local loads/stores
+    assert v.local_memory["share_of_l1_sectors_pct"] is None
+    assert {r["est_speedup_pct"] for r in v.local_memory["ncu_rules"]} == {28.44, 26.32}
+    report = deep_dive(prof)
+    top = report.findings[0]
+    assert top.id == "local_memory_spills:pf_spill"
+    lat = next(f for f in report.findings if f.category == "latency_bound")
+    assert top.est_gain_ms >= lat.est_gain_ms
+    # the local-load rule no longer poses as uncoalesced global access: ncu's global rule is used
+    unc = next(f for f in report.findings if f.category == "uncoalesced_access")
+    assert unc.evidence["est_speedup_pct"] == pytest.approx(17.9, abs=0.05) and "UncoalescedGlobalAccess" in unc.assumption
+
+
+def test_spill_cli_verdict_line_and_schema(tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    assert main(["kernels", "--import", *map(str, SPILL_TARGETED), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "Verdict: memory_bound (local_memory_spills) — fixing it saves about" in out
+    assert "local memory: local arrays, 99.06% of L1 sectors, 0 spill requests, 32 registers/thread, 1,024 B stack/thread" in out
+    path = tmp_path / "k.json"
+    assert main(["kernels", "--import", *map(str, SPILL_TARGETED), "-o", str(path)]) == 0
+    schema = json.loads((Path(__file__).parents[1] / "src" / "proflab" / "schema" / "report.schema.json").read_text())
+    d = json.loads(path.read_text())
+    jsonschema.validate(d, schema)
+    assert d["kernel_verdicts"][0]["local_memory"]["kind"] == "local arrays"
+
+
+def test_no_local_memory_where_none_was_planted():
+    prof = load_ncu(FULL)
+    assert all(v.local_memory is None and "local memory traffic" not in v.missing for v in verdicts(prof))
+    assert not [f for f in deep_dive(prof).findings if f.id.startswith("local_memory_spills:")]
+
+
+def test_targeted_sections_collect_the_local_memory_metrics():
+    # spill_targeted_* was recorded with proflab.collect.ncu.DEFAULT_SECTIONS: what
+    # `proflab kernels` collects carries every local-memory metric the verdict reads
+    from proflab.analysis.verdicts import _LOCAL_METRICS
+
+    raw = ncu.read(DATA / "spill_targeted_raw.csv.gz")
+    names = raw.metric_names(raw.launch_ids[0])
+    for key, alternatives in _LOCAL_METRICS.items():
+        assert any(n in names for n in alternatives), key
+
+
+def test_register_spills_get_the_register_pressure_fix():
+    # a raw page with ncu's spill counters set (no real spilling kernel is recorded): the same
+    # columns and units as the real captures
+    cols = {"gpu__time_duration.sum": ("nsecond", "1,000"), "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("%", "5"),
+            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed": ("%", "40"),
+            "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum": ("sector", "600"),
+            "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum": ("sector", "200"),
+            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": ("sector", "200"),
+            "derived__local_spilling_requests": ("", "50"), "sass__inst_executed_register_spilling": ("inst", "400"),
+            "launch__registers_per_thread": ("register/thread", "255"),
+            "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio": ("inst", "9"),
+            "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio": ("inst", "1")}
+    head = '"ID","Process ID","Process Name","Host Name","Kernel Name",' + ",".join(f'"{c}"' for c in cols)
+    units = '"","","","","",' + ",".join(f'"{u}"' for u, _ in cols.values())
+    row = '"0","1","python","h","k",' + ",".join(f'"{x}"' for _, x in cols.values())
+    (v,) = verdicts(ncu.parse_csv_text("\n".join([head, units, row]) + "\n", "spills.csv"))
+    assert v.local_memory["kind"] == "register spills" and v.local_memory["share_of_l1_sectors_pct"] == 80.0
+    report = deep_dive(ncu.parse_csv_text("\n".join([head, units, row]) + "\n", "spills.csv"))
+    top = report.findings[0]
+    assert top.id == "local_memory_spills:k" and "register spills to local memory" in top.title
+    assert "__launch_bounds__" in top.fix and "-maxrregcount" in top.fix
+    # 80% of L1 sectors times 90% of stall cycles on long_scoreboard
+    assert top.evidence["est_speedup_pct"] == pytest.approx(72.0)
+
+
+# --- a verdict from the details page alone ---------------------------------------------------
+
+
+def test_details_only_gemm_reads_the_tensor_pipe_from_ncu_rules():
+    (gemm,) = [v for v in verdicts(ncu.read(FULL[1])) if v.name.startswith("nvjet")]
+    # the details page shows L1 at 98% and SM at 93%; its tensor pipe is only in the rule text
+    assert gemm.metrics["l1_pct"] > 95 and gemm.metrics["tensor_pipe_pct"] == pytest.approx(93.2)
+    assert gemm.bound == "compute" and "tensor cores" in gemm.headline
+    assert "HighPipeUtilization" in gemm.metric_sources["tensor_pipe_pct"]
+    fp32 = next(v for v in verdicts(ncu.read(FULL[1])) if "xmma_gemm_f32f32" in v.name)
+    assert fp32.top_pipe["pipe"] == "FMA" and fp32.metrics["tensor_pipe_pct"] is None
+
+
+def test_details_only_without_pipe_rules_says_the_tensor_pipe_is_unknown(tmp_path):
+    # the real details page with ncu's HighPipeUtilization rows taken out, as a details page
+    # exported without the ComputeWorkloadAnalysis section reads
+    lines = gzip.decompress(FULL[1].read_bytes()).decode().splitlines()
+    p = tmp_path / "no_pipes_details.csv"
+    p.write_text("\n".join(ln for ln in lines if '"HighPipeUtilization"' not in ln) + "\n")
+    vs = {v.name: v for v in verdicts(ncu.read(p))}
+    gemm = next(v for n, v in vs.items() if n.startswith("nvjet"))
+    assert gemm.bound is None and "tensor pipe utilisation unknown" in gemm.bound_note
+    assert "tensor_pipe_pct" in gemm.missing
+    report = deep_dive(ncu.read(p))
+    assert not [f for f in report.findings if f.category == "memory_bound" and f.where["kernels"][0] == gemm.name]
+    # kernels that are memory-bound stay so
+    assert vs["pf_bank_conflict"].bound == "memory" and vs["pf_stream_triad"].bound == "memory"
+
+
+def test_the_deep_dive_lives_in_the_layers():
+    with pytest.raises(ModuleNotFoundError):
+        __import__("proflab.deepdive")
+    from proflab.errors import UsageError
+
+    with pytest.raises(UsageError):
+        load_ncu([])
+    with pytest.raises(UsageError):
+        load_ncu([FULL[0], TARGETED[0]])  # two raw pages

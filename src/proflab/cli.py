@@ -205,7 +205,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
-        from proflab.deepdive import deep_dive, load_ncu
+        from proflab.analysis.deepdive import deep_dive
+        from proflab.readers.ncu import load as load_ncu
 
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
@@ -230,7 +231,8 @@ def _trace_in(target: str | None):
 def cmd_kernels(args: argparse.Namespace) -> int:
     import time
 
-    from proflab.deepdive import deep_dive, load_ncu
+    from proflab.analysis.deepdive import deep_dive
+    from proflab.readers.ncu import load as load_ncu
     from proflab.render import format_for_path, render
 
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"

@@ -11,7 +11,12 @@ The reading follows the seeds' interpretation tables:
   fix for each.
 - memory hierarchy: DRAM / L2 / L1 throughput and hit rates; uncoalesced global access
   (sectors beyond the ideal); shared-memory bank conflicts (wavefronts beyond the ideal).
-- tensor-pipe utilisation; divergence (active threads per warp, branch efficiency).
+- tensor-pipe utilisation; divergence (active threads per warp, branch efficiency). A details
+  page carries no pipe metric: there the tensor pipe's share comes from ncu's
+  HighPipeUtilization rule text, and without it a kernel whose SM and L1 are both busy is not
+  called memory-bound (a tensor-core GEMM reads exactly so).
+- local memory: register spills and per-thread arrays the compiler placed in local memory,
+  as local loads/stores and their share of L1 sectors.
 - ncu's own rule results with their estimated speedups.
 
 Metric names changed between ncu versions; each quantity lists the names it accepts, newest
@@ -29,11 +34,18 @@ from typing import Any
 from proflab.analysis.roofline import Roofline, roofline
 from proflab.model.ncu import NcuProfile
 
-__all__ = ["KernelVerdict", "verdicts", "STALL_FIXES", "METRICS", "base_function_name", "HIGH_PCT"]
+__all__ = ["KernelVerdict", "verdicts", "STALL_FIXES", "METRICS", "base_function_name", "HIGH_PCT", "LOCAL_SHARE_PCT",
+           "L1TEX_STALLS", "is_local_rule"]
 
 # A unit at or above this share of its peak bounds the kernel (the seeds' 60 % line, which is
 # also where ncu's own speed-of-light rule starts to call a kernel throughput-bound).
 HIGH_PCT = 60.0
+# Local memory (spills, local arrays) at or above this share of the L1 sectors that local and
+# global accesses request is named in the verdict.
+LOCAL_SHARE_PCT = 20.0
+# Stall reasons that wait on L1TEX: where local-memory loads and stores are waited for.
+L1TEX_STALLS = ("long_scoreboard", "lg_throttle")
+SECTOR_BYTES = 32  # an L1/L2 sector
 
 METRICS: dict[str, tuple[str, ...]] = {
     "duration_ns": ("gpu__time_duration.sum", "gpu__time_duration.avg"),
@@ -155,11 +167,25 @@ class KernelVerdict:
     block: str | None = None
     memory_unit: str | None = None  # the busiest memory level: DRAM, L2 or L1/shared
     missing: tuple[str, ...] = field(default=())
+    local_memory: dict[str, Any] | None = None  # local loads/stores, spills (see _local_memory)
+    top_pipe: dict[str, Any] | None = None  # ncu's HighPipeUtilization reading (details page)
+    bound_note: str | None = None  # why ``bound`` is None when the throughputs alone are known
+    metric_sources: dict[str, str] = field(default_factory=dict)  # metrics not read from a metric
+
+    @property
+    def local_memory_named(self) -> bool:
+        """Local memory is a material part of this kernel's memory traffic."""
+        lm = self.local_memory or {}
+        share, over = lm.get("share_of_l1_sectors_pct"), lm.get("spill_request_overhead_pct")
+        return bool((share is not None and share >= LOCAL_SHARE_PCT) or (over is not None and over >= LOCAL_SHARE_PCT)
+                    or (share is None and lm.get("ncu_rules")))
 
     @property
     def headline(self) -> str:
         m = self.metrics
         parts = [f"{self.bound}-bound" if self.bound else "bound class unknown"]
+        if self.bound is None and self.bound_note:
+            parts[0] += f" ({self.bound_note})"
         if self.bound == "memory" and self.memory_unit:
             parts[0] += f" ({self.memory_unit})"
         elif self.bound == "compute" and (m.get("tensor_pipe_pct") or 0) >= HIGH_PCT:
@@ -173,6 +199,12 @@ class KernelVerdict:
             if self.occupancy_limiter and (m.get("theoretical_occupancy_pct") or 100) < 100:
                 occ += f" (limited by {self.occupancy_limiter})"
             parts.append(occ)
+        if self.local_memory_named:
+            lm = self.local_memory or {}
+            what = "register spills" if lm.get("kind") == "register spills" else "local memory"
+            if lm.get("share_of_l1_sectors_pct") is not None:
+                what += f" {lm['share_of_l1_sectors_pct']:.0f}% of L1 sectors"
+            parts.append(what)
         if self.stalls:
             parts.append(f"top stall {self.stalls[0]['reason']}")
         return "; ".join(parts)
@@ -196,6 +228,10 @@ class KernelVerdict:
             "divergence": self.divergence,
             "ncu_rules": [dict(r) for r in self.rules],
             "roofline": None if self.roofline is None else self.roofline.to_dict(),
+            "local_memory": None if self.local_memory is None else dict(self.local_memory),
+            "top_pipe": None if self.top_pipe is None else dict(self.top_pipe),
+            "bound_note": self.bound_note,
+            "metric_sources": dict(self.metric_sources),
             "missing": list(self.missing),
         }
 
@@ -286,17 +322,113 @@ def _divergence(metrics: dict[str, float | None]) -> dict[str, Any] | None:
     return {"active_threads_per_warp": at, "branch_efficiency_pct": be}
 
 
-def _bound(m: dict[str, float | None]) -> str | None:
+def _bound(m: dict[str, float | None], top_pipe: dict[str, Any] | None, memory_unit: str | None) -> tuple[str | None, str | None]:
+    """``(bound class, why it is unknown)``."""
     sm, mem, tensor = m.get("sm_pct"), m.get("memory_pct"), m.get("tensor_pipe_pct")
     if sm is None or mem is None:
-        return None
+        return None, None
     if tensor is not None and tensor >= HIGH_PCT:
         # a GEMM keeping the tensor pipe busy also moves its tiles through shared memory at
         # a high rate; the tensor pipe is what bounds it
-        return "compute"
+        return "compute", None
     if max(sm, mem) < HIGH_PCT:
-        return "latency"
-    return "memory" if mem >= sm else "compute"
+        return "latency", None
+    if tensor is None and top_pipe is None and min(sm, mem) >= HIGH_PCT and mem >= sm and memory_unit == "L1/shared":
+        # busy SM and busy L1/shared with no word on the pipes (a details page without the
+        # ComputeWorkloadAnalysis rules): that is what a tensor-core GEMM looks like, whose
+        # tiles stream through shared memory. Calling it memory-bound would send its owner
+        # after the wrong fix.
+        return None, (f"L1/shared at {m.get('l1_pct') or mem:.0f}% and SM at {sm:.0f}% of peak, tensor pipe utilisation "
+                      "unknown: this input has no pipe metrics (add the raw page, or the ComputeWorkloadAnalysis section)")
+    return ("memory" if mem >= sm else "compute"), None
+
+
+# ncu's ComputeWorkloadAnalysis rule names the busiest pipe, in % of elapsed cycles:
+# "Tensor is the highest-utilized pipeline (93.2%) based on elapsed cycles ...", or says
+# "All compute pipelines are under-utilized."
+_TOP_PIPE = re.compile(r"^\s*(?P<pipe>[A-Za-z0-9/()+ .-]+?) is the highest-utilized pipeline \((?P<pct>[\d.]+)%\)")
+
+
+def _top_pipe(rules: tuple[dict[str, Any], ...]) -> dict[str, Any] | None:
+    for r in rules:
+        if r["rule"] != "HighPipeUtilization":
+            continue
+        text = r.get("description") or ""
+        m = _TOP_PIPE.match(text)
+        if m:
+            return {"pipe": m.group("pipe"), "pct_of_elapsed": float(m.group("pct")), "from": "ncu HighPipeUtilization rule"}
+        if text.startswith("All compute pipelines are under-utilized"):
+            return {"pipe": None, "under_utilized": True, "from": "ncu HighPipeUtilization rule"}
+    return None
+
+
+def is_local_rule(rule: dict[str, Any]) -> bool:
+    """An ncu access-pattern rule about local (not global) loads or stores."""
+    d = rule.get("description") or ""
+    return rule.get("rule") == "MemoryCacheAccessPattern" and ("local loads" in d or "local stores" in d)
+
+
+_LOCAL_METRICS = {
+    "load_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",),
+    "store_sectors": ("l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",),
+    "load_instructions": ("smsp__sass_inst_executed_op_local_ld.sum", "sass__inst_executed_local_loads"),
+    "store_instructions": ("smsp__sass_inst_executed_op_local_st.sum", "sass__inst_executed_local_stores"),
+    "useful_bytes_per_load_sector": ("smsp__sass_average_data_bytes_per_sector_mem_local_op_ld.ratio",),
+    "spill_requests": ("derived__local_spilling_requests",),
+    "spill_request_overhead_pct": ("derived__local_spilling_requests_pct",),
+    "register_spill_instructions": ("sass__inst_executed_register_spilling",),
+    "stack_bytes_per_thread": ("launch__stack_size",),
+}
+_GLOBAL_SECTORS = tuple(f"l1tex__t_sectors_pipe_lsu_mem_global_op_{op}.sum" for op in ("ld", "st", "atom", "red"))
+
+
+def _local_memory(prof: NcuProfile, lids: list[int], rules: tuple[dict[str, Any], ...],
+                  registers: float | None) -> tuple[dict[str, Any] | None, bool]:
+    """Local-memory traffic of a kernel, and whether the input carries any signal of it.
+
+    Local memory holds what does not fit in registers: spilled registers, and per-thread
+    arrays indexed at run time (the compiler cannot name a register by a run-time index).
+    Its loads and stores go through L1 like global ones; its share of the L1 sectors that
+    local and global accesses request says how much of the memory traffic it is. ncu's
+    "Local Memory Spilling Requests" counts spills only, so a local array shows as local
+    loads/stores with zero spill requests."""
+    med = partial(_med, prof, lids)
+    raw = {k: med(*names) for k, names in _LOCAL_METRICS.items()}
+    local_rules = [{"rule": r["rule"], "est_speedup_pct": r.get("est_speedup_pct"), "speedup_type": r.get("speedup_type"),
+                    "description": r.get("description")} for r in rules if is_local_rule(r)]
+    if all(v is None for v in raw.values()) and not local_rules:
+        return None, False
+    ld, st = raw["load_sectors"], raw["store_sectors"]
+    glob = [med(n) for n in _GLOBAL_SECTORS]
+    local_sectors = None if ld is None and st is None else (ld or 0.0) + (st or 0.0)
+    global_sectors = None if all(g is None for g in glob) else sum(g or 0.0 for g in glob)
+    share = None
+    if local_sectors is not None and global_sectors is not None and local_sectors + global_sectors > 0:
+        share = round(100.0 * local_sectors / (local_sectors + global_sectors), 2)
+    spills = (raw["spill_requests"] or 0) > 0 or (raw["register_spill_instructions"] or 0) > 0
+    traffic = (local_sectors or 0) > 0 or bool(local_rules)
+    if not spills and not traffic:
+        return None, True
+    counted = raw["spill_requests"] is not None or raw["register_spill_instructions"] is not None
+    out: dict[str, Any] = {
+        # spills when ncu counts spill requests or spill instructions; with its spill counters
+        # at zero, local arrays (or a stack frame) that the compiler placed in local memory
+        "kind": "register spills" if spills else "local arrays" if counted else "local memory",
+        "share_of_l1_sectors_pct": share,
+        "local_bytes": None if local_sectors is None else int(local_sectors * SECTOR_BYTES),
+        "local_load_sectors": ld, "local_store_sectors": st, "global_sectors": global_sectors,
+        "local_instructions": None if raw["load_instructions"] is None and raw["store_instructions"] is None
+        else (raw["load_instructions"] or 0.0) + (raw["store_instructions"] or 0.0),
+        "useful_bytes_per_load_sector": raw["useful_bytes_per_load_sector"],
+        "spill_requests": raw["spill_requests"],
+        "spill_request_overhead_pct": raw["spill_request_overhead_pct"],
+        "register_spill_instructions": raw["register_spill_instructions"],
+        "stack_bytes_per_thread": raw["stack_bytes_per_thread"],
+        "registers_per_thread": registers,
+        "ncu_rules": local_rules,
+    }
+    # share_of_l1_sectors_pct stays, None when unknown; other unknowns are left out
+    return {k: v for k, v in out.items() if k == "share_of_l1_sectors_pct" or (v is not None and v != [])}, True
 
 
 def _memory_unit(m: dict[str, float | None]) -> str | None:
@@ -322,17 +454,32 @@ def verdicts(prof: NcuProfile, device_name: str | None = None) -> list[KernelVer
             {k: r[k] for k in ("section", "rule", "type", "est_speedup_pct", "speedup_type", "description")}
             for r in prof.rules_for(lids[0])
         )
+        sources: dict[str, str] = {}
+        top_pipe = _top_pipe(rules)
+        if metrics["tensor_pipe_pct"] is None and top_pipe and (top_pipe.get("pipe") or "").startswith("Tensor"):
+            metrics["tensor_pipe_pct"] = top_pipe["pct_of_elapsed"]
+            sources["tensor_pipe_pct"] = "ncu HighPipeUtilization rule (% of elapsed cycles)"
+            missing.remove("tensor_pipe_pct")
         stalls = _stalls(prof, lids)
         if not stalls:
             missing.append("warp stall reasons")
+        local, local_known = _local_memory(prof, lids, rules, metrics["registers_per_thread"])
+        if not local_known:
+            missing.append("local memory traffic")
+        memory_unit = _memory_unit(metrics)
+        bound, bound_note = _bound(metrics, top_pipe, memory_unit)
         first = prof.launches.filter(prof.launches["launch_id"] == lids[0]).row(0, named=True)
         out.append(
             KernelVerdict(
                 name=name,
                 launches=len(lids),
                 duration_ns=metrics["duration_ns"],
-                bound=_bound(metrics),
-                memory_unit=_memory_unit(metrics),
+                bound=bound,
+                bound_note=bound_note,
+                top_pipe=top_pipe,
+                local_memory=local,
+                metric_sources=sources,
+                memory_unit=memory_unit,
                 metrics=metrics,
                 occupancy_limiter=limiter,
                 block_limits=limits,

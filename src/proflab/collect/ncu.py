@@ -31,7 +31,11 @@ __all__ = [
 
 # Speed of light, occupancy and launch configuration, warp states, the memory hierarchy
 # (with the access-pattern tables), source counters (coalescing, divergence) and the
-# roofline sections whose metrics the hierarchical roofline needs.
+# roofline sections whose metrics the hierarchical roofline needs. Local memory needs no
+# section of its own: MemoryWorkloadAnalysis_Tables brings the local load/store sectors and
+# instructions, MemoryWorkloadAnalysis the spill requests, SourceCounters the spill
+# instructions, LaunchStats the stack size (ncu 2025.3 has no "bytes per wavefront spill"
+# metric to ask for).
 DEFAULT_SECTIONS = (
     "SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats", "ComputeWorkloadAnalysis",
     "MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables", "SourceCounters",

@@ -22,10 +22,10 @@ from typing import Any, Iterable
 
 import polars as pl
 
-from proflab.errors import CorruptInput, EmptyTrace, InputNotFound, SchemaError, UnsupportedFormat
+from proflab.errors import CorruptInput, EmptyTrace, InputNotFound, SchemaError, UnsupportedFormat, UsageError
 from proflab.model.ncu import LAUNCH_SCHEMA, METRIC_SCHEMA, RULE_SCHEMA, NcuProfile
 
-__all__ = ["read", "parse_csv_text", "parse_value", "base_unit", "merge", "export_pages"]
+__all__ = ["read", "load", "parse_csv_text", "parse_value", "base_unit", "merge", "export_pages"]
 
 _ID_COLS = ("ID", "Process ID", "Process Name", "Host Name", "Kernel Name")
 _LAUNCH_COLS = {
@@ -78,6 +78,9 @@ _DETAILS_TO_METRIC: dict[str, str | dict[str, str]] = {
     "Avg. Divergent Branches": "smsp__sass_branch_targets_threads_divergent.avg",
     "Executed Ipc Active": "sm__inst_executed.avg.per_cycle_active",
     "Issue Slots Busy": "sm__inst_issued.avg.pct_of_peak_sustained_active",
+    "Local Memory Spilling Requests": "derived__local_spilling_requests",
+    "Local Memory Spilling Request Overhead": "derived__local_spilling_requests_pct",
+    "Stack Size": "launch__stack_size",
 }
 
 # SI prefixes of ncu units, and the time units it spells out (msecond) or abbreviates (ms).
@@ -144,6 +147,22 @@ def read(path: str | Path) -> NcuProfile:
     except UnicodeDecodeError as e:
         raise CorruptInput(p, f"not UTF-8 text at byte {e.start}") from e
     return parse_csv_text(text, str(p))
+
+
+def load(paths: Iterable[str | Path]) -> NcuProfile:
+    """Read ncu results given together: one file (CSV page or ``.ncu-rep``), or a raw-page
+    CSV and a details-page CSV of the same run, merged (metrics from the raw page, rule
+    results and the details page's own fields from the details page)."""
+    profs = [read(p) for p in paths]
+    if not profs:
+        raise UsageError("no Nsight Compute result given")
+    if len(profs) == 1:
+        return profs[0]
+    raw = [p for p in profs if p.kind in ("raw", "ncu-rep")]
+    details = [p for p in profs if p.kind == "details"]
+    if len(raw) == 1 and len(details) == 1:
+        return merge(raw[0], details[0])
+    raise UsageError("pass one ncu result, or one raw-page and one details-page CSV of the same run")
 
 
 def parse_csv_text(text: str, source: str) -> NcuProfile:

@@ -7,6 +7,7 @@ markup, so a name like ``[bold]`` prints literally.
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console, Group
 from rich.padding import Padding
@@ -62,6 +63,10 @@ def _verdict(findings: list[dict]) -> Text | None:
     top = findings[0]
     line = Text("Verdict: ", style="bold")
     line.append(top["category"], style=_SEV_STYLE[top["severity"]])
+    kind = str(top.get("id", "")).split(":", 1)[0]
+    if kind != top["category"] and re.fullmatch(r"[a-z][a-z0-9_]*", kind):
+        # a specific cause filed under a contract category (local_memory_spills is memory_bound)
+        line.append(f" ({kind})")
     line.append(" — ")
     line.append(_line(f"fixing it saves about {fmt_num(top['est_gain_ms'])} ms ({fmt_num(top['est_gain_pct'])}%)"))
     return line
@@ -218,6 +223,16 @@ def _body(d: dict, width: int) -> Group:
                     + (f"{fmt_num(ai)} FLOP/byte at DRAM, " if ai is not None else "")
                     + f"{fmt_num(roof['percent_of_roof'])}% of the roof ({roof['bound_by']}-bound)"
                 )))
+            lm = v.get("local_memory") or {}
+            if lm:
+                bits = [lm["kind"]]
+                if lm.get("share_of_l1_sectors_pct") is not None:
+                    bits.append(f"{fmt_num(lm['share_of_l1_sectors_pct'])}% of L1 sectors")
+                bits += [f"{fmt_num(int(lm[k]))} {u}" for k, u in (("spill_requests", "spill requests"), ("registers_per_thread", "registers/thread"),
+                                                               ("stack_bytes_per_thread", "B stack/thread")) if lm.get(k) is not None]
+                parts.append(_indent(_line("local memory: " + ", ".join(bits))))
+            if (v.get("metric_sources") or {}).get("tensor_pipe_pct"):
+                parts.append(_indent(_line(f"tensor pipe from {v['metric_sources']['tensor_pipe_pct']}")))
             for st in v["stalls"][:2]:
                 parts.append(_indent(_line(f"stall {st['reason']} {fmt_num(st['share_pct'])}%: {st['fix']}")))
     if d.get("ranges"):

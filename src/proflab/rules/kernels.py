@@ -2,7 +2,11 @@
 
 Each kernel gets one bound-class finding (``memory_bound``, ``compute_bound`` or
 ``latency_bound``) and one finding per specific cause it shows (``low_occupancy``,
-``warp_stalls``, ``uncoalesced_access``, ``bank_conflicts``, ``divergence``). The gain of a
+``warp_stalls``, ``uncoalesced_access``, ``bank_conflicts``, ``divergence``, and local memory:
+register spills or per-thread arrays in local memory, a ``memory_bound`` finding with id
+``local_memory_spills:KERNEL``). When local memory carries most of the kernel's L1 traffic it
+explains the L1TEX stalls and the latency: its finding then takes their estimate, ranks ahead
+of them, and the stall finding it explains is not repeated. The gain of a
 finding is the kernel's total GPU time (from the timeline when the profile is joined to one,
 else the profiled launches' duration) times an estimated speedup: ncu's own rule estimate when
 ncu gives one for that cause (``global`` estimates only: a share of the whole kernel), else
@@ -12,10 +16,11 @@ are not additive; findings are ranked by gain.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
-from proflab.analysis.verdicts import HIGH_PCT, KernelVerdict, limiter_fix
+from proflab.analysis.deepdive import KernelTime
+from proflab.analysis.verdicts import HIGH_PCT, L1TEX_STALLS, KernelVerdict, is_local_rule, limiter_fix
 from proflab.report import Finding
 from proflab.rules._common import severity
 
@@ -35,22 +40,14 @@ BANK_CONFLICT_PCT = 20.0  # excessive shared-memory wavefronts, % of all
 DIVERGENT_THREADS = 24.0  # average active threads per warp (of 32)
 LOW_OCCUPANCY_PCT = 50.0  # theoretical occupancy
 STALL_SHARE_PCT = 40.0  # share of stall cycles for one reason to be named as the cause
-
-
-@dataclass(frozen=True)
-class KernelTime:
-    """How much GPU time a kernel takes in the program: ``total_ns`` over ``launches``,
-    ``source`` says where the figure comes from (``timeline`` or ``ncu``)."""
-
-    total_ns: float
-    launches: int
-    source: str
-    where: dict[str, list[Any]]
+LOCAL_EXPLAINS_PCT = 50.0  # local memory's share of L1 sectors from which it explains the L1TEX stalls
 
 
 def _ncu_speedup(v: KernelVerdict, category: str) -> tuple[float, str] | None:
     best = None
     for r in v.rules:
+        if category == "uncoalesced_access" and is_local_rule(r):
+            continue  # an access-pattern rule about local loads/stores: the local-memory finding's
         if r["rule"] in CAUSE_RULES.get(category, ()) and r.get("est_speedup_pct") is not None:
             if (r.get("speedup_type") or "global") != "global":
                 continue
@@ -144,7 +141,10 @@ def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | 
     frac = max(0.0, 1.0 - busiest / HIGH_PCT)
     waves = m.get("waves_per_sm")
     base["waves_per_sm"] = None if waves is None else round(waves, 2)
-    if waves is not None and waves < 1.0:
+    if _local_explains(v):
+        fix = ("Most of this kernel's L1 traffic is local memory, and the warps wait on it: take the per-thread "
+               "arrays or spilled values out of local memory first (see its local-memory finding).")
+    elif waves is not None and waves < 1.0:
         fix = (f"The grid ({m.get('grid_size') and int(m['grid_size'])} blocks) does not fill the GPU: give each launch more "
                "parallel work (batch small tensors, fuse small kernels, torch.compile), or capture them in a CUDA graph "
                "so launch latency is paid once.")
@@ -159,14 +159,102 @@ def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | 
     )
 
 
+def _local_explains(v: KernelVerdict) -> bool:
+    """Local memory carries most of the kernel's L1 traffic and the warps wait on L1TEX (or
+    the input has no stall breakdown): the spills explain the latency and the stalls."""
+    if not v.local_memory_named:
+        return False
+    lm = v.local_memory or {}
+    share = lm.get("share_of_l1_sectors_pct")
+    if share is not None and share < LOCAL_EXPLAINS_PCT:
+        return False
+    if share is None and not _local_rule_estimate(v):
+        return False
+    return not v.stalls or v.stalls[0]["reason"] in L1TEX_STALLS
+
+
+def _local_rule_estimate(v: KernelVerdict) -> tuple[float, str] | None:
+    """The largest of ncu's global-speedup estimates for its access-pattern rules on local
+    loads and stores."""
+    ests = [(float(r["est_speedup_pct"]), r["rule"]) for r in (v.local_memory or {}).get("ncu_rules", ())
+            if r.get("est_speedup_pct") is not None and (r.get("speedup_type") or "global") == "global"]
+    return max(ests) if ests else None
+
+
+def _local_memory_finding(v: KernelVerdict, kt: KernelTime, denom: float, explained: list[tuple[float, str]]) -> Finding | None:
+    if not v.local_memory_named:
+        return None
+    lm = dict(v.local_memory or {})
+    share = lm.get("share_of_l1_sectors_pct")
+    l1tex_share = sum(s["share_pct"] for s in v.stalls if s["reason"] in L1TEX_STALLS) if v.stalls else None
+    if share is not None and l1tex_share is not None:
+        frac = share / 100.0 * l1tex_share / 100.0
+        why = "local memory's share of the L1 sectors, times the share of stall cycles spent waiting on L1TEX"
+    elif share is not None:
+        frac = share / 100.0 * (v.metrics.get("memory_pct") or 0.0) / 100.0
+        why = "local memory's share of the L1 sectors, times the memory unit's utilisation"
+    elif (est := _local_rule_estimate(v)) is not None:
+        frac, why = est[0] / 100.0, f"ncu's {est[1]} rule on local loads/stores estimates this share of the kernel's time"
+    else:
+        frac, why = 0.0, "no estimate: the input has neither local sector counts nor ncu's local access-pattern rules"
+    if explained and _local_explains(v):
+        top = max(explained)
+        if top[0] > frac:
+            frac = top[0]
+            why = (f"the local-memory traffic is what the kernel waits on, so it takes the estimate of the {top[1]} "
+                   "it explains")
+    spills = lm.get("kind") == "register spills"
+    regs, stack = lm.get("registers_per_thread"), lm.get("stack_bytes_per_thread")
+    what = "register spills to local memory" if spills else (
+        "per-thread arrays in local memory" if lm.get("kind") == "local arrays" else "local memory traffic")
+    detail = []
+    if share is not None:
+        detail.append(f"{share:.0f}% of L1 sectors")
+    if lm.get("local_bytes"):
+        detail.append(f"{lm['local_bytes'] / 1e9:.2f} GB of L1 sectors")
+    if lm.get("spill_requests"):
+        detail.append(f"{lm['spill_requests']:,.0f} spill requests")
+    elif lm.get("kind") == "local arrays":
+        detail.append("0 register-spill requests")
+    if regs is not None:
+        detail.append(f"{regs:.0f} registers/thread")
+    if stack:
+        detail.append(f"{stack:,.0f} B stack/thread")
+    arrays = ("Keep per-thread arrays out of local memory: registers cannot be indexed at run time, so index the array "
+              "only with compile-time constants (fully unrolled loops) to keep it in registers, or move it to shared memory "
+              "laid out so that a warp's lanes hit different banks")
+    block = v.metrics.get("block_size")
+    if stack and block:
+        arrays += f" (the {stack:,.0f} B stack frame per thread is {stack * block / 1024:,.0f} KiB per block of {block:.0f} threads)"
+    arrays += "; where it is too large for either, give each thread a smaller working set or split the kernel."
+    pressure = ("Cut register pressure so nothing spills: shorten live ranges, unroll less; weigh __launch_bounds__"
+                "(threads, minBlocks) or -maxrregcount (a tighter cap spills more, a looser one lowers occupancy); "
+                "or split the kernel so each part needs fewer live registers.")
+    fix = pressure if spills else arrays if lm.get("kind") == "local arrays" else f"{arrays} {pressure}"
+    if lm.get("useful_bytes_per_load_sector") is not None and lm["useful_bytes_per_load_sector"] < 16:
+        fix += (f" Each local load uses {lm['useful_bytes_per_load_sector']:.1f} of 32 bytes per sector: lanes read "
+                "different elements, so every access is scattered too.")
+    evidence = {**{k: v_ for k, v_ in lm.items() if k != "ncu_rules"}, "stalls": [dict(s) for s in v.stalls]}
+    if lm.get("ncu_rules"):
+        evidence["ncu_local_rules"] = [{k: r[k] for k in ("rule", "est_speedup_pct") if k in r} for r in lm["ncu_rules"]]
+    f = _finding(v, kt, denom, "memory_bound", frac, why,
+                 f"{_short(v.name)}: {what}" + (f" ({', '.join(detail)})" if detail else ""), evidence, fix)
+    return replace(f, id=f"local_memory_spills:{v.name}")
+
+
 def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Finding]:
     out: list[Finding] = []
     m = v.metrics
     u = v.uncoalesced or {}
     excess, spr = u.get("excessive_sectors_pct"), u.get("load_sectors_per_request")
+    local_share = (v.local_memory or {}).get("share_of_l1_sectors_pct")
     if (excess is not None and excess >= UNCOALESCED_PCT) or (spr is not None and spr >= 8) or _ncu_material(v, "uncoalesced_access"):
         frac, why = _estimate(v, "uncoalesced_access", (excess or 0.0) / 100.0 * ((m.get("memory_pct") or 0) / 100.0),
                               "the excessive sectors' share of memory traffic, times the memory unit's utilisation")
+        if local_share is not None and frac > 1.0 - local_share / 100.0:
+            # global accesses are only this share of the L1 traffic; the rest is local memory
+            frac = 1.0 - local_share / 100.0
+            why = f"capped at global accesses' share of the L1 sectors ({100.0 - local_share:.1f}%); the rest is local memory"
         out.append(_finding(
             v, kt, denom, "uncoalesced_access", frac, why,
             f"{_short(v.name)}: uncoalesced global access" + (f" ({spr:g} sectors per load request; 4 is ideal for 4-byte loads)" if spr else ""),
@@ -218,7 +306,8 @@ def _cause_findings(v: KernelVerdict, kt: KernelTime, denom: float) -> list[Find
         ))
     if v.bound == "latency" and v.stalls:
         top = v.stalls[0]
-        if top["reason"] not in _BENIGN_STALLS and top["share_pct"] >= STALL_SHARE_PCT:
+        # stalls on L1TEX that local memory explains are its finding's evidence, not a second finding
+        if top["reason"] not in _BENIGN_STALLS and top["share_pct"] >= STALL_SHARE_PCT and not _local_explains(v):
             frac, why = _estimate(v, "warp_stalls", max(0.0, 1.0 - max(m.get("sm_pct") or 0, m.get("memory_pct") or 0) / HIGH_PCT) * top["share_pct"] / 100.0,
                                   "the top stall's share of stall cycles, times the latency-bound headroom")
             out.append(_finding(
@@ -240,8 +329,19 @@ def kernel_findings(verdicts: list[KernelVerdict], times: dict[str, KernelTime],
         if kt is None:
             kt = KernelTime((v.duration_ns or 0.0) * v.launches, v.launches, "ncu", {})
         f = _bound_finding(v, kt, denom_ns)
-        if f is not None:
-            out.append(f)
-        out.extend(_cause_findings(v, kt, denom_ns))
+        causes = _cause_findings(v, kt, denom_ns)
+        # what local memory explains: the latency reading and the L1TEX stalls (ncu's CPIStall
+        # estimate for them when it gives one)
+        explained = []
+        if f is not None and f.category == "latency_bound":
+            explained.append((f.evidence["est_speedup_pct"] / 100.0, "latency_bound reading"))
+        stall = _ncu_speedup(v, "warp_stalls")
+        if stall is not None and v.stalls and v.stalls[0]["reason"] in L1TEX_STALLS:
+            explained.append((stall[0] / 100.0, f"L1TEX stalls (ncu's {stall[1]} rule)"))
+        lmf = _local_memory_finding(v, kt, denom_ns, explained)
+        # listed first: the sort below is stable, so on equal gains the cause ranks ahead of
+        # the reading it explains
+        out.extend(x for x in (lmf, f) if x is not None)
+        out.extend(causes)
     out.sort(key=lambda f: -f.est_gain_ms)
     return out

@@ -20,11 +20,18 @@ pf_bank_conflict     32-way shared-memory bank conflicts: column access to a 32 
 pf_divergent         divergence: odd and even lanes of each warp take different loops.
 bf16 GEMM            tensor cores: torch.matmul of two 8192 x 8192 bf16 matrices.
 fp32 GEMM            FP32 SIMT GEMM (TF32 off): no tensor cores.
+pf_spill             local memory: a 256-float per-thread array indexed at run time, so it
+                     lives in local memory (1 KiB per thread) and every access is an LDL/STL;
+                     each lane of a warp picks a different element, so the local accesses are
+                     scattered too. Not in the default list: recorded on its own
+                     (``--only pf_spill``, the ``spill_*`` captures), so the ``workloads_*``
+                     captures keep the ten kernels they were recorded with.
 
 Usage::
 
     python tests/data/record/ncu_workloads.py            # under ncu --profile-from-start off
     python tests/data/record/ncu_workloads.py --only pf_tiny pf_strided
+    python tests/data/record/ncu_workloads.py --only pf_spill
 """
 
 from __future__ import annotations
@@ -118,6 +125,23 @@ extern "C" __global__ void pf_divergent(float* out, int iters) {
     }
     out[blockIdx.x * blockDim.x + threadIdx.x] = x;
 }
+
+extern "C" __global__ void pf_spill(float* out, const float* in, int iters) {
+    // Indexed with a per-thread run-time value, the array cannot live in registers: the
+    // compiler places it in local memory, 1 KiB per thread.
+    float buf[256];
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < 256; ++k) buf[k] = in[(t + k) & 1023];
+    unsigned int h = (unsigned int)t * 2654435761u;
+    float acc = 0.f;
+    for (int i = 0; i < iters; ++i) {
+        h = h * 1664525u + 1013904223u;  // a different index in every lane
+        int j = (int)(h >> 24);
+        acc += buf[j];
+        buf[(j + 7) & 255] = acc * 0.5f;
+    }
+    out[t] = acc;
+}
 """
 
 KERNELS = (
@@ -125,6 +149,7 @@ KERNELS = (
     "pf_strided", "pf_bank_conflict", "pf_divergent",
 )
 GEMMS = ("gemm_bf16", "gemm_fp32")
+EXTRA = ("pf_spill",)  # recorded on their own, not part of the default list
 SMEM_LIMITED_BYTES = 40960 * 4
 
 
@@ -145,6 +170,7 @@ def build(names: list[str]):
         "pf_strided": lambda: k["pf_strided"](grid=(n // 256, 1, 1), block=(256, 1, 1), args=[out, b, n]),
         "pf_bank_conflict": lambda: k["pf_bank_conflict"](grid=(sms * 8, 1, 1), block=(256, 1, 1), args=[out, 4096]),
         "pf_divergent": lambda: k["pf_divergent"](grid=(sms * 8, 1, 1), block=(256, 1, 1), args=[out, 512]),
+        "pf_spill": lambda: k["pf_spill"](grid=(sms * 4, 1, 1), block=(256, 1, 1), args=[out, b, 2048]),
     }
     if set(names) & set(GEMMS):
         x16 = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -156,7 +182,7 @@ def build(names: list[str]):
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="+", choices=KERNELS + GEMMS, default=list(KERNELS + GEMMS))
+    p.add_argument("--only", nargs="+", choices=KERNELS + GEMMS + EXTRA, default=list(KERNELS + GEMMS))
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     fns = build(args.only)

@@ -13,9 +13,14 @@ Writes, into ``--out``:
   collects;
 - ``ncu_version.txt``.
 
+With ``--only KERNEL ... --prefix NAME`` the same full and targeted recordings are made of
+those kernels alone, named ``NAME_full*`` and ``NAME_targeted*`` (no stdout capture); the
+``spill_*`` captures are ``--only pf_spill --prefix spill``.
+
 Usage (on a machine with a GPU and ncu on the PATH)::
 
     python tests/data/record/record_ncu.py --out DIR
+    python tests/data/record/record_ncu.py --out DIR --only pf_spill --prefix spill
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--targeted-only", action="store_true", help="skip the --set full recording")
+    p.add_argument("--only", nargs="+", help="record these workloads of ncu_workloads.py only")
+    p.add_argument("--prefix", default="workloads", help="file name prefix of the recordings")
     args = p.parse_args(argv)
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -56,22 +63,26 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     out = lambda name: os.path.join(args.out, name)  # noqa: E731
     py = sys.executable
+    prog = [py, WORKLOADS, *(["--only", *args.only] if args.only else [])]
+    pre = args.prefix
     run([ncu, "--version"], out("ncu_version.txt"))
     if not args.targeted_only:
-        rep = out("workloads_full.ncu-rep")
-        run([ncu, *COMMON, "--set", "full", "-f", "-o", rep[: -len(".ncu-rep")], py, WORKLOADS])
+        rep = out(f"{pre}_full.ncu-rep")
+        run([ncu, *COMMON, "--set", "full", "-f", "-o", rep[: -len(".ncu-rep")], *prog])
         for page in ("raw", "details"):
             run([ncu, "--import", rep, "--csv", "--page", page, "--print-kernel-base", "demangled"],
-                out(f"workloads_full_{page}.csv"))
+                out(f"{pre}_full_{page}.csv"))
     sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "src"))
     from proflab.collect.ncu import DEFAULT_SECTIONS
 
-    rep = out("workloads_targeted.ncu-rep")
+    rep = out(f"{pre}_targeted.ncu-rep")
     default = [a for s in DEFAULT_SECTIONS for a in ("--section", s)]
-    run([ncu, *COMMON, *default, "-f", "-o", rep[: -len(".ncu-rep")], py, WORKLOADS])
+    run([ncu, *COMMON, *default, "-f", "-o", rep[: -len(".ncu-rep")], *prog])
     for page in ("raw", "details"):
         run([ncu, "--import", rep, "--csv", "--page", page, "--print-kernel-base", "demangled"],
-            out(f"workloads_targeted_{page}.csv"))
+            out(f"{pre}_targeted_{page}.csv"))
+    if args.only:
+        return 0
     sections = [a for s in TARGETED_SECTIONS for a in ("--section", s)]
     run([ncu, *COMMON, *sections, "--csv", "--page", "raw", py, WORKLOADS],
         out("workloads_targeted_stdout.csv"))

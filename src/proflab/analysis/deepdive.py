@@ -1,43 +1,49 @@
 """The kernel deep dive: Nsight Compute verdicts, joined to the timeline when there is one.
 
-``deep_dive(profile, trace=None)`` returns a :class:`~proflab.report.Report` whose findings
-are the kernel-level ones (and, with a trace, the timeline's too, all ranked together by
-estimated gain over the same window) and whose ``kernel_verdicts`` hold ncu's reading of each
+``join_timeline(verdicts, rows)`` matches each profiled kernel to the timeline's kernel rows
+and gives its GPU time there; ``deep_dive(profile, trace=None)`` assembles the report: its
+findings are the kernel-level ones (and, with a trace, the timeline's too, all ranked together
+by estimated gain over the same window) and its ``kernel_verdicts`` hold ncu's reading of each
 profiled kernel. Hot-kernel rows of the timeline carry the verdict of their kernel.
+
+Reading the ncu pages is the reader's (:func:`proflab.readers.ncu.load`); the verdicts are
+:mod:`proflab.analysis.verdicts`; the findings :mod:`proflab.rules.kernels`.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any
 
 from proflab import __version__
 from proflab.analysis.verdicts import KernelVerdict, base_function_name, verdicts
-from proflab.errors import UsageError
 from proflab.model import Trace
 from proflab.model.ncu import NcuProfile
 from proflab.report import Missing, Report
-from proflab.rules.kernels import KernelTime, kernel_findings
 
-__all__ = ["load_ncu", "deep_dive", "match_kernels"]
+__all__ = ["deep_dive", "match_kernels", "join_timeline", "KernelTime", "TimelineJoin"]
 
 
-def load_ncu(paths: list[str | Path]) -> NcuProfile:
-    """Read ncu results. A raw-page CSV and a details-page CSV of the same run are merged
-    (metrics from the raw page, rule results from the details page)."""
-    from proflab.readers import ncu
+@dataclass(frozen=True)
+class KernelTime:
+    """How much GPU time a kernel takes in the program: ``total_ns`` over ``launches``,
+    ``source`` says where the figure comes from (``timeline`` or ``ncu``)."""
 
-    profs = [ncu.read(p) for p in paths]
-    if not profs:
-        raise UsageError("no Nsight Compute result given")
-    raw = [p for p in profs if p.kind in ("raw", "ncu-rep")]
-    details = [p for p in profs if p.kind == "details"]
-    if len(profs) == 1:
-        return profs[0]
-    if len(raw) == 1 and len(details) == 1:
-        return ncu.merge(raw[0], details[0])
-    raise UsageError("pass one ncu result, or one raw-page and one details-page CSV of the same run")
+    total_ns: float
+    launches: int
+    source: str
+    where: dict[str, list[Any]]
+
+
+@dataclass(frozen=True)
+class TimelineJoin:
+    """Profiled kernels matched to the timeline: ``times`` by verdict name, ``verdict_of`` by
+    timeline kernel name (the verdict its time was counted to), and the verdicts the
+    timeline does not contain."""
+
+    times: dict[str, KernelTime]
+    verdict_of: dict[str, KernelVerdict]
+    unmatched: tuple[str, ...]
 
 
 def _grid(text: str | None) -> str | None:
@@ -63,21 +69,9 @@ def match_kernels(v: KernelVerdict, rows: list[dict[str, Any]]) -> list[dict[str
     return cands
 
 
-def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: int = 15) -> Report:
-    """Verdicts and kernel findings for ``profile``; with ``trace``, the whole timeline
-    report with the kernel findings ranked among its own."""
-    device_name = None
-    if trace is not None and trace.devices.height:
-        device_name = trace.devices["name"][0]
-    vs = verdicts(profile, device_name)
-    if trace is None:
-        return _standalone(profile, vs)
-    from proflab.analysis.context import Context
-    from proflab.api import report_for
-
-    ctx = Context(trace)
-    base = report_for(ctx, top_kernels=top_kernels)
-    rows = ctx.hot_kernels(10_000).to_dicts()
+def join_timeline(vs: list[KernelVerdict], rows: list[dict[str, Any]]) -> TimelineJoin:
+    """Each verdict's GPU time in the timeline's hot-kernel ``rows`` (one matching pass: a
+    timeline kernel's time is counted to the first verdict that matches it)."""
     times: dict[str, KernelTime] = {}
     verdict_of: dict[str, KernelVerdict] = {}  # timeline kernel name -> the verdict its time went to
     unmatched = []
@@ -96,6 +90,30 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
         if sources:
             where["source"] = sources
         times[v.name] = KernelTime(float(sum(r["total_ns"] for r in m)), int(sum(r["count"] for r in m)), "timeline", where)
+    return TimelineJoin(times, verdict_of, tuple(unmatched))
+
+
+def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: int = 15) -> Report:
+    """Verdicts and kernel findings for ``profile``; with ``trace``, the whole timeline
+    report with the kernel findings ranked among its own."""
+    # the rules sit above the analysis layer (and import KernelTime from here): at call time
+    from proflab.rules.kernels import kernel_findings
+
+    device_name = None
+    if trace is not None and trace.devices.height:
+        device_name = trace.devices["name"][0]
+    vs = verdicts(profile, device_name)
+    if trace is None:
+        return _standalone(profile, vs)
+    from proflab.analysis.context import Context
+    # the timeline report is the top-level assembly's (api.report_for); imported here, at
+    # call time, since the api imports the analysis layer
+    from proflab.api import report_for
+
+    ctx = Context(trace)
+    base = report_for(ctx, top_kernels=top_kernels)
+    join = join_timeline(vs, ctx.hot_kernels(10_000).to_dicts())
+    times, verdict_of, unmatched = join.times, join.verdict_of, join.unmatched
     window_ns = (base.summary.get("wall_ms") or 0.0) * 1e6
     # a kernel the timeline does not contain has no share of its window: keep its verdict,
     # leave its findings out, and say so
@@ -128,6 +146,8 @@ def _ncu_source(profile: NcuProfile) -> dict[str, Any]:
 
 
 def _standalone(profile: NcuProfile, vs: list[KernelVerdict]) -> Report:
+    from proflab.rules.kernels import kernel_findings
+
     total_ns = sum((v.duration_ns or 0.0) * v.launches for v in vs)
     findings = kernel_findings(vs, {}, total_ns)
     dev = profile.text(profile.launch_ids[0], "device__attribute_display_name") if profile.launch_ids else None
