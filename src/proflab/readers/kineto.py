@@ -467,7 +467,8 @@ def _cuda_version(v: int | None) -> str | None:
 def _int(v: Any, problems: Counter, name: str) -> int | None:
     if v is None or (type(v) is int and -(2**63) <= v < 2**63):
         return v
-    if type(v) is str and v.strip().lstrip("-").isdigit():
+    if type(v) is str and v.strip().lstrip("-").isdigit() and -(2**63) <= int(v) < 2**63:
+        problems[name, "a string", "read as an integer"] += 1
         return int(v)
     problems[name, _tolerant.kind(v), "ignored"] += 1
     return None
@@ -553,7 +554,11 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
 
 
 def _ns(values: list[float]) -> pl.Series:
-    return (pl.Series(values, dtype=pl.Float64) * 1000.0).round().cast(pl.Int64)
+    # whole microseconds and their fraction apart: a Unix-epoch timestamp (1.6e15 us, as
+    # PyTorch 1.x wrote them) times 1000 is past float64's exact integers and would lose ~100 ns
+    us = pl.Series(values, dtype=pl.Float64)
+    whole = us.floor()
+    return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
 
 
 def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
