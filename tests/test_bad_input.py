@@ -142,6 +142,14 @@ def _device_out_of_range(d, trace):
     return _json(d / "bigdev.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "args": {**_KERNEL["args"], "device": 2**40}}]})
 
 
+def _odd_value_then_malformed(d, trace):
+    # the strict decode stops at the odd value; the malformed JSON after it must still be named
+    text = json.dumps({"traceEvents": [{**_CPU_OP, "args": {"grid": "grid(1,)"}}, _KERNEL]})
+    p = d / "oddthenbad.json"
+    p.write_text(text[:-3] + ",}]}")
+    return p
+
+
 # id -> (make(dir, real_gz_trace) -> path, regex the message must match once the path is removed)
 CASES = {
     "truncated-gz": (_truncated_gz, r"truncat|ends early|incomplete"),
@@ -152,6 +160,7 @@ CASES = {
     "json-array-not-trace": (_not_a_trace_array, r"trace|event|expected"),
     "json-number-not-trace": (_not_a_trace_number, r"trace|format"),
     "all-categories-unknown": (_unknown_categories, r"categor"),
+    "odd-value-then-malformed-json": (_odd_value_then_malformed, r"JSON|malformed"),
     "empty-file": (_empty_file, r"empty"),
     "empty-traceEvents": (_no_events, r"no events|empty"),
     "metadata-only": (_metadata_only, r"metadata|no (host|GPU|host or GPU) events"),

@@ -516,6 +516,13 @@ def _meta(doc: _Doc) -> tuple[dict[str, Any], Counter]:
     return fields, problems
 
 
+def _not_json(path: Path, e: msgspec.DecodeError):
+    msg = str(e)
+    if "truncated" in msg:
+        raise TruncatedInput(path, "JSON ends early (truncated file)") from e
+    raise CorruptInput(path, f"not valid JSON ({msg})") from e
+
+
 def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
     """The whole document: strictly typed, else tolerantly (see ``_tolerant``)."""
     try:
@@ -527,16 +534,19 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
         if msg.startswith("Expected `object | array`"):
             raise UnsupportedFormat(path, f"JSON, but not a profiler trace ({msg})") from e
     except msgspec.DecodeError as e:
-        msg = str(e)
-        if "truncated" in msg:
-            raise TruncatedInput(path, "JSON ends early (truncated file)") from e
-        raise CorruptInput(path, f"not valid JSON ({msg})") from e
+        _not_json(path, e)
     # A value of an unexpected type somewhere: decode loosely, then check field by field.
+    # (The strict decode stopped at that value: what follows may still be malformed JSON.)
     problems: Counter = Counter()
     try:
         doc = _LOOSE_DECODER.decode(data)
+    except msgspec.DecodeError as e:
+        _not_json(path, e)
     except msgspec.ValidationError:
-        raw = msgspec.json.decode(data)
+        try:
+            raw = msgspec.json.decode(data)
+        except msgspec.DecodeError as e:
+            _not_json(path, e)
         events = raw.get("traceEvents") if isinstance(raw, dict) else raw
         if not isinstance(events, list):
             raise UnsupportedFormat(path, "JSON, but not a profiler trace: 'traceEvents' is not an array") from None
