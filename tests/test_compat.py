@@ -93,7 +93,12 @@ def test_current_pytorch_cpu_trace_is_read_and_says_what_it_holds(capsys):
     rc = main(["analyze", str(path), "--width", "120"])
     out, _ = capsys.readouterr()
     assert rc == 0
-    assert "note: the trace holds host events only" in out
+    # said in the report's first lines (under the header), not among the closing notes
+    assert out.splitlines()[1].startswith("the trace holds host events only"), out[:400]
+    assert "note: the trace holds" not in out
+    rc = main(["analyze", str(path), "-f", "md"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and out.splitlines()[2].startswith("> the trace holds host events only"), out[:400]
 
 
 @pytest.mark.parametrize("path", sorted(KINETO.glob("*.pt.trace.json.gz")), ids=lambda p: p.name.split(".")[0])
