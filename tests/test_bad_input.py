@@ -318,6 +318,10 @@ TOLERATED = {
         lambda d, t: _json(d / "tsnum.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "ts": "1000.5"}]}),
         r"^ts: 1 value was a string, read as a number$", ("gpu", "start_ns", [1_000_500]),
     ),
+    "dur-is-null": (
+        lambda d, t: _json(d / "durnull.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "dur": None}]}),
+        r"^dur: 1 value was null, event dropped$", ("gpu", "name", []),
+    ),
     "correlation-is-string": (_correlation_string, r"^args.correlation: 1 value was a string, ignored$", ("gpu", "correlation", [None])),
     "ts-beyond-int64-ns": (_ts_out_of_range, r"^ts: 1 value was out of range, event dropped$", ("gpu", "name", [])),
     "device-beyond-int32": (_device_out_of_range, r"^args.device: 1 value was out of range, ignored$", ("gpu", "device", [0])),

@@ -147,7 +147,7 @@ def sanitize(events: list[LooseEvent], problems: Problems) -> list[LooseEvent]:
     drop: set[int] = set()
     for attr in ("ts", "dur"):
         values = list(map(get(attr), events))
-        for i in _bad(values, _is_us):
+        for i in [i for i, v in enumerate(values) if not _is_us(v)]:  # null too: no place on the timeline
             v = values[i]
             fixed = _as_us(v)
             if fixed is None:

@@ -540,9 +540,7 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
     problems: Counter = Counter()
     try:
         doc = _LOOSE_DECODER.decode(data)
-    except msgspec.DecodeError as e:
-        _not_json(path, e)
-    except msgspec.ValidationError:
+    except msgspec.ValidationError:  # (a DecodeError subclass: caught first)
         try:
             raw = msgspec.json.decode(data)
         except msgspec.DecodeError as e:
@@ -557,6 +555,8 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
         else:
             doc = _tolerant.from_python(events, problems)
         del raw, events
+    except msgspec.DecodeError as e:
+        _not_json(path, e)
     if isinstance(doc, list):
         return _tolerant.sanitize(doc, problems), problems
     doc.traceEvents = _tolerant.sanitize(doc.traceEvents, problems)
