@@ -197,7 +197,7 @@ def test_other_accelerator_trace_says_what_it_holds(tmp_path):
 
 
 @pytest.mark.parametrize("form", ["array", "object"])
-def test_chrome_array_form_and_step_in_gpu_user_annotation(tmp_path, form):
+def test_chrome_array_form_and_step_in_gpu_user_annotation(tmp_path, form, capsys):
     """SYNTHETIC: the Chrome 'JSON array' form, and a trace whose only ProfilerStep spans are
     the GPU-side copies (gpu_user_annotation): they are the steps then."""
     ev = [
@@ -211,6 +211,9 @@ def test_chrome_array_form_and_step_in_gpu_user_annotation(tmp_path, form):
     assert t.steps.rows() == [(3, 10_000, 40_000)]
     assert t.kernels.height == 1
     assert t.cpu.filter(pl.col("cat") == "cuda_driver")["name"].to_list() == ["cuLaunchKernel"]
+    assert main(["analyze", str(p), "-f", "json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["launch"]["launch_calls"] == 1 and r["summary"]["step_count"] == 1  # a driver launch counts
     if form == "object":
         assert t.meta.base_time_ns == 17  # numeric text, read as a number, and said so
         assert "baseTimeNanoseconds: 1 value was a string, read as an integer" in t.meta.notes
