@@ -161,3 +161,22 @@ def test_chrome_json_from_nsys_is_refused_with_its_categories(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert SHARED_CHROME.name in err and "'cuda_api'" in err and "'cuda'" in err
+
+
+def test_helper_reports_values_it_dropped(monkeypatch, plain_train_loop):
+    """An odd value in the helper process's half of the file: its slice is decoded tolerantly
+    there, and the note reaches the trace as if the reader had decoded it itself."""
+    if not kineto._helper_allowed():
+        pytest.skip("one core: the reader uses no helper process")
+    data = plain_train_loop.read_bytes()
+    at = data.rindex(b'"args": {')
+    plain_train_loop.write_bytes(data[:at] + b'"args": {\n      "grid": "grid(1,)",' + data[at + len(b'"args": {') :])
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)
+    started = []
+    monkeypatch.setattr(kineto._Helper, "result", _spy(kineto._Helper.result, started))
+    split = proflab.load(plain_train_loop)
+    assert started and started[0] is not None, "the helper process did not run"
+    assert "args.grid: 1 value was a string, ignored" in split.meta.notes
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    single = proflab.load(plain_train_loop)
+    assert split.gpu.equals(single.gpu) and split.cpu.equals(single.cpu) and split.meta == single.meta

@@ -58,6 +58,8 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
     findings = run_rules(trace, ctx)
     if trace.has_gpu and trace.devices.height == 0:
         ctx.note_missing("device properties", "the trace lists no deviceProperties", "datasheet peaks")
+    elif trace.has_gpu and (name := (ctx.device_info or {}).get("name")) and datasheet_peaks(name) is None:
+        ctx.note_missing("datasheet peaks", f"no datasheet figures are known for {name}", "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
     return Report(

@@ -38,6 +38,8 @@ SYNC_TOLERANCE_NS = 5_000
 _SYNC_CALL = (
     r"Synchronize|^cudaMemcpy(?:_v\d+)?$|^cudaMemcpy[23]D(?:_v\d+)?$|^cudaMemset(?:_v\d+)?$"
     r"|^cuMemcpy(?:DtoH|HtoD|DtoD)?(?:_v\d+)?$|^cuMemsetD\d+(?:_v\d+)?$"
+    # HIP (ROCm traces): the blocking copies and memsets (hipMemcpyWithStream blocks too)
+    r"|^hipMemcpy(?:WithStream|DtoH|HtoD|DtoD|2D|3D)?$|^hipMemset(?:D\d+|2D|3D)?$"
 )
 
 GAP_SCHEMA = {

@@ -171,11 +171,17 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
 
 
 def steps_from_annotations(cpu: pl.DataFrame) -> pl.DataFrame:
-    """Profiler steps from ``ProfilerStep#N`` host annotations (torch.profiler writes them;
-    in an Nsight Systems export they are NVTX ranges when torch.profiler ran too)."""
+    """Profiler steps from ``ProfilerStep#N`` ranges (torch.profiler writes them; in an Nsight
+    Systems export they are NVTX ranges when torch.profiler ran too). Host ranges, whatever
+    their category (``user_annotation``; ``cpu_op``, which is how PyTorch 1.8-1.13's
+    ``Operator`` category is read); the GPU-side copies (``gpu_user_annotation``) only when the
+    host has none."""
+    marked = cpu.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+    host = marked.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"]))
+    if host.height == 0:
+        host = marked.filter(pl.col("cat") == "gpu_user_annotation")
     steps = (
-        cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
-        .select(
+        host.select(
             pl.col("name").str.extract(r"^ProfilerStep#(\d+)$").cast(pl.Int64).alias("step"),
             pl.col("start_ns"),
             (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),

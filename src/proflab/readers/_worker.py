@@ -43,7 +43,15 @@ def main(argv: list[str]) -> int:
     for t in tables:
         for cat, n in t.unknown.items():
             unknown[cat] = unknown.get(cat, 0) + n
-    meta = {"events": sum(t.events for t in tables), "unknown": unknown}
+    problems: dict[tuple, int] = {}
+    for t in tables:
+        for key, n in t.problems.items():
+            problems[key] = problems.get(key, 0) + n
+    meta = {
+        "events": sum(t.events for t in tables),
+        "unknown": unknown,
+        "problems": [[*key, n] for key, n in problems.items()],
+    }
     (outdir / "meta.json").write_text(json.dumps(meta))
     return 0
 

@@ -1,4 +1,4 @@
-"""Reader for torch.profiler / Kineto Chrome-trace JSON (PyTorch 2.0 to current).
+"""Reader for torch.profiler / Kineto Chrome-trace JSON (PyTorch 1.8 to current; CUDA and ROCm).
 
 Accepts ``export_chrome_trace`` output and ``tensorboard_trace_handler`` files
 (``*.pt.trace.json``), plain or gzip-compressed. The JSON is decoded by msgspec straight
@@ -6,7 +6,12 @@ into slim typed structs holding only the fields proflab uses (the decoder is the
 matters on large traces), a slice of events at a time (``_slices``), and each slice is
 turned into columns at once, so decoded objects never outnumber one slice.
 
-Timestamps are microseconds (float) in the file; the model holds integer nanoseconds.
+Timestamps are microseconds (float) in the file whatever ``displayTimeUnit`` says (it only
+sets how a viewer displays them); the model holds integer nanoseconds.
+
+Decoding is tolerant per field: a slice whose strict decode fails on a value of an unexpected
+type is decoded again loosely (``_tolerant``), the value is coerced or dropped for that event,
+and the trace's notes say what was done. Only a file that is not a trace is refused.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ from msgspec import Struct, field
 from proflab.errors import (
     CorruptInput,
     EmptyTrace,
-    SchemaError,
     TruncatedInput,
     UnsupportedFormat,
 )
@@ -46,6 +50,7 @@ from proflab.model.trace import (
     TraceMeta,
     steps_from_annotations,
 )
+from proflab.readers import _tolerant
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
@@ -71,14 +76,18 @@ _CPU_CATS = {
     "Operator": "cpu_op",
     "user_annotation": "user_annotation",
     "python_function": "python_function",
-    "cuda_runtime": "cuda_runtime",
+    "cuda_runtime": "cuda_runtime",  # also HIP runtime calls in ROCm traces
     "Runtime": "cuda_runtime",
+    "hip_runtime": "cuda_runtime",
     "cuda_driver": "cuda_driver",
+    "Driver": "cuda_driver",
+    "hip_driver": "cuda_driver",
     "gpu_user_annotation": "gpu_user_annotation",
 }
 # Categories Kineto writes that proflab knowingly does not use (flows, spans, counters...).
 _IGNORED_CATS = {
     "ac2g",
+    "async",  # PyTorch 1.8-1.9 flow events (ph s/f, name "launch")
     "fwdbwd",
     "Trace",
     "cpu_instant_event",
@@ -87,6 +96,18 @@ _IGNORED_CATS = {
     "cuda_sync",
     "Memory",
     "",
+}
+# Activity of accelerators other than NVIDIA and AMD GPUs (Kineto's activity type names).
+_OTHER_ACCEL_CATS = {
+    "mtia_runtime": "MTIA",
+    "mtia_ccp_events": "MTIA",
+    "mtia_insight": "MTIA",
+    "glow_runtime": "Glow",
+    "hpu_op": "HPU",
+    "xpu_runtime": "Intel XPU",
+    "xpu_driver": "Intel XPU",
+    "privateuse1_runtime": "a PrivateUse1 backend",
+    "privateuse1_driver": "a PrivateUse1 backend",
 }
 _KNOWN_CATS = _GPU_CATS.keys() | _CPU_CATS.keys() | _IGNORED_CATS
 _OP_CATS = {c for c, kind in _CPU_CATS.items() if kind != "python_function"}
@@ -102,6 +123,7 @@ _US = Annotated[float, msgspec.Meta(ge=-9.2e15, le=9.2e15)]  # microseconds whos
 
 class _Args(Struct, frozen=True, gc=False):
     external_id: _I64 | None = field(name="External id", default=None)
+    external_id_old: _I64 | None = field(name="external id", default=None)  # PyTorch 1.8-1.9
     correlation: _I64 | None = None
     device: _I32 | None = None
     stream: _I64 | None = None
@@ -132,32 +154,44 @@ class _Event(Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _DeviceProps(Struct, gc=False):
-    id: int | None = None
-    name: str | None = None
-    numSms: int | None = None
-    computeMajor: int | None = None
-    computeMinor: int | None = None
-    totalGlobalMem: int | None = None
-    maxThreadsPerMultiprocessor: int | None = None
-    regsPerMultiprocessor: int | None = None
-    sharedMemPerMultiprocessor: int | None = None
-
-
 class _Doc(Struct, gc=False):
+    """The document around the events. Its fields are few and small, so they are decoded as
+    any JSON value and checked in Python (``_meta``): a document field of an unexpected type
+    never costs the trace."""
+
     traceEvents: list[_Event]
-    schemaVersion: int | str | None = None
-    deviceProperties: list[_DeviceProps] | None = None
-    distributedInfo: dict[str, Any] | None = None
-    baseTimeNanoseconds: int | None = None
-    with_stack: int | bool | None = None
-    record_shapes: int | bool | None = None
-    cuda_driver_version: int | None = None
-    cuda_runtime_version: int | None = None
-    cupti_version: int | None = None
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    computeProperties: Any = None  # PyTorch 1.8's name for deviceProperties
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    with_stack: Any = None
+    record_shapes: Any = None
+    cuda_driver_version: Any = None
+    cuda_runtime_version: Any = None
+    cupti_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
+
+
+class _LooseDoc(Struct, gc=False):
+    traceEvents: list[_tolerant.LooseEvent]
+    schemaVersion: Any = None
+    deviceProperties: Any = None
+    computeProperties: Any = None
+    distributedInfo: Any = None
+    baseTimeNanoseconds: Any = None
+    with_stack: Any = None
+    record_shapes: Any = None
+    cuda_driver_version: Any = None
+    cuda_runtime_version: Any = None
+    cupti_version: Any = None
+    roctracer_version: Any = None
+    hip_runtime_version: Any = None
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])
+_LOOSE_DECODER = msgspec.json.Decoder(_LooseDoc | list[_tolerant.LooseEvent])
 
 
 def sniff(path: Path) -> bool:
@@ -202,21 +236,26 @@ def read(path: str | Path) -> Trace:
 def _read(path: Path) -> Trace:
     try:
         doc, tables, size = _read_sliced(path)
-    except (NotSliceable, msgspec.DecodeError, msgspec.ValidationError):
-        # Not Kineto's own layout, or a slice that does not decode: decode the whole
+    except (NotSliceable, msgspec.DecodeError):
+        # Not Kineto's own layout, or a slice that is not valid JSON: decode the whole
         # document, which handles any valid JSON and pins errors to their exact place.
         data = read_bytes(path)
         if not data or data.isspace():
             raise EmptyTrace(path, "file is empty") from None
         size = len(data)
-        doc = _decode(path, data)
+        doc, problems = _decode(path, data)
         del data
         if isinstance(doc, list):  # the Chrome "JSON array" form: events only
             doc = _Doc(traceEvents=doc)
-        tables = [_tables(doc.traceEvents)]
+        tables = [_tables(doc.traceEvents, problems)]
         doc.traceEvents = []
     event_count = sum(t.events for t in tables)
+    problems = Counter()
+    for t in tables:
+        problems.update(t.problems)
     if event_count == 0:
+        if problems:
+            raise UnsupportedFormat(path, "JSON, but not a profiler trace: its items are not trace events")
         raise EmptyTrace(path, "trace has no events (traceEvents is empty)")
     unknown: Counter[str] = Counter()
     for t in tables:
@@ -228,24 +267,40 @@ def _read(path: Path) -> Trace:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
             raise UnsupportedFormat(path, f"no torch.profiler/Kineto events; the event categories found are {found}")
         raise EmptyTrace(path, "trace holds no host or GPU events (only metadata)")
-    notes: list[str] = []
+    meta_fields, meta_problems = _meta(doc)
+    devices = _devices(doc, meta_problems)
+    notes: list[str] = _holds(gpu, unknown)
     if unknown:
         listed = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
         notes.append(f"ignored {sum(unknown.values())} events of unrecognised categories: {listed}")
+    notes.extend(_tolerant.notes(problems + meta_problems))
     meta = TraceMeta(
         source=str(path),
         format="kineto",
-        format_version=None if doc.schemaVersion is None else str(doc.schemaVersion),
         size_bytes=size,
         event_count=event_count,
-        base_time_ns=doc.baseTimeNanoseconds,
-        with_stack=None if doc.with_stack is None else bool(doc.with_stack),
-        record_shapes=None if doc.record_shapes is None else bool(doc.record_shapes),
-        distributed=doc.distributedInfo,
-        versions=_versions(doc),
         notes=tuple(notes),
+        **meta_fields,
     )
-    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=_devices(doc.deviceProperties), meta=meta)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta)
+
+
+def _holds(gpu: pl.DataFrame, unknown: Counter) -> list[str]:
+    """A first note saying what the trace holds when it is not a GPU trace proflab diagnoses."""
+    accel = sorted({_OTHER_ACCEL_CATS[c] for c in unknown if c in _OTHER_ACCEL_CATS})
+    if accel and gpu.height == 0:
+        return [
+            f"the trace holds host events and activity of {', '.join(accel)}, which proflab does not diagnose: "
+            "only host-side findings (operators, steps, Python) are given"
+        ]
+    if accel:
+        return [f"the trace also holds activity of {', '.join(accel)}, which is not analysed"]
+    if gpu.height == 0:
+        return [
+            "the trace holds host events only (a CPU-only profile, or GPU activity was not recorded): "
+            "GPU time, idle gaps, kernels and copies cannot be diagnosed from it"
+        ]
+    return []
 
 
 class _Tables(NamedTuple):
@@ -253,9 +308,10 @@ class _Tables(NamedTuple):
     cpu: pl.DataFrame
     unknown: Counter
     events: int
+    problems: Counter  # (field, kind, outcome) -> count, from tolerant decoding
 
 
-def _tables(events: list[_Event]) -> _Tables:
+def _tables(events: list, problems: Counter | None = None) -> _Tables:
     """Columns for one batch of decoded events; the structs can be freed right after."""
     counts = Counter(map(_CAT, events))
     unknown = Counter({c: n for c, n in counts.items() if c not in _KNOWN_CATS})
@@ -263,7 +319,7 @@ def _tables(events: list[_Event]) -> _Tables:
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
     cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
-    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events))
+    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems or Counter())
 
 
 _CHUNK_BYTES = 32 << 20
@@ -271,8 +327,14 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 
 def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
-    """Tables for one slice: a JSON array of events (see ``_slices``)."""
-    return _tables(_EVENTS_DECODER.decode(payload))
+    """Tables for one slice: a JSON array of events (see ``_slices``). The strict typed
+    decode is the fast path; a slice it refuses for a value's type is decoded tolerantly."""
+    try:
+        events = _EVENTS_DECODER.decode(payload)
+    except msgspec.ValidationError:
+        loose, problems = _tolerant.loose_events(payload)
+        return _tables(loose, problems)
+    return _tables(events)
 
 
 def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
@@ -305,7 +367,10 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
         document, size = slicer.document(), slicer.size
     finally:
         slicer.close()
-    doc = msgspec.json.decode(document, type=_Doc)
+    try:
+        doc = msgspec.json.decode(document, type=_Doc)
+    except msgspec.ValidationError:
+        raise NotSliceable from None  # the document's own shape is odd: the whole-file path says how
     return doc, tables, size
 
 
@@ -369,7 +434,8 @@ class _Helper:
             return None
         if dict(gpu.schema) != GPU_SCHEMA or dict(cpu.schema) != CPU_SCHEMA:
             return None
-        return _Tables(gpu, cpu, Counter(meta["unknown"]), int(meta["events"]))
+        problems = Counter({tuple(k): n for *k, n in meta.get("problems", [])})
+        return _Tables(gpu, cpu, Counter(meta["unknown"]), int(meta["events"]), problems)
 
     def _stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -398,35 +464,111 @@ def _cuda_version(v: int | None) -> str | None:
     return f"{v // 1000}.{v // 10 % 100}"
 
 
-def _versions(doc: _Doc) -> dict[str, str]:
-    found = {
-        "kineto_schema": None if doc.schemaVersion is None else str(doc.schemaVersion),
-        "cuda_driver": _cuda_version(doc.cuda_driver_version),
-        "cuda_runtime": _cuda_version(doc.cuda_runtime_version),
-        "cupti": _cuda_version(doc.cupti_version),
+def _int(v: Any, problems: Counter, name: str) -> int | None:
+    if v is None or (type(v) is int and -(2**63) <= v < 2**63):
+        return v
+    if type(v) is str and v.strip().lstrip("-").isdigit() and -(2**63) <= int(v) < 2**63:
+        problems[name, "a string", "read as an integer"] += 1
+        return int(v)
+    problems[name, _tolerant.kind(v), "ignored"] += 1
+    return None
+
+
+def _flag(v: Any, problems: Counter, name: str) -> bool | None:
+    if v is None or type(v) in (bool, int):
+        return None if v is None else bool(v)
+    problems[name, _tolerant.kind(v), "ignored"] += 1
+    return None
+
+
+def _text(v: Any) -> str | None:
+    return str(v) if type(v) in (int, str) else None
+
+
+def _meta(doc: _Doc) -> tuple[dict[str, Any], Counter]:
+    """TraceMeta's fields from the document, each checked: a field of an unexpected type is
+    dropped and counted, never fatal."""
+    problems: Counter = Counter()
+    schema = doc.schemaVersion
+    if schema is not None and type(schema) not in (int, str):
+        problems["schemaVersion", _tolerant.kind(schema), "ignored"] += 1
+        schema = None
+    dist = doc.distributedInfo
+    if dist is not None and not isinstance(dist, dict):
+        problems["distributedInfo", _tolerant.kind(dist), "ignored"] += 1
+        dist = None
+    versions = {
+        "kineto_schema": None if schema is None else str(schema),
+        "cuda_driver": _cuda_version(_int(doc.cuda_driver_version, problems, "cuda_driver_version")),
+        "cuda_runtime": _cuda_version(_int(doc.cuda_runtime_version, problems, "cuda_runtime_version")),
+        "cupti": _cuda_version(_int(doc.cupti_version, problems, "cupti_version")),
+        "roctracer": _text(doc.roctracer_version),
+        "hip_runtime": _text(doc.hip_runtime_version),
     }
-    return {k: v for k, v in found.items() if v is not None}
+    fields = {
+        "format_version": None if schema is None else str(schema),
+        "base_time_ns": _int(doc.baseTimeNanoseconds, problems, "baseTimeNanoseconds"),
+        "with_stack": _flag(doc.with_stack, problems, "with_stack"),
+        "record_shapes": _flag(doc.record_shapes, problems, "record_shapes"),
+        "distributed": dist,
+        "versions": {k: v for k, v in versions.items() if v is not None},
+    }
+    return fields, problems
 
 
-def _decode(path: Path, data: bytes) -> _Doc | list[_Event]:
+def _not_json(path: Path, e: msgspec.DecodeError):
+    msg = str(e)
+    if "truncated" in msg:
+        raise TruncatedInput(path, "JSON ends early (truncated file)") from e
+    raise CorruptInput(path, f"not valid JSON ({msg})") from e
+
+
+def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
+    """The whole document: strictly typed, else tolerantly (see ``_tolerant``)."""
     try:
-        return _DECODER.decode(data)
+        return _DECODER.decode(data), Counter()
     except msgspec.ValidationError as e:
         msg = str(e)
         if "missing required field `traceEvents`" in msg:
             raise UnsupportedFormat(path, "JSON, but not a profiler trace: it has no 'traceEvents' array") from e
         if msg.startswith("Expected `object | array`"):
             raise UnsupportedFormat(path, f"JSON, but not a profiler trace ({msg})") from e
-        raise SchemaError(path, f"unexpected trace content: {msg.replace('$[...]', '$')}") from e
     except msgspec.DecodeError as e:
-        msg = str(e)
-        if "truncated" in msg:
-            raise TruncatedInput(path, "JSON ends early (truncated file)") from e
-        raise CorruptInput(path, f"not valid JSON ({msg})") from e
+        _not_json(path, e)
+    # A value of an unexpected type somewhere: decode loosely, then check field by field.
+    # (The strict decode stopped at that value: what follows may still be malformed JSON.)
+    problems: Counter = Counter()
+    try:
+        doc = _LOOSE_DECODER.decode(data)
+    except msgspec.ValidationError:  # (a DecodeError subclass: caught first)
+        try:
+            raw = msgspec.json.decode(data)
+        except msgspec.DecodeError as e:
+            _not_json(path, e)
+        events = raw.get("traceEvents") if isinstance(raw, dict) else raw
+        if not isinstance(events, list):
+            raise UnsupportedFormat(path, "JSON, but not a profiler trace: 'traceEvents' is not an array") from None
+        if isinstance(raw, dict):
+            head = {k: v for k, v in raw.items() if k != "traceEvents" and k in _LooseDoc.__struct_fields__}
+            doc = msgspec.convert({**head, "traceEvents": []}, _LooseDoc)
+            doc.traceEvents = _tolerant.from_python(events, problems)
+        else:
+            doc = _tolerant.from_python(events, problems)
+        del raw, events
+    except msgspec.DecodeError as e:
+        _not_json(path, e)
+    if isinstance(doc, list):
+        return _tolerant.sanitize(doc, problems), problems
+    doc.traceEvents = _tolerant.sanitize(doc.traceEvents, problems)
+    return doc, problems
 
 
 def _ns(values: list[float]) -> pl.Series:
-    return (pl.Series(values, dtype=pl.Float64) * 1000.0).round().cast(pl.Int64)
+    # whole microseconds and their fraction apart: a Unix-epoch timestamp (1.6e15 us, as
+    # PyTorch 1.x wrote them) times 1000 is past float64's exact integers and would lose ~100 ns
+    us = pl.Series(values, dtype=pl.Float64)
+    whole = us.floor()
+    return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
 
 
 def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
@@ -436,6 +578,16 @@ def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
     except (TypeError, pl.exceptions.PolarsError):
         s = pl.Series([str(v) for v in values], dtype=pl.String)
         return s.str.extract(r"(\d+)$").cast(dtype)
+
+
+def _external_ids(args: list) -> pl.Series:
+    """``External id``, or ``external id`` as PyTorch 1.8-1.9 spelled it on runtime calls and kernels."""
+    ids = pl.Series(list(map(attrgetter("external_id"), args)), dtype=pl.Int64)
+    if ids.null_count():
+        old = pl.Series(list(map(attrgetter("external_id_old"), args)), dtype=pl.Int64)
+        if old.null_count() < len(old):
+            ids = ids.fill_null(old)
+    return ids
 
 
 def _xyz(values: list[list[int] | None], axis: int) -> pl.Series:
@@ -461,7 +613,7 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
             "start_ns": _ns(list(map(get("ts"), evs))),
             "dur_ns": _ns(list(map(get("dur"), evs))).clip(lower_bound=0),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
-            "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
+            "external_id": _external_ids(args),
             "bytes": pl.Series(list(map(get("bytes"), args)), dtype=pl.Int64),
             "grid_x": _xyz(grid, 0),
             "grid_y": _xyz(grid, 1),
@@ -474,8 +626,15 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
         }
     )
     copy = pl.col("name").str.extract_groups(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
+    # ROCm names its copies after the direction ("CopyHostToDevice", "hipMemcpyDtoH"...)
+    amd = pl.col("name").str.extract(r"(?i)(HostToDevice|DeviceToHost|DeviceToDevice|HostToHost|PeerToPeer|HtoD|DtoH|DtoD|HtoH)")
+    amd_kind = amd.replace_strict(
+        ["HostToDevice", "DeviceToHost", "DeviceToDevice", "HostToHost", "PeerToPeer", "HtoD", "DtoH", "DtoD", "HtoH"],
+        ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoD", "DtoH", "DtoD", "HtoH"],
+        default=None,
+    )
     df = df.with_columns(
-        _enum(copy.struct.field("1"), COPY_KINDS).alias("copy_kind"),
+        _enum(copy.struct.field("1").fill_null(pl.when(pl.col("kind") == "memcpy").then(amd_kind)), COPY_KINDS).alias("copy_kind"),
         _enum(copy.struct.field("2"), MEMORY_KINDS).alias("src_kind"),
         _enum(copy.struct.field("3"), MEMORY_KINDS).alias("dst_kind"),
         (pl.col("kind") == "kernel").and_(pl.col("name").str.contains(COMM_KERNEL_PATTERN)).alias("is_comm"),
@@ -520,7 +679,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
         {
             "cat": pl.Series([_CPU_CATS[c] for c in map(get("cat"), evs)], dtype=CPU_SCHEMA["cat"]),
             **_host_columns(evs),
-            "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
+            "external_id": _external_ids(args),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
             "python_id": pl.Series([None] * len(evs), dtype=pl.Int64),
             "python_parent_id": pl.Series([None] * len(evs), dtype=pl.Int64),
@@ -564,21 +723,47 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _devices(props: list[_DeviceProps] | None) -> pl.DataFrame:
-    if not props:
+# deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them
+_DEVICE_KEYS = {
+    "device": ("id",),
+    "name": ("name",),
+    "sm_count": ("numSms", "multiProcessorCount"),
+    "compute_major": ("computeMajor", "major"),
+    "compute_minor": ("computeMinor", "minor"),
+    "total_memory_bytes": ("totalGlobalMem",),
+    "max_threads_per_sm": ("maxThreadsPerMultiprocessor", "maxThreadsPerMultiProcessor"),
+    "regs_per_sm": ("regsPerMultiprocessor",),
+    "shared_mem_per_sm_bytes": ("sharedMemPerMultiprocessor",),
+}
+
+
+def _devices(doc, problems: Counter) -> pl.DataFrame:
+    """Device properties as the trace lists them (``deviceProperties``, or 1.8's
+    ``computeProperties``); a value of an unexpected type is dropped and counted."""
+    props = doc.deviceProperties if doc.deviceProperties is not None else doc.computeProperties
+    if props is None:
         return pl.DataFrame(schema=DEVICE_SCHEMA)
-    rows = [
-        {
-            "device": p.id,
-            "name": p.name,
-            "sm_count": p.numSms,
-            "compute_major": p.computeMajor,
-            "compute_minor": p.computeMinor,
-            "total_memory_bytes": p.totalGlobalMem,
-            "max_threads_per_sm": p.maxThreadsPerMultiprocessor,
-            "regs_per_sm": p.regsPerMultiprocessor,
-            "shared_mem_per_sm_bytes": p.sharedMemPerMultiprocessor,
-        }
-        for p in props
-    ]
+    if not isinstance(props, list):
+        problems["deviceProperties", _tolerant.kind(props), "ignored"] += 1
+        return pl.DataFrame(schema=DEVICE_SCHEMA)
+    rows = []
+    for p in props:
+        if not isinstance(p, dict):
+            problems["deviceProperties", _tolerant.kind(p), "ignored"] += 1
+            continue
+        row = {}
+        for col, keys in _DEVICE_KEYS.items():
+            v = next((p[k] for k in keys if k in p), None)
+            if col == "name":
+                ok = type(v) is str
+            else:
+                bound = 2**63 if DEVICE_SCHEMA[col] == pl.Int64 else 2**31
+                ok = type(v) is int and -bound <= v < bound
+            if v is not None and not ok:
+                problems[f"deviceProperties.{keys[0]}", _tolerant.kind(v), "ignored"] += 1
+                v = None
+            row[col] = v
+        if row["name"] == "":
+            row["name"] = None
+        rows.append(row)
     return pl.DataFrame(rows, schema=DEVICE_SCHEMA)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label"]
+__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note"]
+
+
+def is_scope_note(note: str) -> bool:
+    """A reader note saying what the trace holds when it is not a GPU trace proflab diagnoses
+    (CPU-only, another accelerator): reports show it right under their header."""
+    return note.startswith(("the trace holds ", "the trace also holds "))
 
 
 def fmt_bytes(n: int | None) -> str:

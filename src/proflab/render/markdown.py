@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proflab.render._text import evidence_lines, fmt_num, kernel_label, shorten
+from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, shorten
 
 __all__ = ["render_markdown"]
 
@@ -21,6 +21,8 @@ def render_markdown(report) -> str:
     s = d["summary"]
     dev = d["device"]
     lines = [f"# proflab report: {esc(src['path'])}", ""]
+    scope = [n for n in d["notes"] if is_scope_note(n)]
+    lines += [f"> {esc(n)}" for n in scope] + ([""] if scope else [])
     lines.append(f"- Device: {esc(dev.get('name') or 'unknown')}")
     lines.append(f"- Window: {fmt_num(s['wall_ms'])} ms, {s['step_count']} steps"
                  + (f", median step {fmt_num(s['median_step_ms'])} ms" if s.get("median_step_ms") is not None else ""))
@@ -90,5 +92,6 @@ def render_markdown(report) -> str:
             lines.append(f"- **{esc(m['signal'])}**: {esc(m['reason'])}" + (f" (skipped: {esc(', '.join(m['skipped']))})" if m["skipped"] else ""))
         lines.append("")
     for n in d["notes"]:
-        lines.append(f"> note: {esc(n)}")
+        if n not in scope:
+            lines.append(f"> note: {esc(n)}")
     return "\n".join(lines).rstrip() + "\n"

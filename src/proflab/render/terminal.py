@@ -18,6 +18,7 @@ from proflab.render._text import (
     evidence_lines,
     fmt_bytes,
     fmt_num,
+    is_scope_note,
     kernel_label,
     shorten,
 )
@@ -100,6 +101,9 @@ def _body(d: dict, width: int) -> Group:
         head.append(" · ")
         head.append(_line(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
     parts.append(head)
+    scope = [n for n in d["notes"] if is_scope_note(n)]
+    for n in scope:  # what the trace holds, when it is not a GPU trace proflab diagnoses: said first
+        parts.append(Text(_line(n).plain, style="yellow"))
     if s.get("kind") == "ncu":
         line = (f"Nsight Compute: {s['kernels_profiled']} kernels, {s['launches_profiled']} launches profiled, "
                 f"{fmt_num(s['wall_ms'])} ms of kernel time")
@@ -250,5 +254,6 @@ def _body(d: dict, width: int) -> Group:
                 t.append(skipped)
             parts.append(t)
     for n in d["notes"]:
-        parts.append(_line("note: " + n))
+        if n not in scope:
+            parts.append(_line("note: " + n))
     return Group(*parts)

@@ -440,7 +440,7 @@ def _host_activity(trace: Trace, g: pl.DataFrame, only: pl.DataFrame | None = No
     ]
 
 
-_SYNC_COPY_API = r"^(?:cudaMemcpy|cudaMemcpy[23]D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cudaMemset|cudaMemset[23]D|cuMemcpy(?:DtoH|HtoD|DtoD|HtoA|AtoH)?|cuMemsetD\d+)$"
+_SYNC_COPY_API = r"^(?:cudaMemcpy|cudaMemcpy[23]D|cudaMemcpyToSymbol|cudaMemcpyFromSymbol|cudaMemset|cudaMemset[23]D|cuMemcpy(?:DtoH|HtoD|DtoD|HtoA|AtoH)?|cuMemsetD\d+|hipMemcpy(?:WithStream|DtoH|HtoD|DtoD|2D|3D)?|hipMemset(?:D\d+|2D|3D)?)$"
 
 
 def sync_copy_apis(trace: Trace, ctx: Context) -> list[Finding]:
