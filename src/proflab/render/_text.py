@@ -77,3 +77,17 @@ def evidence_lines(evidence: dict[str, Any], width: int = 76) -> list[str]:
         else:
             out.append(f"{key}: {fmt_num(value)}")
     return out
+
+
+def observer_line(summary: dict) -> str | None:
+    """One line on the profiler's own cost and the unprofiled step (``summary.observer``),
+    when the profiled step differs from the GPU work by more than 10%."""
+    o = summary.get("observer")
+    if not o or o["gpu_step_ms"] <= 1.10 * o["gpu_work_ms"]:
+        return None
+    u0, u1 = o["unprofiled_step_ms"]
+    unprof = f"{fmt_num(u0)} ms measured" if o["source"] == "measured" else f"{fmt_num(u0)}-{fmt_num(u1)} ms estimated"
+    return (
+        f"Without the profiler: step {unprof}, GPU work {fmt_num(o['gpu_work_ms'])} ms/step; the profiler's host cost "
+        f"{fmt_num(o['profiler_cost_ms_lo'])}-{fmt_num(o['profiler_cost_ms_hi'])} ms/step"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, shorten
+from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, observer_line, shorten
 
 __all__ = ["render_markdown"]
 
@@ -25,7 +25,10 @@ def render_markdown(report) -> str:
     lines += [f"> {esc(n)}" for n in scope] + ([""] if scope else [])
     lines.append(f"- Device: {esc(dev.get('name') or 'unknown')}")
     lines.append(f"- Window: {fmt_num(s['wall_ms'])} ms, {s['step_count']} steps"
-                 + (f", median step {fmt_num(s['median_step_ms'])} ms" if s.get("median_step_ms") is not None else ""))
+                 + (f", median step {fmt_num(s['median_step_ms'])} ms" if s.get("median_step_ms") is not None else "")
+                 + (" (GPU-side)" if s.get("step_side") == "gpu" else ""))
+    if observer_line(s):
+        lines.append(f"- {observer_line(s)}")
     if s.get("gpu_busy_pct") is not None:
         b = s["breakdown_ms"]
         lines.append(f"- GPU busy: {fmt_num(s['gpu_busy_pct'])} %")

@@ -20,6 +20,7 @@ from proflab.render._text import (
     fmt_num,
     is_scope_note,
     kernel_label,
+    observer_line,
     shorten,
 )
 
@@ -120,6 +121,9 @@ def _body(d: dict, width: int) -> Group:
             if cpu is not None and abs(cpu - s["median_step_ms"]) > 0.1 * s["median_step_ms"]:
                 line += f"; host ranges {fmt_num(cpu)} ms"
     parts.append(Text(line))
+    obs = observer_line(s)
+    if obs:
+        parts.append(Text(obs, style="cyan"))
     if s.get("gpu_busy_pct") is not None:
         busy = s["gpu_busy_pct"]
         filled = round(_BAR * busy / 100)

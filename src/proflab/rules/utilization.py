@@ -67,17 +67,34 @@ def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding
     parts = []
     for device, b in ctx.device_breakdowns.items():
         parts.append(f"GPU {device} busy {b.busy_pct:.1f}%")
+    title = f"No material timeline problem: {', '.join(parts)}; no cause of idle time reaches {WARNING_PCT:g}%"
+    evidence = {
+        "gpu_busy_pct_by_device": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
+        "wall_ms": ms(ctx.wall_ns),
+        "minor_findings": [f.id for f in findings],
+    }
+    obs = ctx.observer
+    if obs is not None and obs.gpu_step_ms > 1.10 * obs.gpu_work_ms:
+        # The trace's idle is the profiler's: say so, with the numbers behind it.
+        u0, u1 = obs.unprofiled_step_ms
+        unprof = f"{u0:.1f} ms" if obs.source == "measured" else f"{u0:.1f}-{u1:.1f} ms (estimated)"
+        title = (
+            f"No material timeline problem without the profiler: {obs.gpu_work_ms:.1f} ms of GPU work per step, "
+            f"unprofiled step {unprof}; the {obs.gpu_step_ms:.1f} ms steps of this trace are the profiler's own cost"
+        )
+        evidence.update(
+            gpu_work_per_step_ms=round(obs.gpu_work_ms, 3),
+            profiled_step_ms=round(obs.gpu_step_ms, 3),
+            unprofiled_step_ms=[round(u0, 3), round(u1, 3)],
+            unprofiled_step_source=obs.source,
+        )
     return [
         Finding(
             id="healthy",
             category="healthy",
             severity="info",
-            title=f"No material timeline problem: {', '.join(parts)}; no cause of idle time reaches {WARNING_PCT:g}%",
-            evidence={
-                "gpu_busy_pct_by_device": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
-                "wall_ms": ms(ctx.wall_ns),
-                "minor_findings": [f.id for f in findings],
-            },
+            title=title,
+            evidence=evidence,
             est_gain_ms=0.0,
             est_gain_pct=0.0,
             fix="Nothing to change at the timeline level; profile the hot kernels next (proflab kernels).",
