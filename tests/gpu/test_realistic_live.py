@@ -1,0 +1,48 @@
+"""Realistic loops recorded live on this GPU: the verdicts must agree with the same loop's
+unprofiled timing, measured in the same process (tests/data/record/record_realistic.py).
+
+The committed traces (tests/data/realistic) prove this on one recording; these prove it again
+with whatever torch, driver and host the GPU machine has today.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import proflab
+
+pytestmark = pytest.mark.gpu
+
+RECORDER = Path(__file__).resolve().parents[1] / "data" / "record" / "record_realistic.py"
+HOST_SIDE = {"host_bound", "launch_bound"}
+
+
+@pytest.fixture(scope="module")
+def rr():
+    spec = importlib.util.spec_from_file_location("record_realistic", RECORDER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("loop", ["lm_bf16", "mlp_foreach", "cnn_loader", "lm_sync_drain"])
+def test_live_verdict_agrees_with_bare_timing(rr, tmp_path, loop):
+    truth = rr.measure(loop, str(tmp_path), ["light", "heavy"], n_bare=20)
+    bare = truth["bare"]["median_ms"]
+    for setting in ("light", "heavy"):
+        for measured in (None, bare):
+            report = proflab.analyze(tmp_path / truth["profiled"][setting]["trace"], bare_step_ms=measured)
+            work = report.summary["observer"]["gpu_work_ms"]
+            serious = [f for f in report.findings if f.severity in ("warning", "critical")]
+            host_side = [f for f in serious if f.category in HOST_SIDE]
+            summary = [(f.category, f.severity, round(f.est_gain_pct, 1)) for f in report.findings]
+            if bare <= 1.10 * work:  # GPU-bound without the profiler
+                assert not host_side, (setting, measured, bare, work, summary)
+            elif loop == "lm_sync_drain":
+                assert serious and serious[0].category == "sync_bound", (setting, summary)
+            else:
+                want = "launch_bound" if loop == "mlp_foreach" else "host_bound"
+                assert serious and serious[0].category == want, (setting, measured, bare, work, summary)
