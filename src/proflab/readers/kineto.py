@@ -154,12 +154,11 @@ class _Event(Struct, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _Doc(Struct, gc=False):
+class _DocFields(Struct, gc=False, kw_only=True):
     """The document around the events. Its fields are few and small, so they are decoded as
     any JSON value and checked in Python (``_meta``): a document field of an unexpected type
     never costs the trace."""
 
-    traceEvents: list[_Event]
     schemaVersion: Any = None
     deviceProperties: Any = None
     computeProperties: Any = None  # PyTorch 1.8's name for deviceProperties
@@ -174,20 +173,12 @@ class _Doc(Struct, gc=False):
     hip_runtime_version: Any = None
 
 
-class _LooseDoc(Struct, gc=False):
+class _Doc(_DocFields, gc=False, kw_only=True):
+    traceEvents: list[_Event]
+
+
+class _LooseDoc(_DocFields, gc=False, kw_only=True):
     traceEvents: list[_tolerant.LooseEvent]
-    schemaVersion: Any = None
-    deviceProperties: Any = None
-    computeProperties: Any = None
-    distributedInfo: Any = None
-    baseTimeNanoseconds: Any = None
-    with_stack: Any = None
-    record_shapes: Any = None
-    cuda_driver_version: Any = None
-    cuda_runtime_version: Any = None
-    cupti_version: Any = None
-    roctracer_version: Any = None
-    hip_runtime_version: Any = None
 
 
 _DECODER = msgspec.json.Decoder(_Doc | list[_Event])

@@ -11,6 +11,7 @@ not profiled gets no warning. ``sync_bound`` owns the idle that follows a sync's
 from __future__ import annotations
 
 import re
+import weakref
 
 import numpy as np
 import polars as pl
@@ -135,7 +136,17 @@ _ELEMENTWISE = r"elementwise_kernel|vectorized_elementwise|unrolled_elementwise|
 _FUSED_OPTIMIZER = r"multi_tensor_apply|Fused|fused_adam|fused_sgd"
 
 
+# launch_bound and host_bound share one split per analysis context
+_SPLITS: weakref.WeakKeyDictionary[Context, dict | None] = weakref.WeakKeyDictionary()
+
+
 def _host_split(trace: Trace, ctx: Context) -> dict | None:
+    if ctx not in _SPLITS:
+        _SPLITS[ctx] = _split_host_idle(trace, ctx)
+    return _SPLITS[ctx]
+
+
+def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     """Host-caused idle (gaps of cause host or launch) split into op dispatch that launches
     kernels and host work that launches nothing, corrected for the profiler's own cost."""
     found = _gaps_of(trace, ctx, ("host", "launch", "sync"))
@@ -204,6 +215,17 @@ def _observer_evidence(split: dict) -> dict:
     }
 
 
+def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -> tuple[dict | None, list[Finding]]:
+    """The host split when ``part`` is material at the conservative end; otherwise None and
+    the unconfirmed info finding, if the part is material only at the low profiler cost."""
+    split = _host_split(trace, ctx)
+    if split is None:
+        return None, []
+    if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
+        return split, []
+    return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
+
+
 def _maybe(category: str, split: dict, part: str, ctx: Context, title: str) -> list[Finding]:
     """A part that is material only at the low end of the profiler's cost: an info finding
     that says so, with no claimed gain — the verdict does not survive the correction."""
@@ -233,13 +255,10 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     dispatch cost above the kernels' own time. One finding, broken down by what the trace
     shows: a per-parameter optimizer, elementwise chains torch.compile would fuse, and the
     remaining many small launches a CUDA graph would replay at once."""
-    split = _host_split(trace, ctx)
+    split, unconfirmed = _material(trace, ctx, "launch", "launch_bound", "Launch overhead leaves the GPU idle")
     if split is None:
-        return []
+        return unconfirmed
     gain = split["lo"]["launch"]
-    if pct(gain, split["denom"], 3) < MIN_GAIN_PCT:
-        return _maybe("launch_bound", split, "launch", ctx,
-                      f"Launch overhead leaves the GPU idle {ms(split['observed']['launch'], 2)} ms in this trace")
     g = split["gaps"].filter(pl.col("launch_ns") > 0)
     ls = ctx.launch_stats
     parts = _launch_parts(trace, ctx, g)
@@ -337,13 +356,10 @@ _LOADER = r"(?i)dataloader|_next_data|__next__|collate"
 def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
     """Idle while the host does work that launches nothing: data loading, Python, sleeps, I/O
     (dispatch that launches kernels is launch_bound's)."""
-    split = _host_split(trace, ctx)
+    split, unconfirmed = _material(trace, ctx, "host", "host_bound", "Host work leaves the GPU idle")
     if split is None:
-        return []
+        return unconfirmed
     gain = split["lo"]["host"]
-    if pct(gain, split["denom"], 3) < MIN_GAIN_PCT:
-        return _maybe("host_bound", split, "host", ctx,
-                      f"Host work leaves the GPU idle {ms(split['observed']['host'], 2)} ms in this trace")
     g = split["gaps"].filter(pl.col("host_ns") > 0)
     device = int(g["device"][0])
     activity = _host_activity(trace, g, only=ctx.host_only)
