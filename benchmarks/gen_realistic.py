@@ -179,11 +179,15 @@ def _units(events: list[Event], lo: float, hi: float, gpu_by_corr: dict[int, Eve
 
 def load_source(path: Path) -> Source:
     trace = read_trace(path)
-    events = trace.pop("traceEvents")
-    top = dict(trace)
-    top["traceEvents"] = []
+    events = trace["traceEvents"]
+    top: dict[str, Any] = {}
+    for k, v in trace.items():  # Kineto's key order; distributedInfo after deviceProperties
+        if k == "traceEvents" and "distributedInfo" not in top and "distributedInfo" not in trace:
+            top["distributedInfo"] = dict(DEFAULT_DIST_INFO)
+        top[k] = [] if k == "traceEvents" else v
+        if k == "deviceProperties" and "distributedInfo" not in trace:
+            top["distributedInfo"] = dict(DEFAULT_DIST_INFO)
     top["with_stack"] = 0
-    top.setdefault("distributedInfo", dict(DEFAULT_DIST_INFO))
     meta = [e for e in events if e.get("ph") == "M"]
     steps = sorted(
         (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")),

@@ -163,7 +163,18 @@ def _run_parser(sub) -> None:
     r.set_defaults(func=cmd_run)
 
 
+def _return_freed_memory() -> None:
+    """Polars' allocator (jemalloc) keeps freed pages for 10 s by default; a read builds and
+    drops a table per slice, so a large trace held up to twice its tables in freed pages
+    (500 MB trace: 386 -> 187 MiB after reading). Return them at once: ~3 % more CPU time.
+    Only when polars is not loaded yet (the setting is read when it starts), and never over
+    the user's own setting; the reader's helper process inherits it."""
+    if "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+
+
 def main(argv: list[str] | None = None) -> int:
+    _return_freed_memory()
     parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     # everything after "--" is the program to run, never proflab's options

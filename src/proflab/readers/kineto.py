@@ -221,8 +221,10 @@ def _read(path: Path) -> Trace:
     unknown: Counter[str] = Counter()
     for t in tables:
         unknown.update(t.unknown)
-    gpu = merge_by_start([t.gpu for t in tables])
-    cpu = merge_by_start([t.cpu for t in tables])
+    gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
+    tables.clear()  # the parts are now only in these lists, which the merge empties
+    gpu = merge_by_start(gpu_parts)
+    cpu = merge_by_start(cpu_parts)
     if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
@@ -297,7 +299,7 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
             else:
-                tables.append(helped)
+                tables.extend(helped)
         else:
             for piece in slicer.pieces():
                 tables.append(_slice_tables(piece))
@@ -355,7 +357,7 @@ class _Helper:
         except OSError:
             self._stop()
 
-    def result(self) -> _Tables | None:
+    def result(self) -> list[_Tables] | None:
         if self.proc is None or self.tmp is None:
             return None
         try:
@@ -363,13 +365,17 @@ class _Helper:
                 return None
             out = Path(self.tmp.name)
             meta = json.loads((out / "meta.json").read_text())
-            gpu = pl.read_ipc(out / "gpu.arrow")
-            cpu = pl.read_ipc(out / "cpu.arrow")
-        except (OSError, ValueError, pl.exceptions.PolarsError):
+            # one file per slice: the helper never holds more than one slice's tables
+            parts = [
+                (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"))
+                for i in range(int(meta["slices"]))
+            ]
+        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
             return None
-        if dict(gpu.schema) != GPU_SCHEMA or dict(cpu.schema) != CPU_SCHEMA:
+        if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA for g, c in parts):
             return None
-        return _Tables(gpu, cpu, Counter(meta["unknown"]), int(meta["events"]))
+        return [_Tables(g, c, Counter(meta["unknown"]) if i == 0 else Counter(), int(meta["events"]) if i == 0 else 0)
+                for i, (g, c) in enumerate(parts)]
 
     def _stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -522,12 +528,15 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             **_host_columns(evs),
             "external_id": pl.Series(list(map(get("external_id"), args)), dtype=pl.Int64),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
-            "python_id": pl.Series([None] * len(evs), dtype=pl.Int64),
-            "python_parent_id": pl.Series([None] * len(evs), dtype=pl.Int64),
             "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
             "input_types": types,
         }
-    )
+    ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
+
+
+def _nulls(*names: str) -> list[pl.Expr]:
+    """Columns these rows never fill: one broadcast null each, no memory per row."""
+    return [pl.lit(None, dtype=CPU_SCHEMA[n]).alias(n) for n in names]
 
 
 # Operators whose input dtypes tell whether their GEMMs can use tensor cores.
@@ -554,14 +563,10 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
         {
             "cat": pl.Series(["python_function"] * n, dtype=CPU_SCHEMA["cat"]),
             **_host_columns(evs),
-            "external_id": pl.Series([None] * n, dtype=pl.Int64),
-            "correlation": pl.Series([None] * n, dtype=pl.Int64),
             "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
-            "sequence": pl.Series([None] * n, dtype=pl.Int64),
-            "input_types": pl.Series([None] * n, dtype=pl.String),
         }
-    )
+    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types")).select(list(CPU_SCHEMA))
 
 
 def _devices(props: list[_DeviceProps] | None) -> pl.DataFrame:
