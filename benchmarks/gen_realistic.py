@@ -442,7 +442,7 @@ def write_step(w: Writer, step_no: int, depth: int, bucket: int) -> None:
     w.host_ts += 20.0
 
 
-def generate(out: Path, size_mb: float | None = None, steps: int | None = None, depth: int = 4, bucket: int = 60,
+def generate(out: Path, size_mb: float | None = None, steps: int | None = None, depth: int = 8, bucket: int = 60,
              source: Path = DEFAULT_SOURCE, backward_thread: str = "main", gpu_scale: float = 0.1) -> dict[str, Any]:
     src = load_source(source)
     t0 = min(u.ts for u in src.data + src.forward) if (src.data or src.forward) else 0.0
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--size-mb", type=float, help="approximate uncompressed size in 10^6 bytes (whole steps)")
     g.add_argument("--steps", type=int, help="number of profiler steps")
-    p.add_argument("--depth", type=int, default=4, help="model passes per step (default 4)")
+    p.add_argument("--depth", type=int, default=8, help="model passes per step (default 8)")
     p.add_argument("--bucket", type=int, default=60, help="backward operators per NCCL all-reduce (0: none)")
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real trace to build from")
     p.add_argument("--backward-thread", choices=("main", "autograd"), default="main")
