@@ -50,7 +50,7 @@ def test_generated_trace_has_the_realistic_shape(realistic):
     from proflab.analysis import Context
 
     assert 28 * MB < realistic.stat().st_size < 60 * MB
-    t = load(realistic)
+    t = load(realistic, cache=False)
     host = t.cpu.group_by("tid").len().sort("len", descending=True)
     assert host["len"][0] > 0.9 * t.cpu.height  # one hot host thread
     assert t.cpu.filter(pl.col("cat") == "cpu_op").height > 20_000
@@ -77,7 +77,7 @@ def test_analyze_peak_rss_within_bound(realistic, tmp_path):
     out = tmp_path / "report.json"
     probe = (
         "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2]])\n"
+        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
         "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
     )
     r = subprocess.run([sys.executable, "-c", probe, str(realistic), str(out)], capture_output=True, text=True,
@@ -106,3 +106,193 @@ def test_slicer_finds_the_events_array_before_a_trailing_object(tmp_path):
     doc_, tables, _ = kineto._read_sliced(p)
     assert sum(t.events for t in tables) == 5
     assert doc_.distributedInfo == {"rank": 0}
+
+
+# -- the columnar cache ---------------------------------------------------------------------
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(d))
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")
+    monkeypatch.delenv("PROFLAB_NO_CACHE", raising=False)
+    return d
+
+
+@pytest.fixture()
+def small(tmp_path) -> Path:
+    """A real recorded trace, copied (the cache keys on path, size and mtime)."""
+    if not SOURCE.exists():
+        pytest.skip(f"missing recorded trace {SOURCE.name}")
+    p = tmp_path / "train.pt.trace.json.gz"
+    p.write_bytes(SOURCE.read_bytes())
+    return p
+
+
+def _same(a, b) -> None:
+    for name in ("gpu", "cpu", "steps", "devices"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+    assert a.meta == b.meta
+
+
+def _entries(d: Path) -> list[Path]:
+    return [p for p in d.iterdir() if not p.name.startswith(".")] if d.exists() else []
+
+
+def test_cache_round_trip_gives_the_same_trace(cache_dir, small):
+    from proflab.readers import load
+
+    fresh = load(small, cache=False)
+    assert _entries(cache_dir) == []  # cache=False writes nothing
+    first = load(small)
+    assert len(_entries(cache_dir)) == 1
+    again = load(small)
+    _same(fresh, first)
+    _same(fresh, again)
+    # nothing left behind but the entry (no temporary folders)
+    assert [p.name for p in cache_dir.iterdir()] == [p.name for p in _entries(cache_dir)]
+
+
+def test_cache_follows_the_file(cache_dir, small):
+    """A rewritten trace (new size / mtime) gets a new entry, never the old tables."""
+    from proflab.readers import load
+
+    load(small)
+    other = KINETO_DIR / "sync_every_step.pt.trace.json.gz"
+    if not other.exists():
+        pytest.skip("missing sync_every_step trace")
+    small.write_bytes(other.read_bytes())
+    rewritten, expected = load(small), load(other, cache=False)
+    assert rewritten.gpu.equals(expected.gpu) and rewritten.cpu.equals(expected.cpu)
+    assert len(_entries(cache_dir)) == 2  # the old entry is not reused
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "missing", "schema", "meta"])
+def test_corrupt_cache_entry_is_ignored_and_rewritten(cache_dir, small, damage):
+    from proflab.readers import _cache, load
+
+    fresh = load(small, cache=False)
+    load(small)
+    (entry,) = _entries(cache_dir)
+    cpu = entry / "cpu.arrow"
+    if damage == "truncate":
+        cpu.write_bytes(cpu.read_bytes()[: cpu.stat().st_size // 2])
+    elif damage == "garbage":
+        cpu.write_bytes(b"not arrow at all")
+    elif damage == "missing":
+        cpu.unlink()
+    elif damage == "schema":
+        pl.DataFrame({"x": [1]}).write_ipc(cpu)
+    else:
+        (entry / "meta.json").write_text("{")
+    _same(fresh, load(small))  # read again from the trace, no error
+    assert _entries(cache_dir) == [entry]  # and the entry written anew
+    assert _cache.load_entry(small) is not None
+
+
+def test_concurrent_writers_leave_one_whole_entry(cache_dir, small):
+    """Several processes reading the same uncached trace at once: each gets the trace, and
+    the cache holds one entry that loads."""
+    code = "import sys; from proflab.readers import load; t = load(sys.argv[1]); print(t.gpu.height, t.cpu.height)"
+    env = dict(_env(), PROFLAB_CACHE_DIR=str(cache_dir), PROFLAB_CACHE_MIN_MB="0")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(small)], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    from proflab.readers import load
+
+    fresh = load(small, cache=False)
+    assert set(outs) == {f"{fresh.gpu.height} {fresh.cpu.height}"}
+    assert len(_entries(cache_dir)) == 1
+    assert [p.name for p in cache_dir.iterdir()] == [p.name for p in _entries(cache_dir)]
+    _same(fresh, load(small))
+
+
+def test_no_cache_flag_and_env(cache_dir, small, monkeypatch):
+    from proflab.cli import main
+
+    assert main(["analyze", str(small), "-f", "json", "-o", str(small.parent / "r.json"), "--no-cache"]) == 0
+    assert _entries(cache_dir) == []
+    monkeypatch.setenv("PROFLAB_NO_CACHE", "1")
+    assert main(["sql", str(small), "select count(*) from gpu", "-f", "csv", "-o", str(small.parent / "r.csv")]) == 0
+    assert _entries(cache_dir) == []
+    monkeypatch.delenv("PROFLAB_NO_CACHE")
+    assert main(["sql", str(small), "select count(*) from gpu", "-f", "csv", "-o", str(small.parent / "r.csv")]) == 0
+    assert len(_entries(cache_dir)) == 1
+
+
+def test_unwritable_cache_folder_is_not_an_error(tmp_path, small, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(blocker / "cache"))  # under a file: cannot exist
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")
+    from proflab.readers import load
+
+    _same(load(small, cache=False), load(small))
+
+
+# -- slicing ----------------------------------------------------------------------------------
+
+
+def test_steps_slice_keeps_the_selected_steps_and_their_launches(small):
+    from proflab import load
+
+    whole = load(small, cache=False)
+    numbers = whole.steps["step"].to_list()
+    assert len(numbers) >= 3
+    first = numbers[1]
+    part = load(small, cache=False, steps=f"{first}:{first + 1}")
+    assert part.steps["step"].to_list() == [first]
+    lo, hi = part.steps["start_ns"][0], part.steps["end_ns"][0]
+    # host events overlap the step; every GPU activity was launched by a kept host call
+    assert ((part.cpu["start_ns"] < hi) & (part.cpu["start_ns"] + part.cpu["dur_ns"] >= lo)).all()
+    kept_calls = part.cpu["correlation"].drop_nulls()
+    assert part.gpu["correlation"].is_in(kept_calls.implode()).all()
+    # and all of them: the step's launches are the whole trace's launches from its calls
+    calls = whole.cpu.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))["correlation"].drop_nulls()
+    assert whole.gpu.filter(pl.col("correlation").is_in(calls.implode())).height <= part.gpu.height
+    assert 0 < part.gpu.height < whole.gpu.height
+    assert part.meta.notes[-1].startswith(f"analysed part of the trace: steps {first}:{first + 1} (1 of")
+
+
+def test_window_slice_is_cut_exactly(small):
+    from proflab import analyze, load
+
+    whole = load(small, cache=False)
+    t0 = min(whole.gpu["start_ns"].min(), whole.cpu["start_ns"].min())
+    part = load(small, cache=False, window="50ms:150ms")
+    lo, hi = t0 + 50_000_000, t0 + 150_000_000
+    for df in (part.gpu, part.cpu):
+        assert (df["start_ns"] >= lo).all() and ((df["start_ns"] + df["dur_ns"]) <= hi).all()
+    assert ((part.steps["start_ns"] >= lo) & (part.steps["end_ns"] <= hi)).all()
+    # busy time inside the window: what the whole trace's kernels cover of it
+    r = analyze(part)
+    assert r.summary["wall_ms"] <= 100.0 + 1e-6
+
+
+def test_slice_of_a_cached_trace_equals_slice_of_a_fresh_read(cache_dir, small):
+    from proflab import load
+
+    load(small)  # fills the cache
+    for kw in ({"steps": "2:4"}, {"window": "20:90"}, {"window": "1ms:"}):
+        _same(load(small, **kw), load(small, cache=False, **kw))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "99:120"], "selects no step; its steps are"),
+        (["--steps", "7:3"], "selects no step"),
+        (["--steps", "x"], "expected FIRST:STOP"),
+        (["--window", "10"], "expected START:END"),
+        (["--window", "5s:1s"], "END must be after START"),
+        (["--window", "9000s:9001s"], "holds no events"),
+    ],
+)
+def test_bad_slices_are_one_line_and_exit_2(small, capsys, args, message):
+    from proflab.cli import main
+
+    assert main(["analyze", str(small), "--no-cache", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err

@@ -35,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
     a.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    _reading_args(a)
     _report_output_args(a)
     a.set_defaults(func=cmd_analyze)
     q = sub.add_parser(
@@ -53,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .csv, .json, .parquet, .txt")
     q.add_argument("--limit", type=int, default=None, metavar="N", help="rows to output (default: 50 in table format, all otherwise; 0: all)")
     q.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
+    _reading_args(q)
     q.set_defaults(func=cmd_sql)
     k = sub.add_parser(
         "kernels",
@@ -92,6 +94,23 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
     rs.set_defaults(func=cmd_runs)
     return p
+
+
+def _reading_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("reading")
+    part = g.add_mutually_exclusive_group()
+    part.add_argument("--steps", metavar="FIRST:STOP", help="only profiler steps FIRST to STOP-1 (10:20, 10:, :20, or one step N)")
+    part.add_argument("--window", metavar="START:END",
+                      help="only this time window from the trace's first event, events clipped to it (100ms:250ms; units ns, us, ms, s; ms if none)")
+    g.add_argument("--no-cache", dest="cache", action="store_false", default=None,
+                   help="neither read nor write the columnar cache of large traces")
+
+
+def _loader(args: argparse.Namespace):
+    """``load(path)`` with the reading options of the command line."""
+    from proflab.api import load
+
+    return lambda p: load(p, cache=args.cache, steps=args.steps, window=args.window)
 
 
 def _report_output_args(p: argparse.ArgumentParser) -> None:
@@ -200,10 +219,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from proflab.api import analyze, load
+    from proflab.api import analyze
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 
+    load = _loader(args)
     paths = expand_paths(args.paths)
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
     if args.output:
@@ -356,8 +376,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.output}: refusing to overwrite the input trace")
 
     from proflab import sql
-    from proflab.api import load
 
+    load = _loader(args)
     if args.tables:
         if args.query:
             raise UsageError("--tables takes no query")
