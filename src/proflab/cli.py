@@ -106,11 +106,35 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
                    help="neither read nor write the columnar cache of large traces")
 
 
-def _loader(args: argparse.Namespace):
-    """``load(path)`` with the reading options of the command line."""
+def _loader(args: argparse.Namespace, *, show_progress: bool = False):
+    """``load(path)`` with the reading options of the command line; with ``show_progress``
+    and a terminal on stderr, a progress bar while a large trace is read."""
     from proflab.api import load
 
-    return lambda p: load(p, cache=args.cache, steps=args.steps, window=args.window)
+    def read(p):
+        if not (show_progress and sys.stderr.isatty()):
+            return load(p, cache=args.cache, steps=args.steps, window=args.window)
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        from proflab.readers import _progress
+
+        bar = Progress(TextColumn("reading {task.description}"), BarColumn(), TimeElapsedColumn(),
+                       console=Console(stderr=True), transient=True)
+        task = bar.add_task(Path(p).name, total=1.0)
+
+        def sink(fraction):
+            if not bar.live.is_started:
+                bar.start()
+            bar.update(task, completed=fraction, total=None if fraction is None else 1.0)
+
+        try:
+            with _progress.reporting(sink):
+                return load(p, cache=args.cache, steps=args.steps, window=args.window)
+        finally:
+            bar.stop()
+
+    return read
 
 
 def _report_output_args(p: argparse.ArgumentParser) -> None:
@@ -223,9 +247,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 
-    load = _loader(args)
     paths = expand_paths(args.paths)
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
+    load = _loader(args, show_progress=fmt == "term")
     if args.output:
         out = Path(args.output).resolve()
         if any(out == p.resolve() for p in paths):
@@ -377,7 +401,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     from proflab import sql
 
-    load = _loader(args)
+    load = _loader(args, show_progress=fmt == "table")
     if args.tables:
         if args.query:
             raise UsageError("--tables takes no query")

@@ -61,18 +61,18 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
         raise UnsupportedFormat(p, "is a directory; pass one trace file (or use expand_paths)")
     use_cache = _cache.enabled(p, cache)
     if use_cache:
-        got = _cache.scan_entry(p)
-        if got is not None:
-            frames, meta = got
-            meta = replace(meta, source=str(path))
+        entry = _cache.scan_entry(p)
+        if entry is not None:
+            meta = replace(entry.meta, source=str(path))
             try:
                 if part is None:
-                    return Trace(**{k: f.collect() for k, f in frames.items()}, meta=meta)
-                devices = frames["devices"].collect()
+                    return Trace(**{k: entry.collect(k) for k in entry.frames}, meta=meta)
+                devices = entry.collect("devices")
                 whole = Trace(gpu=empty(GPU_SCHEMA), cpu=empty(CPU_SCHEMA), steps=empty(STEP_SCHEMA), devices=devices, meta=meta)
-                gpu, cpu, steps, note = slice_frames(frames["gpu"], frames["cpu"], frames["steps"], part, str(path))
-                return with_frames(whole, gpu.collect(), cpu.collect(), steps.collect(), note)
-            except (OSError, pl.exceptions.PolarsError, TypeError):
+                f = entry.frames
+                gpu, cpu, steps, note = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
+                return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)
+            except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
                 _cache.drop(p)  # damaged after all: read the trace again
     trace = _read(p)
     if use_cache:

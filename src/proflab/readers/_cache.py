@@ -36,7 +36,7 @@ from proflab.model.trace import CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHE
 __all__ = ["enabled", "entry_dir", "load_entry", "store", "scan_entry", "drop"]
 
 _TABLES = {"gpu": GPU_SCHEMA, "cpu": CPU_SCHEMA, "steps": STEP_SCHEMA, "devices": DEVICE_SCHEMA}
-_FORMAT = 1  # layout of an entry
+_FORMAT = 2  # layout of an entry
 
 
 def cache_root() -> Path:
@@ -102,9 +102,31 @@ def _meta_ok(d: Path) -> TraceMeta | None:
     return TraceMeta(**meta)
 
 
-def scan_entry(path: Path) -> tuple[dict[str, pl.LazyFrame], TraceMeta] | None:
-    """The entry's tables as lazy scans (nothing read yet) with its meta, or None when
-    there is no usable entry (a broken one is removed)."""
+class Entry:
+    """A cache entry's tables as lazy scans (nothing read until collected), with its meta.
+    Text columns are stored as codes into a dictionary of their distinct values:
+    :meth:`collect` turns them back into text that shares the dictionary's bytes (a kernel
+    name of 200 bytes repeated a million times is kept once, not a million times)."""
+
+    def __init__(self, d: Path, frames: dict[str, pl.LazyFrame], meta: TraceMeta) -> None:
+        self.dir, self.frames, self.meta = d, frames, meta
+
+    def collect(self, name: str, frame: pl.LazyFrame | None = None) -> pl.DataFrame:
+        df = (self.frames[name] if frame is None else frame).collect()
+        text = [c for c, t in _TABLES[name].items() if t == pl.String]
+        if not text:
+            return df
+        return df.with_columns(
+            pl.read_ipc(self.dir / f"{name}.{c}.arrow").to_series().gather(df.get_column(c)).alias(c) for c in text
+        )
+
+
+def _stored_schema(schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
+    return {c: (pl.UInt32 if t == pl.String else t) for c, t in schema.items()}
+
+
+def scan_entry(path: Path) -> Entry | None:
+    """The entry for ``path``, or None when there is no usable one (a broken one is removed)."""
     d = entry_dir(path)
     if d is None or not d.is_dir():
         return None
@@ -115,10 +137,10 @@ def scan_entry(path: Path) -> tuple[dict[str, pl.LazyFrame], TraceMeta] | None:
         frames = {}
         for name, schema in _TABLES.items():
             lf = pl.scan_ipc(d / f"{name}.arrow")
-            if dict(lf.collect_schema()) != schema:
+            if dict(lf.collect_schema()) != _stored_schema(schema):
                 raise ValueError(f"{name}: schema differs")
             frames[name] = lf
-        return frames, meta
+        return Entry(d, frames, meta)
     except Exception:  # any damage: drop the entry and read the trace again
         _remove(d)
         return None
@@ -126,15 +148,27 @@ def scan_entry(path: Path) -> tuple[dict[str, pl.LazyFrame], TraceMeta] | None:
 
 def load_entry(path: Path) -> Trace | None:
     """The cached trace, or None (a broken entry is removed)."""
-    got = scan_entry(path)
-    if got is None:
+    entry = scan_entry(path)
+    if entry is None:
         return None
-    frames, meta = got
     try:
-        return Trace(**{name: lf.collect() for name, lf in frames.items()}, meta=meta)
+        return Trace(**{name: entry.collect(name) for name in _TABLES}, meta=entry.meta)
     except Exception:
         drop(path)
         return None
+
+
+def _encoded(df: pl.DataFrame, schema: dict[str, pl.DataType], tmp: Path, name: str) -> pl.DataFrame:
+    """``df`` with its text columns as UInt32 codes; each dictionary written beside it."""
+    for c, t in schema.items():
+        if t != pl.String:
+            continue
+        dictionary = df.get_column(c).unique(maintain_order=True)
+        dictionary.to_frame(c).write_ipc(tmp / f"{name}.{c}.arrow")
+        lookup = dictionary.to_frame(c).with_row_index("_code")
+        codes = df.select(c).join(lookup, on=c, how="left", maintain_order="left", nulls_equal=True)["_code"]
+        df = df.with_columns(codes.cast(pl.UInt32).alias(c))
+    return df
 
 
 def store(path: Path, trace: Trace) -> None:
@@ -146,8 +180,8 @@ def store(path: Path, trace: Trace) -> None:
     try:
         d.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.", dir=d.parent))
-        for name in _TABLES:
-            getattr(trace, name).write_ipc(tmp / f"{name}.arrow")
+        for name, schema in _TABLES.items():
+            _encoded(getattr(trace, name), schema, tmp, name).write_ipc(tmp / f"{name}.arrow")
         meta = dataclasses.asdict(trace.meta)
         meta["notes"] = list(meta["notes"])
         meta["_version"] = reader_version()

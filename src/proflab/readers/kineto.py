@@ -46,6 +46,7 @@ from proflab.model.trace import (
     TraceMeta,
     steps_from_annotations,
 )
+from proflab.readers import _progress as progress
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
@@ -287,11 +288,15 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
         if isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
             ours, theirs = _split(ranges)
+            share = sum(stop - begin for begin, stop in ours) or 1
+            done = 0
             with _Helper(path, theirs) as helper:
                 for begin, stop in ours:
                     piece = slicer.piece(begin, stop)
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
+                    done += stop - begin
+                    progress.update(done / share)  # the helper keeps about the same pace
                 helped = helper.result()
             if helped is None:  # no helper, or it failed: do its share here
                 for begin, stop in theirs:
@@ -304,6 +309,7 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
             for piece in slicer.pieces():
                 tables.append(_slice_tables(piece))
                 slicer.done(piece)
+                progress.update(None)  # compressed: the total is not known ahead
         document, size = slicer.document(), slicer.size
     finally:
         slicer.close()
