@@ -113,12 +113,15 @@ class Entry:
 
     def collect(self, name: str, frame: pl.LazyFrame | None = None) -> pl.DataFrame:
         df = (self.frames[name] if frame is None else frame).collect()
-        text = [c for c, t in _TABLES[name].items() if t == pl.String]
-        if not text:
-            return df
-        return df.with_columns(
+        schema = _TABLES[name]
+        text = [c for c, t in schema.items() if t == pl.String]
+        df = df.with_columns(
             pl.read_ipc(self.dir / f"{name}.{c}.arrow").to_series().gather(df.get_column(c)).alias(c) for c in text
         )
+        # a column no row fills becomes one broadcast null, as the readers leave it (every
+        # filter of the table would otherwise copy it)
+        empty = [c for c in df.columns if df.height and df.get_column(c).null_count() == df.height]
+        return df.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in empty)
 
 
 def _stored_schema(schema: dict[str, pl.DataType]) -> dict[str, pl.DataType]:
