@@ -317,9 +317,11 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
     return doc, tables, size
 
 
-# A trace of at least this many slices is shared with a helper process on a machine with
-# two or more cores. It gets the second half of the file.
-_HELPER_FROM_SLICES = 4
+# A trace of at least this many slices (320 MiB) is shared with a helper process on a
+# machine with two or more cores. It gets the second half of the file. A second interpreter
+# with polars costs ~130 MiB more at once: below this size the memory bound (0.4 x the trace
+# + 300 MB) has no room for it (163 MB trace: 209 MiB alone, 336-349 MiB with the helper).
+_HELPER_FROM_SLICES = 10
 _HELPER_SHARE = 0.5
 
 
