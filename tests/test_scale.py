@@ -296,3 +296,34 @@ def test_bad_slices_are_one_line_and_exit_2(small, capsys, args, message):
     assert main(["analyze", str(small), "--no-cache", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and message in err
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+def test_read_reports_progress_only_to_an_installed_sink(small, tmp_path, monkeypatch):
+    import gzip
+
+    from proflab.readers import _progress, kineto
+
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(small.read_bytes()))
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # many slices
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    seen: list = []
+    with _progress.reporting(seen.append):
+        kineto.read(plain)
+    assert len(seen) > 5 and seen == sorted(seen) and seen[-1] == 1.0
+    seen.clear()
+    with _progress.reporting(seen.append):
+        kineto.read(small)  # gzip: the total is unknown
+    assert seen and set(seen) == {None}
+    kineto.read(plain)  # no sink: nothing to report to, and no error
+    assert _progress._sink is None
+
+
+def test_cli_shows_no_progress_in_a_pipe(small, tmp_path):
+    """On a pipe (as here) stderr gets nothing but errors, whatever the format."""
+    r = subprocess.run([sys.executable, "-m", "proflab", "analyze", str(small), "--no-cache"], capture_output=True,
+                       text=True, timeout=300, env=_env())
+    assert r.returncode == 0 and r.stderr == ""
