@@ -327,3 +327,21 @@ def test_cli_shows_no_progress_in_a_pipe(small, tmp_path):
     r = subprocess.run([sys.executable, "-m", "proflab", "analyze", str(small), "--no-cache"], capture_output=True,
                        text=True, timeout=300, env=_env())
     assert r.returncode == 0 and r.stderr == ""
+
+
+NSYS_EXPORT = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
+
+
+def test_cache_round_trip_of_an_nsys_export(cache_dir, tmp_path):
+    """The cache holds whatever a reader produced: an Nsight Systems export too."""
+    if not NSYS_EXPORT.exists():
+        pytest.skip("shared nsys fixtures are absent")
+    from proflab.readers import load
+
+    p = tmp_path / "export.sqlite"
+    p.write_bytes(NSYS_EXPORT.read_bytes())
+    fresh = load(p, cache=False)
+    load(p)
+    assert len(_entries(cache_dir)) == 1
+    _same(fresh, load(p))
+    assert fresh.gpu.height > 1000 and fresh.cpu.height > 1000  # a round trip of real data
