@@ -154,7 +154,6 @@ def _ids(units: list[Unit]) -> None:
 def _units(events: list[Event], lo: float, hi: float, gpu_by_corr: dict[int, Event], flows: list[Event]) -> list[Unit]:
     """Top-level units among host events of one thread (sorted by ts, longest first) in [lo, hi)."""
     out: list[Unit] = []
-    i = 0
     starts = [e["ts"] for e in events]
     i = bisect.bisect_left(starts, lo)
     flow_ts = [f["ts"] for f in flows]
@@ -305,11 +304,9 @@ class Writer:
         if u.children:
             start = self.host_ts
             # children keep their source spacing relative to the annotation's start
-            pending = []
             for c in u.children:
                 self.host_ts = max(self.host_ts, c.ts + shift)
                 self.replay(c, tid, 0.0)
-                pending.append(c)
             end = max(self.host_ts, u.ts + u.dur + shift)
             top = dict(u.top)
             top.update(tid=tid, ts=round(start, 3), dur=round(end - start, 3))

@@ -21,8 +21,6 @@ __all__ = ["main"]
 def main(argv: list[str]) -> int:
     import gc
 
-    import polars as pl
-
     from proflab.readers import kineto
     from proflab.readers._slices import open_slicer
 
