@@ -28,11 +28,22 @@ _GPU_SKIPPED = (
 )
 
 
-def load(path: str | Path) -> Trace:
-    """Read a trace file (Kineto JSON or JSON.gz) into the columnar model."""
+def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None) -> Trace:
+    """Read a trace file (Kineto JSON or JSON.gz, Nsight Systems export) into the columnar model.
+
+    ``cache``: keep/reuse the normalized tables in the columnar cache (default: for files of
+    16 MB and more; False: never). ``steps="10:20"`` keeps profiler steps 10 to 19,
+    ``window="100ms:250ms"`` a time window from the trace's first event (see
+    ``proflab.model.slicing``)."""
+    from proflab.model.slicing import parse_steps, parse_window
     from proflab.readers import load as _load
 
-    return _load(path)
+    if steps is not None and window is not None:
+        from proflab.errors import UsageError
+
+        raise UsageError("give steps or window, not both")
+    part = parse_steps(steps) if steps is not None else parse_window(window) if window is not None else None
+    return _load(path, cache=cache, part=part)
 
 
 def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:

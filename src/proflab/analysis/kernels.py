@@ -66,7 +66,9 @@ def launch_sources(trace: Trace, frames: FrameIndex, launches: pl.DataFrame) -> 
     direct = frames.lookup(launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
     if direct.null_count() == 0:
         return direct
-    ops = trace.cpu.filter((pl.col("cat") == "cpu_op") & pl.col("sequence").is_not_null())
+    ops = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns", "sequence").filter(
+        (pl.col("cat") == "cpu_op") & pl.col("sequence").is_not_null()
+    )
     nodes = ops.filter(pl.col("name").str.starts_with("autograd::engine::evaluate_function")).select(
         "tid", pl.col("start_ns").alias("node_start"), (pl.col("start_ns") + pl.col("dur_ns")).alias("node_end"), "sequence"
     ).sort("node_start")

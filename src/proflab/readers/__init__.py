@@ -7,8 +7,12 @@ SQLite exports, and ``.nsys-rep`` reports through ``nsys export``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from proflab.errors import InputNotFound, UnsupportedFormat
+
+if TYPE_CHECKING:
+    from proflab.model.slicing import SliceSpec
 
 __all__ = ["load", "expand_paths"]
 
@@ -36,15 +40,49 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def load(path: str | Path):
-    """Read one trace file into a :class:`proflab.model.Trace`."""
-    from proflab.readers import kineto, nsys_sqlite
+def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None = None):
+    """Read one trace file into a :class:`proflab.model.Trace`.
+
+    ``cache``: use the columnar cache (``_cache``; None: when the file is large enough,
+    False: never). ``part``: only some steps or a time window (``proflab.model.slicing``);
+    from a cached trace only that part is read."""
+    from dataclasses import replace
+
+    import polars as pl
+
+    from proflab.model.slicing import slice_frames, slice_trace, with_frames
+    from proflab.model.trace import CPU_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, empty
+    from proflab.readers import _cache
 
     p = Path(path)
     if not p.exists():
         raise InputNotFound(p, "no such file or directory")
     if p.is_dir():
         raise UnsupportedFormat(p, "is a directory; pass one trace file (or use expand_paths)")
+    use_cache = _cache.enabled(p, cache)
+    if use_cache:
+        entry = _cache.scan_entry(p)
+        if entry is not None:
+            meta = replace(entry.meta, source=str(path))
+            try:
+                if part is None:
+                    return Trace(**{k: entry.collect(k) for k in entry.frames}, meta=meta)
+                devices = entry.collect("devices")
+                whole = Trace(gpu=empty(GPU_SCHEMA), cpu=empty(CPU_SCHEMA), steps=empty(STEP_SCHEMA), devices=devices, meta=meta)
+                f = entry.frames
+                gpu, cpu, steps, note = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
+                return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)
+            except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
+                _cache.drop(p)  # damaged after all: read the trace again
+    trace = _read(p)
+    if use_cache:
+        _cache.store(p, trace)
+    return slice_trace(trace, part)
+
+
+def _read(p: Path):
+    from proflab.readers import kineto, nsys_sqlite
+
     if nsys_sqlite.sniff(p) or p.suffix == ".nsys-rep":
         return nsys_sqlite.read(p)
     if kineto.sniff(p):

@@ -13,9 +13,13 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     order). Built one column at a time, each dropped from the parts once gathered, so the
     peak is the parts plus about one column, never two copies of everything. A column no
     row fills (an export has no Python frames or autograd sequence numbers) becomes one
-    null broadcast to the frame's length, which costs no memory per row."""
+    null broadcast to the frame's length, which costs no memory per row.
+
+    The list is emptied: a caller that keeps no other reference to the frames has each
+    column freed as soon as it is merged."""
     schema = parts[0].schema
-    parts = [p for p in parts if p.height]
+    given, parts = parts, [p for p in parts if p.height]
+    given.clear()
     if not parts:
         return pl.DataFrame(schema=schema)
     height = sum(p.height for p in parts)

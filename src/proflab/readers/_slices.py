@@ -28,6 +28,7 @@ _BLANK = b" \t\r\n"
 _COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
 _READ_BYTES = 16 << 20
 _MAX_HEAD_BYTES = 64 << 20
+_MAX_TAIL_BYTES = 4 << 20
 
 
 class NotSliceable(Exception):
@@ -180,15 +181,20 @@ def _array_start(buf) -> tuple[int, int] | None:
 def _array_close(buf) -> int:
     """Offset of the ``]`` closing the events array: after the last event, blanks and at
     most one comma."""
-    last = buf.rfind(b"\n  }")
-    if last < 0:
-        raise NotSliceable
-    close = _skip_blank(buf, last + 4)
-    if close < len(buf) and buf[close] == _COMMA:
-        close = _skip_blank(buf, close + 1)
-    if close >= len(buf) or buf[close] != _CLOSE:
-        raise NotSliceable
-    return close
+    # Top-level objects written after the array (a "distributedInfo" block) end in the same
+    # "\n  }": step back over them, as far as the last few MiB of the document.
+    end = len(buf)
+    floor = max(0, len(buf) - _MAX_TAIL_BYTES)
+    while True:
+        last = buf.rfind(b"\n  }", floor, end)
+        if last < 0:
+            raise NotSliceable
+        close = _skip_blank(buf, last + 4)
+        if close < len(buf) and buf[close] == _COMMA:
+            close = _skip_blank(buf, close + 1)
+        if close < len(buf) and buf[close] == _CLOSE:
+            return close
+        end = last
 
 
 def _stop_before(buf, cut: int) -> int:

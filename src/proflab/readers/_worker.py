@@ -4,7 +4,8 @@ The reader starts it as ``python -m proflab.readers._worker TRACE OUTDIR`` (a fr
 interpreter: nothing of the caller's process, threads or ``__main__`` is inherited) and
 writes the slices to decode to its stdin as JSON ``[[begin, stop], ...]``. The worker maps
 the same file, decodes those slices with the reader's own code, and leaves its tables in
-OUTDIR as Arrow IPC (``gpu.arrow``, ``cpu.arrow``) with ``meta.json``. It exits non-zero on
+OUTDIR as Arrow IPC, one pair of files per slice (``gpu-N.arrow``, ``cpu-N.arrow``), with
+``meta.json``. It exits non-zero on
 any failure; the reader then decodes those slices itself.
 """
 
@@ -20,8 +21,6 @@ __all__ = ["main"]
 def main(argv: list[str]) -> int:
     import gc
 
-    import polars as pl
-
     from proflab.readers import kineto
     from proflab.readers._slices import open_slicer
 
@@ -29,28 +28,30 @@ def main(argv: list[str]) -> int:
     trace, outdir = Path(argv[0]), Path(argv[1])
     ranges = json.loads(sys.stdin.buffer.read())
     slicer = open_slicer(trace, kineto._CHUNK_BYTES)
+    unknown: dict[str, int] = {}
+    problems: dict[tuple, int] = {}
+    events = 0
     try:
-        tables = []
-        for begin, stop in ranges:
+        for i, (begin, stop) in enumerate(ranges):
             piece = slicer.piece(begin, stop)
-            tables.append(kineto._slice_tables(piece))
+            t = kineto._slice_tables(piece)
             slicer.done(piece)
+            # written and dropped slice by slice: the helper holds one slice's tables at most
+            t.gpu.write_ipc(outdir / f"gpu-{i}.arrow")
+            t.cpu.write_ipc(outdir / f"cpu-{i}.arrow")
+            events += t.events
+            for cat, n in t.unknown.items():
+                unknown[cat] = unknown.get(cat, 0) + n
+            for key, n in t.problems.items():
+                problems[key] = problems.get(key, 0) + n
+            del t
     finally:
         slicer.close()
-    pl.concat([t.gpu for t in tables]).write_ipc(outdir / "gpu.arrow")
-    pl.concat([t.cpu for t in tables]).write_ipc(outdir / "cpu.arrow")
-    unknown: dict[str, int] = {}
-    for t in tables:
-        for cat, n in t.unknown.items():
-            unknown[cat] = unknown.get(cat, 0) + n
-    problems: dict[tuple, int] = {}
-    for t in tables:
-        for key, n in t.problems.items():
-            problems[key] = problems.get(key, 0) + n
     meta = {
-        "events": sum(t.events for t in tables),
+        "events": events,
         "unknown": unknown,
         "problems": [[*key, n] for key, n in problems.items()],
+        "slices": len(ranges),
     }
     (outdir / "meta.json").write_text(json.dumps(meta))
     return 0

@@ -50,6 +50,7 @@ from proflab.model.trace import (
     TraceMeta,
     steps_from_annotations,
 )
+from proflab.readers import _progress as progress
 from proflab.readers import _tolerant
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
@@ -251,8 +252,10 @@ def _read(path: Path) -> Trace:
     unknown: Counter[str] = Counter()
     for t in tables:
         unknown.update(t.unknown)
-    gpu = merge_by_start([t.gpu for t in tables])
-    cpu = merge_by_start([t.cpu for t in tables])
+    gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
+    tables.clear()  # the parts are now only in these lists, which the merge empties
+    gpu = merge_by_start(gpu_parts)
+    cpu = merge_by_start(cpu_parts)
     if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
@@ -338,11 +341,15 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
         if isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
             ours, theirs = _split(ranges)
+            share = sum(stop - begin for begin, stop in ours) or 1
+            done = 0
             with _Helper(path, theirs) as helper:
                 for begin, stop in ours:
                     piece = slicer.piece(begin, stop)
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
+                    done += stop - begin
+                    progress.update(done / share)  # the helper keeps about the same pace
                 helped = helper.result()
             if helped is None:  # no helper, or it failed: do its share here
                 for begin, stop in theirs:
@@ -350,11 +357,12 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
             else:
-                tables.append(helped)
+                tables.extend(helped)
         else:
             for piece in slicer.pieces():
                 tables.append(_slice_tables(piece))
                 slicer.done(piece)
+                progress.update(None)  # compressed: the total is not known ahead
         document, size = slicer.document(), slicer.size
     finally:
         slicer.close()
@@ -365,9 +373,11 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
     return doc, tables, size
 
 
-# A trace of at least this many slices is shared with a helper process on a machine with
-# two or more cores. It gets the second half of the file.
-_HELPER_FROM_SLICES = 4
+# A trace of at least this many slices (320 MiB) is shared with a helper process on a
+# machine with two or more cores. It gets the second half of the file. A second interpreter
+# with polars costs ~130 MiB more at once: below this size the memory bound (0.4 x the trace
+# + 300 MB) has no room for it (163 MB trace: 209 MiB alone, 336-349 MiB with the helper).
+_HELPER_FROM_SLICES = 10
 _HELPER_SHARE = 0.5
 
 
@@ -411,7 +421,7 @@ class _Helper:
         except OSError:
             self._stop()
 
-    def result(self) -> _Tables | None:
+    def result(self) -> list[_Tables] | None:
         if self.proc is None or self.tmp is None:
             return None
         try:
@@ -419,14 +429,23 @@ class _Helper:
                 return None
             out = Path(self.tmp.name)
             meta = json.loads((out / "meta.json").read_text())
-            gpu = pl.read_ipc(out / "gpu.arrow")
-            cpu = pl.read_ipc(out / "cpu.arrow")
-        except (OSError, ValueError, pl.exceptions.PolarsError):
+            # one file per slice: the helper never holds more than one slice's tables
+            parts = [
+                (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"))
+                for i in range(int(meta["slices"]))
+            ]
+        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
             return None
-        if dict(gpu.schema) != GPU_SCHEMA or dict(cpu.schema) != CPU_SCHEMA:
+        if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA for g, c in parts):
             return None
+        # the document-wide counts ride on the first slice
         problems = Counter({tuple(k): n for *k, n in meta.get("problems", [])})
-        return _Tables(gpu, cpu, Counter(meta["unknown"]), int(meta["events"]), problems)
+        return [
+            _Tables(g, c, Counter(meta["unknown"]), int(meta["events"]), problems)
+            if i == 0
+            else _Tables(g, c, Counter(), 0, Counter())
+            for i, (g, c) in enumerate(parts)
+        ]
 
     def _stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -672,12 +691,15 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             **_host_columns(evs),
             "external_id": _external_ids(args),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
-            "python_id": pl.Series([None] * len(evs), dtype=pl.Int64),
-            "python_parent_id": pl.Series([None] * len(evs), dtype=pl.Int64),
             "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
             "input_types": types,
         }
-    )
+    ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
+
+
+def _nulls(*names: str) -> list[pl.Expr]:
+    """Columns these rows never fill: one broadcast null each, no memory per row."""
+    return [pl.lit(None, dtype=CPU_SCHEMA[n]).alias(n) for n in names]
 
 
 # Operators whose input dtypes tell whether their GEMMs can use tensor cores.
@@ -704,14 +726,10 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
         {
             "cat": pl.Series(["python_function"] * n, dtype=CPU_SCHEMA["cat"]),
             **_host_columns(evs),
-            "external_id": pl.Series([None] * n, dtype=pl.Int64),
-            "correlation": pl.Series([None] * n, dtype=pl.Int64),
             "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
-            "sequence": pl.Series([None] * n, dtype=pl.Int64),
-            "input_types": pl.Series([None] * n, dtype=pl.String),
         }
-    )
+    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types")).select(list(CPU_SCHEMA))
 
 
 # deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them

@@ -27,7 +27,9 @@ def _pinning(ctx: Context) -> tuple[int, list[dict]]:
 def _async_on_pageable(trace: Trace) -> int:
     """cudaMemcpyAsync calls whose host side is pageable: the API's promise is void, the copy
     is staged and the call returns only when it is done (nsys's expert rule flags each one)."""
-    calls = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Async"))
+    calls = trace.cpu.select("cat", "name", "correlation").filter(
+        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Async")
+    )
     return pageable_host_copies(trace).join(calls.select("correlation"), on="correlation", how="semi").height
 
 
@@ -127,7 +129,8 @@ def _copy_ops(trace: Trace, *, pageable: bool | None) -> list[str]:
     m = trace.memcpy
     if pageable:
         m = m.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    ops = trace.cpu.filter(pl.col("cat") == "cpu_op").select("external_id", pl.col("name").alias("op"))
+    ops = trace.cpu.select("cat", "external_id", "name").filter(pl.col("cat") == "cpu_op")
+    ops = ops.select("external_id", pl.col("name").alias("op"))
     return (
         m.join(ops.unique("external_id"), on="external_id", how="inner")
         .group_by("op")

@@ -1,0 +1,161 @@
+"""Part of a trace: some profiler steps (``--steps 10:20``) or a time window
+(``--window 100ms:250ms``).
+
+A slice is a host-time window ``[lo, hi)`` (ns, the trace's clock):
+
+* ``--steps A:B`` is the ``ProfilerStep#N`` with ``A <= N < B`` (Python slice semantics over
+  step numbers; ``A:`` and ``:B`` leave a side open, ``N`` alone is one step), and the window
+  runs from the first one's start to the last one's end;
+* ``--window START:END`` is relative to the trace's first event, in ``ns``, ``us``, ``ms``
+  (the default unit) or ``s``.
+
+Kept with ``--steps``: the selected steps, host events overlapping their span, and the GPU
+activities those host calls launched (a kernel launched in step 19 that runs after it ends is
+step 19's; one launched in step 9 is not step 10's, even if it runs then). With ``--window``
+the cut is exact: host and GPU events overlapping the window, clipped to it, and the steps
+wholly inside it. Everything works on lazy
+frames, so a cached trace is filtered while it is read and the rest is never materialized.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import polars as pl
+
+from proflab.errors import UsageError
+from proflab.model.trace import Trace
+
+__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace"]
+
+_UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+_TIME = re.compile(r"^\s*(-?\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
+
+
+@dataclass(frozen=True)
+class SliceSpec:
+    """What part to analyse. ``steps``: (first, stop) step numbers, either None for open;
+    ``window_ns``: (start, end) relative to the trace's first event, either None for open."""
+
+    steps: tuple[int | None, int | None] | None = None
+    window_ns: tuple[int | None, int | None] | None = None
+    text: str = ""
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.window_ns is not None:
+            raise UsageError("give --steps or --window, not both")
+
+
+def parse_steps(text: str) -> SliceSpec:
+    """``"10:20"``, ``"10:"``, ``":20"`` or ``"12"``."""
+    raw = text.strip()
+    try:
+        if ":" not in raw:
+            n = int(raw)
+            bounds: tuple[int | None, int | None] = (n, n + 1)
+        else:
+            a, b = raw.split(":", 1)
+            bounds = (int(a) if a.strip() else None, int(b) if b.strip() else None)
+    except ValueError:
+        raise UsageError(f"--steps {text}: expected FIRST:STOP step numbers, such as 10:20 (steps 10 to 19)") from None
+    if bounds[0] is not None and bounds[1] is not None and bounds[1] <= bounds[0]:
+        raise UsageError(f"--steps {text}: selects no step (STOP must be greater than FIRST)")
+    return SliceSpec(steps=bounds, text=f"steps {raw}")
+
+
+def _time_ns(part: str, text: str) -> int | None:
+    if not part.strip():
+        return None
+    m = _TIME.match(part)
+    if not m:
+        raise UsageError(f"--window {text}: expected START:END times such as 100ms:250ms (units ns, us, ms, s; ms if none)")
+    return round(float(m.group(1)) * _UNITS_NS[m.group(2) or "ms"])
+
+
+def parse_window(text: str) -> SliceSpec:
+    """``"100ms:250ms"``, ``"1.5s:"``, ``":300"`` (ms), relative to the trace's first event."""
+    if ":" not in text:
+        raise UsageError(f"--window {text}: expected START:END, such as 100ms:250ms")
+    a, b = text.split(":", 1)
+    lo, hi = _time_ns(a, text), _time_ns(b, text)
+    if lo is not None and hi is not None and hi <= lo:
+        raise UsageError(f"--window {text}: END must be after START")
+    return SliceSpec(window_ns=(lo, hi), text=f"window {text.strip()}")
+
+
+_END = pl.col("start_ns") + pl.col("dur_ns")
+
+
+def _clipped(frame: pl.LazyFrame, lo: int, hi: int) -> pl.LazyFrame:
+    start = pl.max_horizontal(pl.col("start_ns"), pl.lit(lo))
+    end = pl.min_horizontal(_END, pl.lit(hi))
+    return frame.with_columns(start.alias("start_ns"), (end - start).clip(lower_bound=0).alias("dur_ns"))
+
+
+def slice_frames(
+    gpu: pl.LazyFrame, cpu: pl.LazyFrame, steps: pl.LazyFrame, spec: SliceSpec, source: str
+) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame, str]:
+    """The sliced gpu, cpu and steps frames, and a note saying what was kept. Raises
+    UsageError (one line) when the slice selects nothing."""
+    all_steps = steps.collect()
+    if spec.steps is not None:
+        first, stop = spec.steps
+        sel = all_steps
+        if first is not None:
+            sel = sel.filter(pl.col("step") >= first)
+        if stop is not None:
+            sel = sel.filter(pl.col("step") < stop)
+        if sel.height == 0:
+            have = (
+                f"its steps are {all_steps['step'].min()} to {all_steps['step'].max()}"
+                if all_steps.height
+                else "it has no ProfilerStep#N ranges"
+            )
+            raise UsageError(f"{source}: --{spec.text} selects no step; {have}")
+        lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+        kept_steps = sel
+    else:
+        t0 = pl.concat(
+            [gpu.select(pl.col("start_ns").min()), cpu.select(pl.col("start_ns").min())]
+        ).collect()["start_ns"].min()
+        if t0 is None:
+            raise UsageError(f"{source}: --{spec.text} on a trace with no events")
+        a, b = spec.window_ns or (None, None)
+        lo = int(t0) + a if a is not None else -(2**62)
+        hi = int(t0) + b if b is not None else 2**62
+    overlaps = (pl.col("start_ns") < hi) & ((_END > lo) | (pl.col("start_ns") >= lo))
+    if spec.steps is not None:
+        cpu_kept = cpu.filter(overlaps)
+        launched = cpu_kept.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
+        starts_inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+        gpu_kept = (
+            gpu.join(launched, on="correlation", how="left", maintain_order="left")
+            .filter(pl.col("_launched").fill_null(False) | (pl.col("correlation").is_null() & starts_inside))
+            .drop("_launched")
+        )
+    else:
+        # a time window is cut exactly: events are clipped to it, steps kept when whole
+        cpu_kept = _clipped(cpu.filter(overlaps), lo, hi)
+        gpu_kept = _clipped(gpu.filter(overlaps), lo, hi)
+        kept_steps = all_steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
+    n_all = all_steps.height
+    note = f"analysed part of the trace: {spec.text} ({kept_steps.height} of {n_all} profiler steps)"
+    return gpu_kept, cpu_kept, kept_steps.lazy(), note
+
+
+def slice_trace(trace: Trace, spec: SliceSpec | None) -> Trace:
+    """The part of an in-memory trace that ``spec`` selects (the trace itself for None)."""
+    if spec is None:
+        return trace
+    gpu, cpu, steps, note = slice_frames(trace.gpu.lazy(), trace.cpu.lazy(), trace.steps.lazy(), spec, trace.meta.source)
+    return with_frames(trace, gpu.collect(), cpu.collect(), steps.collect(), note)
+
+
+def with_frames(trace: Trace, gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.DataFrame, note: str) -> Trace:
+    from dataclasses import replace
+
+    if gpu.height == 0 and cpu.height == 0:
+        raise UsageError(f"{trace.meta.source}: {note.split(': ', 1)[1].split(' (')[0]} holds no events")
+    meta = replace(trace.meta, notes=(*trace.meta.notes, note))
+    return Trace(gpu=gpu, cpu=cpu, steps=steps, devices=trace.devices, meta=meta)

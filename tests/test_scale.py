@@ -1,0 +1,347 @@
+"""Traces of any size: bounded memory on a realistic-shape trace (issue 20).
+
+The trace comes from ``benchmarks/gen_realistic.py`` (one hot host thread, forward/backward
+ranges over thousands of GPU gaps, NCCL on a second stream), built from the recorded
+``train_loop`` trace. No timing asserts: the memory bound is what holds on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from conftest import KINETO_DIR
+
+ROOT = Path(__file__).resolve().parent.parent
+GEN = ROOT / "benchmarks" / "gen_realistic.py"
+SOURCE = KINETO_DIR / "train_loop.pt.trace.json.gz"
+
+# The issue's bound: peak RSS <= 0.4 x the uncompressed Kineto size + 300 MB.
+MB = 10**6
+
+
+def _bound_bytes(size: int) -> float:
+    return 0.4 * size + 300 * MB
+
+
+@pytest.fixture(scope="module")
+def realistic(tmp_path_factory) -> Path:
+    if not SOURCE.exists():
+        pytest.skip(f"missing recorded trace {SOURCE.name}")
+    out = tmp_path_factory.mktemp("scale") / "realistic.json"
+    subprocess.run([sys.executable, str(GEN), str(out), "--size-mb", "30"], check=True, capture_output=True, timeout=300)
+    return out
+
+
+def _env() -> dict[str, str]:
+    # the child imports the proflab under test, as this process does
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+
+def test_generated_trace_has_the_realistic_shape(realistic):
+    """What makes the trace hard is there: a hot thread, long ranges, NCCL, many gaps."""
+    from proflab import load
+    from proflab.analysis import Context
+
+    assert 28 * MB < realistic.stat().st_size < 60 * MB
+    t = load(realistic, cache=False)
+    host = t.cpu.group_by("tid").len().sort("len", descending=True)
+    assert host["len"][0] > 0.9 * t.cpu.height  # one hot host thread
+    assert t.cpu.filter(pl.col("cat") == "cpu_op").height > 20_000
+    assert t.steps.height >= 2
+    assert t.gpu.filter(pl.col("is_comm"))["stream"].unique().to_list() == [20]
+    assert t.gpu.filter(~pl.col("is_comm"))["stream"].unique().to_list() == [7]
+    assert t.cpu.filter(pl.col("cat") == "gpu_user_annotation").height == t.steps.height
+    gaps = Context(t).gaps
+    assert gaps.height > 3_000
+    ranges = t.cpu.filter(pl.col("name").is_in(["## forward ##", "## backward ##"]))
+    assert ranges.height == 2 * t.steps.height
+    # each backward range spans a thousand gaps or more
+    bwd = ranges.filter(pl.col("name") == "## backward ##").row(0, named=True)
+    inside = gaps.filter((pl.col("start_ns") >= bwd["start_ns"]) & (pl.col("start_ns") < bwd["start_ns"] + bwd["dur_ns"]))
+    assert inside.height >= 1_000
+    # every kernel has its launch: correlation ids match a runtime call
+    launched = t.gpu.join(t.cpu.filter(pl.col("correlation").is_not_null()), on="correlation", how="semi")
+    assert launched.height == t.gpu.height
+
+
+def test_analyze_peak_rss_within_bound(realistic, tmp_path):
+    """`proflab analyze` in a subprocess: its peak RSS (and its helper's) stays under
+    0.4 x the trace size + 300 MB, and the report is the full one."""
+    out = tmp_path / "report.json"
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe, str(realistic), str(out)], capture_output=True, text=True,
+                       timeout=300, env=_env())
+    rc, maxrss_kib = map(int, r.stdout.split())
+    assert rc == 0, r.stderr
+    peak = maxrss_kib * 1024  # Linux reports KiB
+    size = realistic.stat().st_size
+    assert peak <= _bound_bytes(size), f"peak RSS {peak / 2**20:.0f} MiB > bound {_bound_bytes(size) / 2**20:.0f} MiB"
+    report = json.loads(out.read_text())
+    assert report["source"]["inputs"][0]["events"] > 90_000
+    assert sum(report["idle"]["gaps_by_cause"].values()) > 3_000
+
+
+def test_slicer_finds_the_events_array_before_a_trailing_object(tmp_path):
+    """A document with an object after traceEvents (distributedInfo written last) is still
+    read slice by slice, not decoded whole (which needs several times the memory)."""
+    from proflab.readers import kineto
+
+    ev = '  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, "dur": 2\n  }'
+    body = ",\n".join(ev % i for i in range(5))
+    doc = '{\n  "schemaVersion": 1,\n  "traceEvents": [\n' + body + '\n  ],\n  "distributedInfo": {\n    "rank": 0\n  }\n}\n'
+    p = tmp_path / "t.json"
+    p.write_text(doc)
+    json.loads(doc)  # valid JSON
+    doc_, tables, _ = kineto._read_sliced(p)
+    assert sum(t.events for t in tables) == 5
+    assert doc_.distributedInfo == {"rank": 0}
+
+
+# -- the columnar cache ---------------------------------------------------------------------
+
+
+@pytest.fixture()
+def cache_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "cache"
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(d))
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")
+    monkeypatch.delenv("PROFLAB_NO_CACHE", raising=False)
+    return d
+
+
+@pytest.fixture()
+def small(tmp_path) -> Path:
+    """A real recorded trace, copied (the cache keys on path, size and mtime)."""
+    if not SOURCE.exists():
+        pytest.skip(f"missing recorded trace {SOURCE.name}")
+    p = tmp_path / "train.pt.trace.json.gz"
+    p.write_bytes(SOURCE.read_bytes())
+    return p
+
+
+def _same(a, b) -> None:
+    for name in ("gpu", "cpu", "steps", "devices"):
+        assert getattr(a, name).equals(getattr(b, name)), name
+    assert a.meta == b.meta
+
+
+def _entries(d: Path) -> list[Path]:
+    return [p for p in d.iterdir() if not p.name.startswith(".")] if d.exists() else []
+
+
+def test_cache_round_trip_gives_the_same_trace(cache_dir, small):
+    from proflab.readers import load
+
+    fresh = load(small, cache=False)
+    assert _entries(cache_dir) == []  # cache=False writes nothing
+    first = load(small)
+    assert len(_entries(cache_dir)) == 1
+    again = load(small)
+    _same(fresh, first)
+    _same(fresh, again)
+    # nothing left behind but the entry (no temporary folders)
+    assert [p.name for p in cache_dir.iterdir()] == [p.name for p in _entries(cache_dir)]
+
+
+def test_cache_follows_the_file(cache_dir, small):
+    """A rewritten trace (new size / mtime) gets a new entry, never the old tables."""
+    from proflab.readers import load
+
+    load(small)
+    other = KINETO_DIR / "sync_every_step.pt.trace.json.gz"
+    if not other.exists():
+        pytest.skip("missing sync_every_step trace")
+    small.write_bytes(other.read_bytes())
+    rewritten, expected = load(small), load(other, cache=False)
+    assert rewritten.gpu.equals(expected.gpu) and rewritten.cpu.equals(expected.cpu)
+    assert len(_entries(cache_dir)) == 2  # the old entry is not reused
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "missing", "schema", "meta"])
+def test_corrupt_cache_entry_is_ignored_and_rewritten(cache_dir, small, damage):
+    from proflab.readers import _cache, load
+
+    fresh = load(small, cache=False)
+    load(small)
+    (entry,) = _entries(cache_dir)
+    cpu = entry / "cpu.arrow"
+    if damage == "truncate":
+        cpu.write_bytes(cpu.read_bytes()[: cpu.stat().st_size // 2])
+    elif damage == "garbage":
+        cpu.write_bytes(b"not arrow at all")
+    elif damage == "missing":
+        cpu.unlink()
+    elif damage == "schema":
+        pl.DataFrame({"x": [1]}).write_ipc(cpu)
+    else:
+        (entry / "meta.json").write_text("{")
+    _same(fresh, load(small))  # read again from the trace, no error
+    assert _entries(cache_dir) == [entry]  # and the entry written anew
+    assert _cache.load_entry(small) is not None
+
+
+def test_concurrent_writers_leave_one_whole_entry(cache_dir, small):
+    """Several processes reading the same uncached trace at once: each gets the trace, and
+    the cache holds one entry that loads."""
+    code = "import sys; from proflab.readers import load; t = load(sys.argv[1]); print(t.gpu.height, t.cpu.height)"
+    env = dict(_env(), PROFLAB_CACHE_DIR=str(cache_dir), PROFLAB_CACHE_MIN_MB="0")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(small)], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(4)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    from proflab.readers import load
+
+    fresh = load(small, cache=False)
+    assert set(outs) == {f"{fresh.gpu.height} {fresh.cpu.height}"}
+    assert len(_entries(cache_dir)) == 1
+    assert [p.name for p in cache_dir.iterdir()] == [p.name for p in _entries(cache_dir)]
+    _same(fresh, load(small))
+
+
+def test_no_cache_flag_and_env(cache_dir, small, monkeypatch):
+    from proflab.cli import main
+
+    assert main(["analyze", str(small), "-f", "json", "-o", str(small.parent / "r.json"), "--no-cache"]) == 0
+    assert _entries(cache_dir) == []
+    monkeypatch.setenv("PROFLAB_NO_CACHE", "1")
+    assert main(["sql", str(small), "select count(*) from gpu", "-f", "csv", "-o", str(small.parent / "r.csv")]) == 0
+    assert _entries(cache_dir) == []
+    monkeypatch.delenv("PROFLAB_NO_CACHE")
+    assert main(["sql", str(small), "select count(*) from gpu", "-f", "csv", "-o", str(small.parent / "r.csv")]) == 0
+    assert len(_entries(cache_dir)) == 1
+
+
+def test_unwritable_cache_folder_is_not_an_error(tmp_path, small, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(blocker / "cache"))  # under a file: cannot exist
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")
+    from proflab.readers import load
+
+    _same(load(small, cache=False), load(small))
+
+
+# -- slicing ----------------------------------------------------------------------------------
+
+
+def test_steps_slice_keeps_the_selected_steps_and_their_launches(small):
+    from proflab import load
+
+    whole = load(small, cache=False)
+    numbers = whole.steps["step"].to_list()
+    assert len(numbers) >= 3
+    first = numbers[1]
+    part = load(small, cache=False, steps=f"{first}:{first + 1}")
+    assert part.steps["step"].to_list() == [first]
+    lo, hi = part.steps["start_ns"][0], part.steps["end_ns"][0]
+    # host events overlap the step; every GPU activity was launched by a kept host call
+    assert ((part.cpu["start_ns"] < hi) & (part.cpu["start_ns"] + part.cpu["dur_ns"] >= lo)).all()
+    kept_calls = part.cpu["correlation"].drop_nulls()
+    assert part.gpu["correlation"].is_in(kept_calls.implode()).all()
+    # and all of them: the step's launches are the whole trace's launches from its calls
+    calls = whole.cpu.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))["correlation"].drop_nulls()
+    assert whole.gpu.filter(pl.col("correlation").is_in(calls.implode())).height <= part.gpu.height
+    assert 0 < part.gpu.height < whole.gpu.height
+    assert part.meta.notes[-1].startswith(f"analysed part of the trace: steps {first}:{first + 1} (1 of")
+
+
+def test_window_slice_is_cut_exactly(small):
+    from proflab import analyze, load
+
+    whole = load(small, cache=False)
+    t0 = min(whole.gpu["start_ns"].min(), whole.cpu["start_ns"].min())
+    part = load(small, cache=False, window="50ms:150ms")
+    lo, hi = t0 + 50_000_000, t0 + 150_000_000
+    for df in (part.gpu, part.cpu):
+        assert (df["start_ns"] >= lo).all() and ((df["start_ns"] + df["dur_ns"]) <= hi).all()
+    assert ((part.steps["start_ns"] >= lo) & (part.steps["end_ns"] <= hi)).all()
+    # busy time inside the window: what the whole trace's kernels cover of it
+    r = analyze(part)
+    assert r.summary["wall_ms"] <= 100.0 + 1e-6
+
+
+def test_slice_of_a_cached_trace_equals_slice_of_a_fresh_read(cache_dir, small):
+    from proflab import load
+
+    load(small)  # fills the cache
+    for kw in ({"steps": "2:4"}, {"window": "20:90"}, {"window": "1ms:"}):
+        _same(load(small, **kw), load(small, cache=False, **kw))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--steps", "99:120"], "selects no step; its steps are"),
+        (["--steps", "7:3"], "selects no step"),
+        (["--steps", "x"], "expected FIRST:STOP"),
+        (["--window", "10"], "expected START:END"),
+        (["--window", "5s:1s"], "END must be after START"),
+        (["--window", "9000s:9001s"], "holds no events"),
+    ],
+)
+def test_bad_slices_are_one_line_and_exit_2(small, capsys, args, message):
+    from proflab.cli import main
+
+    assert main(["analyze", str(small), "--no-cache", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+def test_read_reports_progress_only_to_an_installed_sink(small, tmp_path, monkeypatch):
+    import gzip
+
+    from proflab.readers import _progress, kineto
+
+    plain = tmp_path / "plain.json"
+    plain.write_bytes(gzip.decompress(small.read_bytes()))
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # many slices
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    seen: list = []
+    with _progress.reporting(seen.append):
+        kineto.read(plain)
+    assert len(seen) > 5 and seen == sorted(seen) and seen[-1] == 1.0
+    seen.clear()
+    with _progress.reporting(seen.append):
+        kineto.read(small)  # gzip: the total is unknown
+    assert seen and set(seen) == {None}
+    kineto.read(plain)  # no sink: nothing to report to, and no error
+    assert _progress._sink is None
+
+
+def test_cli_shows_no_progress_in_a_pipe(small, tmp_path):
+    """On a pipe (as here) stderr gets nothing but errors, whatever the format."""
+    r = subprocess.run([sys.executable, "-m", "proflab", "analyze", str(small), "--no-cache"], capture_output=True,
+                       text=True, timeout=300, env=_env())
+    assert r.returncode == 0 and r.stderr == ""
+
+
+NSYS_EXPORT = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
+
+
+def test_cache_round_trip_of_an_nsys_export(cache_dir, tmp_path):
+    """The cache holds whatever a reader produced: an Nsight Systems export too."""
+    if not NSYS_EXPORT.exists():
+        pytest.skip("shared nsys fixtures are absent")
+    from proflab.readers import load
+
+    p = tmp_path / "export.sqlite"
+    p.write_bytes(NSYS_EXPORT.read_bytes())
+    fresh = load(p, cache=False)
+    load(p)
+    assert len(_entries(cache_dir)) == 1
+    _same(fresh, load(p))
+    assert fresh.gpu.height > 1000 and fresh.cpu.height > 1000  # a round trip of real data
