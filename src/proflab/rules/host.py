@@ -305,9 +305,9 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     kern = trace.gpu.select("correlation", pl.col("name").alias("kname")).drop_nulls("correlation").unique("correlation")
     ops = ctx.kernel_rows.select("correlation", pl.col("op").alias("kop")).unique("correlation")
     g = g.join(ops, on="correlation", how="left").join(kern, on="correlation", how="left")
-    opt = trace.cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")).select(
-        "tid", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
-    )
+    opt = trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns").filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")
+    ).select("tid", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     in_opt = np.zeros(g.height, dtype=bool)
     opt_name = None
     if opt.height:
@@ -463,7 +463,9 @@ def sync_copy_apis(trace: Trace, ctx: Context) -> list[Finding]:
     """Synchronous copy/memset APIs (cudaMemcpy, cudaMemset...): each blocks the host until the
     GPU is done. Reported by count and blocked host time; the GPU idle they cause, if any, is
     already in the sync_bound finding, so this one claims no gain of its own."""
-    calls = trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_SYNC_COPY_API))
+    calls = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
+        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_SYNC_COPY_API)
+    )
     if calls.height == 0:
         return []
     by_api = calls.group_by("name").agg(pl.len().alias("calls"), pl.col("dur_ns").sum().alias("host_ns")).sort("host_ns", descending=True)
