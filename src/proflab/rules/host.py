@@ -62,6 +62,16 @@ def _step_busy(ctx: Context, device: int) -> dict[int, int]:
     return dict(zip(t["step"].to_list(), t["busy_ns"].to_list()))
 
 
+def _sync_claim(ctx: Context, sync_gaps: pl.DataFrame) -> int:
+    """What removing the syncs can win back (ns): per step, their idle but no more than the
+    step's GPU work, which is all the host's work after them could have overlapped."""
+    if sync_gaps.height == 0:
+        return 0
+    busy = _step_busy(ctx, int(sync_gaps["device"][0]))
+    per_step = sync_gaps.group_by("step").agg(pl.col("dur_ns").sum())
+    return int(sum(min(d, busy.get(s, d)) if s is not None else d for s, d in per_step.iter_rows()))
+
+
 def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
     """Idle that follows a synchronising call's return is the sync's cost: without the sync,
     the host's work after it (logging, the next batch, the relaunch) would have run while the
@@ -72,9 +82,7 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
         return []
     g, total = found
     device = int(g["device"][0])
-    busy = _step_busy(ctx, device)
-    per_step = g.group_by("step").agg(pl.col("dur_ns").sum())
-    gain = int(sum(min(d, busy.get(s, d)) if s is not None else d for s, d in per_step.iter_rows()))
+    gain = _sync_claim(ctx, g)
     if pct(gain, ctx.wall_ns, 3) < MIN_GAIN_PCT:
         return []
     ops = (
@@ -190,8 +198,11 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     else:
         # Host work that launches nothing is taken as real (the profiler records little of
         # it); the profiler's cost falls on dispatch, so the launch part absorbs the correction.
+        # The excess over the GPU work includes what the syncs cost; sync_bound claims that.
+        claimed = _sync_claim(ctx, found[0].filter(pl.col("cause") == "sync"))
+
         def split(excess_ms: float) -> dict[str, float]:
-            e = min(excess_ms * 1e6 * steps, host_obs + launch_obs)
+            e = min(max(excess_ms * 1e6 * steps - claimed, 0.0), host_obs + launch_obs)
             h = min(host_obs, e)
             return {"host": h, "launch": min(launch_obs, e - h)}
 
