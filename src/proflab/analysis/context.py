@@ -45,6 +45,11 @@ class Context:
     # -- timeline ------------------------------------------------------------------------
     @cached_property
     def window(self) -> tuple[int, int]:
+        """The analysed span (ns): the GPU-side steps where the trace has them (what the GPU
+        did for those steps, not the host's earlier start), else the trace's own window."""
+        g = self.gpu_steps
+        if g.height:
+            return int(g["start_ns"].min()), int(g["end_ns"].max())
         return self.trace.window_ns
 
     @property
