@@ -111,7 +111,12 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
         .sort("idle_ns", descending=True)
     )
     lines = ctx.frames.top_lines(g.select("tid", pl.col("start_ns").alias("t_ns")))
-    after = _host_activity(trace, g)
+    after = _host_activity(trace, g, only=ctx.host_only) or _host_activity(trace, g)
+    # the program's own line the host was on midway through the idle (with stacks)
+    mid = g.filter(pl.col("launch_start_ns").is_not_null()).select(
+        "tid", ((pl.col("start_ns") + pl.col("launch_start_ns")) // 2).alias("t_ns")
+    )
+    after_lines = ctx.frames.top_lines(mid)
     n_steps = g["step"].drop_nulls().n_unique()
     evidence = {
         "sync_idle_ms": ms(total),
@@ -125,10 +130,20 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
             for r in by_call.head(5).iter_rows(named=True)
         ],
         "host_after_sync": after[:5],
+        "lines_after_sync": after_lines,
+        **_observer_evidence({"observer": obs}),
     }
     top = by_call.row(0, named=True)
     what = f"{top['op']} ({top['sync_name']})" if top["op"] else top["sync_name"]
-    then = f"; then the host runs {after[0]['name']}" if after else ""
+    busy_after = [a for a in after if a["pct_of_gap_time"] >= 30 and a["name"] != "(outside operators)"]
+    if busy_after:
+        then = f"; the host then runs {busy_after[0]['name']}"
+    elif after_lines:
+        then = f"; the host then runs {after_lines[0]}"
+    elif after and after[0]["name"] == "(outside operators)":
+        then = "; the host then runs Python outside any recorded operator"
+    else:
+        then = ""
     fix = (
         f"Remove the per-step synchronisation ({what}"
         + (f", at {lines[0]}" if lines else "")
