@@ -1,6 +1,6 @@
 """What ``proflab run`` costs a whole training job: bare vs under ``proflab run``, in one call.
 
-    python benchmarks/bench_run_overhead.py [--iters 150] [--only eager|compiled] [--quick]
+    python benchmarks/bench_run_overhead.py [--iters 150] [--only eager|compiled] [--variants fallback,steps]
 
 Runs examples/gpt_train.py (a small GPT that times its own iterations, synchronised by
 ``loss.item()``) bare and under ``proflab run`` with the default window (wait 3, warm-up 1,
@@ -78,7 +78,8 @@ def main() -> int:
     p.add_argument("--only", choices=("eager", "compiled"))
     p.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,...",
                    help="an extra fallback run with these environment variables")
-    p.add_argument("--quick", action="store_true", help="eager: fallback only; compiled: fallback only")
+    p.add_argument("--variants", default="fallback,steps,fallback-nomon",
+                   help="the eager variants to run (compiled runs fallback only); default all")
     args = p.parse_args()
     variants = dict(VARIANTS)
     for v in args.variant:
@@ -88,9 +89,8 @@ def main() -> int:
     print(f"bench_run_overhead: {args.iters} iterations; after-window = iterations {AFTER_FROM}..{args.iters - 1}, "
           f"in-window = iterations {IN_WINDOW.start}..{IN_WINDOW.stop - 1}; times in ms")
     for mode in modes:
-        names = list(variants)
-        if args.quick or mode == "compiled":
-            names = ["fallback"] + [n for n in names if n not in VARIANTS]
+        extra = [n for n in variants if n not in VARIANTS]
+        names = (["fallback"] if mode == "compiled" else args.variants.split(",")) + extra
         bare = {}
         for startup in sorted({variants[n][1] for n in names}):
             bare[startup] = medians(run_once(mode, None, iters=args.iters, startup_s=startup)["iter_ms"])

@@ -13,6 +13,7 @@ setting the residue depends on.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -33,6 +34,10 @@ SCENARIOS = {
     "before_ctx_then_exported_no_lazy_reinit": (["drop", "export"], "before", {"DISABLE_CUPTI_LAZY_REINIT": "1"}),
     "before_ctx_then_exported_no_teardown": (["drop", "export"], "before", {"TEARDOWN_CUPTI": "0"}),
     "dropped_then_exported_no_lazy_reinit": (["drop", "export"], "after", {"DISABLE_CUPTI_LAZY_REINIT": "1"}),
+    # the stopped session's result kept alive, measured, then saved and measured again
+    "dropped_kept_then_saved": (["keep"], "after", {}),
+    # the stopped session's result freed at once (del + gc.collect())
+    "dropped_collected": (["dropgc"], "after", {}),
 }
 
 
@@ -56,6 +61,11 @@ def child(name: str) -> None:
             t0 = time.perf_counter()
             p.export_chrome_trace(f"/tmp/probe_{os.getpid()}.json")
             out.setdefault("export_ms", []).append(round((time.perf_counter() - t0) * 1e3, 1))
+        elif kind == "keep":
+            kept.append(p)
+        elif kind == "dropgc":
+            del p
+            gc.collect()
 
     def launch_us() -> float:
         x = torch.zeros(1, device="cuda")
@@ -80,6 +90,7 @@ def child(name: str) -> None:
         return round(statistics.median(per), 3)
 
     state: dict = {}
+    kept: list = []
 
     def build():
         torch.manual_seed(0)
@@ -87,7 +98,7 @@ def child(name: str) -> None:
         state["m"], state["opt"] = m, torch.optim.AdamW(m.parameters(), lr=1e-4)
         state["x"] = torch.randn(64, 256, device="cuda")
 
-    def step_ms(n=30) -> float:
+    def step_ms(n=60) -> float:
         m, opt, x = state["m"], state["opt"], state["x"]
         per = []
         for _ in range(n):
@@ -119,6 +130,9 @@ def child(name: str) -> None:
     for kind in rest:
         session(kind, lambda: step_ms(3))
     out["after"] = {"launch_us": launch_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
+    for p in kept:
+        p.export_chrome_trace(f"/tmp/probe_{os.getpid()}.json")
+        out["after_save"] = {"launch_us": launch_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
     out["profiler_enabled"] = bool(torch._C._autograd._profiler_enabled())
     out["env"] = {k: v for k, v in SCENARIOS[name][2].items()}
     print(json.dumps(out), flush=True)

@@ -70,6 +70,7 @@ class Runtime:
         self.step_source = None  # "user" (proflab.step) | "profiler" (the program's prof.step) | "optimizer"
         self._optimizer_id = None
         self.traces: list[str] = []
+        self.startup_traces: list[str] = []  # time-window fallbacks that steps replaced (traces/startup/)
         self.notes: list[str] = []
         self.done = False  # the window closed (or proflab stood aside): record nothing more
         self._finished = False
@@ -89,7 +90,9 @@ class Runtime:
         self._exports: list[threading.Thread] = []
         self.failure: str | None = None  # why proflab stopped recording, when it failed
         argv = getattr(sys, "orig_argv", sys.argv)
-        self._launcher = any(x.endswith(_TORCH_LAUNCHERS) for x in argv[:3])
+        # torchrun's launcher, and torch.compile's compile workers (subprocesses that import
+        # torch, never step, and would each record a time window of their own)
+        self._launcher = any(x.endswith(_TORCH_LAUNCHERS) or "compile_worker" in x for x in argv[:3])
         self._mp_child = "--multiprocessing-fork" in argv
 
     # -- setup -----------------------------------------------------------------------------
@@ -348,20 +351,39 @@ class Runtime:
 
     def _back_to_steps(self) -> None:
         """Steps arrived after the time-window fallback: that window was only standing in for
-        them (model loading, data preparation...). Drop it and record the step window."""
+        them (model loading, data preparation...). Close it and record the step window.
+
+        The fallback window is saved, never dropped: a Kineto session stopped and never
+        saved left every later kernel launch of the process slower (an eager GPT ran 26-37 %
+        slower for the rest of its training, measured on an H100 with PyTorch 2.11 by
+        benchmarks/bench_run_overhead.py; benchmarks/probe_profiler_residue.py isolates it),
+        while one saved left nothing. It goes to traces/startup/, which analysis skips."""
         self._provisional = False
-        if self.prof is not None:
-            self.prof.stop()  # recorded, not exported
-            self.prof, self.prof_kind = None, None
         self._join_exports()
-        for t in self.traces:
+        if self.prof is not None:
+            prof, self.prof, self.prof_kind = self.prof, None, None
+            t0 = time.perf_counter()
+            prof.stop()
+            final = self._trace_path("", folder="startup")
+            self._write_trace(prof, os.path.join(self.run_dir, "traces", f".partial-{self.pid}"), final, background=False)
+            held_s = time.perf_counter() - t0
+        else:
+            held_s = 0.0
+        startup = os.path.join(self.run_dir, "traces", "startup")
+        for t in self.traces:  # the fallback window, already closed and written
             try:
-                os.remove(t)
+                os.makedirs(startup, exist_ok=True)
+                dst = os.path.join(startup, os.path.basename(t))
+                os.replace(t, dst)
+                self.startup_traces.append(dst)
             except OSError:
                 pass
         self.traces = []
-        self.notes = [n for n in self.notes if "time window" not in n and "window's end" not in n]
-        self.notes.append("steps began after the time-window fallback had started: recorded the step window instead")
+        self.notes = [n for n in self.notes if not any(k in n for k in ("time window", "window's end", "trace written"))]
+        self.notes.append(
+            "steps began after the time-window fallback had started: recorded the step window instead "
+            f"(the fallback window is kept in traces/startup/, not analysed; closing it held the program {held_s * 1e3:.0f} ms)"
+        )
         if self._alarm_phase is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._alarm_phase = None
@@ -384,10 +406,10 @@ class Runtime:
         self._export(prof, background=not self._finished)
         self.done = True
 
-    def _trace_path(self, suffix: str = "") -> str:
+    def _trace_path(self, suffix: str = "", folder: str = "") -> str:
         rank = os.environ.get("RANK")
         who = f"rank{rank}_{self.pid}" if rank is not None else f"{socket.gethostname()}_{self.pid}"
-        return os.path.join(self.run_dir, "traces", f"{who}{suffix}.pt.trace.json.gz")
+        return os.path.join(self.run_dir, "traces", folder, f"{who}{suffix}.pt.trace.json.gz")
 
     def _export(self, prof, suffix: str = "", background: bool = False) -> None:
         """Write ``prof``'s trace into traces/. With ``background``, on a thread of its own:
@@ -413,9 +435,10 @@ class Runtime:
             with open(raw, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 22)
             os.remove(raw)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
             os.replace(tmp, final)  # readers never see half a trace
             with self._lock:
-                self.traces.append(final)
+                (self.startup_traces if os.path.basename(os.path.dirname(final)) == "startup" else self.traces).append(final)
                 if background:
                     self.notes.append(
                         f"trace written in {time.perf_counter() - t0:.2f} s off the training thread "
@@ -647,6 +670,7 @@ class Runtime:
             "steps": self.steps,
             "step_source": self.step_source,
             "traces": [os.path.relpath(t, self.run_dir) for t in self.traces],
+            "startup_traces": [os.path.relpath(t, self.run_dir) for t in self.startup_traces],
             "why_no_trace": self._why_no_trace() if self._finished else None,
             # how long the time window waited for a safe point, and for what (s)
             "time_window_waited_s": round(self._deferred_s, 3),
