@@ -222,7 +222,7 @@ def test_the_time_window_waits_for_an_import_in_progress(tmp_path, torch_require
     meta = _meta(_only_run(tmp_path))
     (proc,) = [p for p in meta["processes"] if p["profiled"]]
     assert proc["time_window_waited_s"] > 0.5, proc
-    assert proc["time_window_waited_for"] == "an import was in progress", proc
+    assert "an import was in progress" in proc["time_window_waited_for"], proc
     assert meta["recorded"] and proflab.load(_only_run(tmp_path) / meta["traces"][0]).steps.height == 5
 
 

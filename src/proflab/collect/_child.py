@@ -27,8 +27,9 @@ while its schedule waits; a time window in progress is closed and kept), the pro
 records is also exported into the run directory (``<who>_own<N>``) before the program's own
 ``on_trace_ready`` handler sees it, so the analysis runs on exactly what the program recorded.
 
-The trace is exported when the window closes (stopped on the training thread, written and
-compressed on a background thread, so the program waits only for the stop), and otherwise
+The trace is exported when the window closes (stopped and saved by Kineto on the training
+thread, right after the stop: see ``_export`` for why; compressed on a background thread),
+and otherwise
 when the process ends: at exit
 (normal end, an uncaught exception, Ctrl-C's KeyboardInterrupt) and on SIGTERM, so a crashing
 or interrupted program still leaves what was recorded. Each process writes its own trace
@@ -83,12 +84,13 @@ class Runtime:
         self._own_traces = 0  # traces exported from the program's own profiler
         self._busy = 0  # inside proflab's own code on the main thread: no place for the timer
         self._deferred_s = 0.0  # time the time window waited for a safe point
-        self._deferred_why: str | None = None
+        self._deferred_why: list[str] = []  # each reason the time window waited, first seen first
         self._deferred_since: float | None = None
         self._outer_import_frames: list = []  # imports that enclose the program's `import torch`
         self._outer_importing: set[str] = set()
         self._exports: list[threading.Thread] = []
         self.failure: str | None = None  # why proflab stopped recording, when it failed
+        self.last_save_s: float | None = None  # Kineto's save of the last trace, on the training thread
         argv = getattr(sys, "orig_argv", sys.argv)
         # torchrun's launcher, and torch.compile's compile workers (subprocesses that import
         # torch, never step, and would each record a time window of their own)
@@ -344,28 +346,27 @@ class Runtime:
                 self._busy -= 1
 
     def _note_stall(self, held_s: float) -> None:
+        save = self.last_save_s
         self.notes.append(
-            f"the window's end held the program {held_s * 1e3:.0f} ms (stopping torch.profiler); "
-            "the trace was written off the training thread"
+            f"the window's end held the program {held_s * 1e3:.0f} ms (stopping torch.profiler and saving its trace"
+            + (f", the save {save * 1e3:.0f} ms of it" if save is not None else "")
+            + "); the trace is compressed off the training thread"
         )
 
     def _back_to_steps(self) -> None:
         """Steps arrived after the time-window fallback: that window was only standing in for
         them (model loading, data preparation...). Close it and record the step window.
 
-        The fallback window is saved, never dropped: a Kineto session stopped and never
-        saved left every later kernel launch of the process slower (an eager GPT ran 26-37 %
-        slower for the rest of its training, measured on an H100 with PyTorch 2.11 by
-        benchmarks/bench_run_overhead.py; benchmarks/probe_profiler_residue.py isolates it),
-        while one saved left nothing. It goes to traces/startup/, which analysis skips."""
+        The fallback window is saved at once, never dropped: a Kineto session stopped and
+        not saved at once left every later kernel launch of the process slower (see
+        ``_export``). It goes to traces/startup/, which analysis skips."""
         self._provisional = False
         self._join_exports()
         if self.prof is not None:
             prof, self.prof, self.prof_kind = self.prof, None, None
             t0 = time.perf_counter()
             prof.stop()
-            final = self._trace_path("", folder="startup")
-            self._write_trace(prof, os.path.join(self.run_dir, "traces", f".partial-{self.pid}"), final, background=False)
+            self._export(prof, "", background=False, folder="startup")
             held_s = time.perf_counter() - t0
         else:
             held_s = 0.0
@@ -379,7 +380,7 @@ class Runtime:
             except OSError:
                 pass
         self.traces = []
-        self.notes = [n for n in self.notes if not any(k in n for k in ("time window", "window's end", "trace written"))]
+        self.notes = [n for n in self.notes if not any(k in n for k in ("time window", "window's end", "trace compressed"))]
         self.notes.append(
             "steps began after the time-window fallback had started: recorded the step window instead "
             f"(the fallback window is kept in traces/startup/, not analysed; closing it held the program {held_s * 1e3:.0f} ms)"
@@ -411,27 +412,42 @@ class Runtime:
         who = f"rank{rank}_{self.pid}" if rank is not None else f"{socket.gethostname()}_{self.pid}"
         return os.path.join(self.run_dir, "traces", folder, f"{who}{suffix}.pt.trace.json.gz")
 
-    def _export(self, prof, suffix: str = "", background: bool = False) -> None:
-        """Write ``prof``'s trace into traces/. With ``background``, on a thread of its own:
-        the program goes on while Kineto writes the JSON and it is compressed."""
-        final = self._trace_path(suffix)
+    def _export(self, prof, suffix: str = "", background: bool = False, folder: str = "") -> None:
+        """Write ``prof``'s trace into traces/: Kineto saves the JSON here, on the calling
+        (training) thread, right after the stop; with ``background`` the compression runs on a
+        thread of its own while the program goes on.
+
+        Why the save stays on the training thread: on an H100 with PyTorch 2.11, every run
+        in which the program launched kernels between a profiler's stop and the save of its
+        result (the save on another thread, a later save, no save) went on 12-45 % slower
+        for good; every run whose result was saved at once did not
+        (benchmarks/probe_profiler_residue.py and bench_run_overhead.py)."""
+        final = self._trace_path(suffix, folder=folder)
         # One folder per process: another rank of the run tidying up its own must not
         # remove it while Kineto is still writing here.
         tmp_dir = os.path.join(self.run_dir, "traces", f".partial-{self.pid}")
-        if not background:
-            self._write_trace(prof, tmp_dir, final, background=False)
-            return
-        t = threading.Thread(target=self._write_trace, args=(prof, tmp_dir, final, True), name="proflab-export", daemon=True)
-        self._exports.append(t)
-        t.start()
-
-    def _write_trace(self, prof, tmp_dir: str, final: str, background: bool) -> None:
-        t0 = time.perf_counter()
         tmp = os.path.join(tmp_dir, os.path.basename(final))
         raw = tmp[: -len(".gz")]
+        t0 = time.perf_counter()
         try:
             os.makedirs(tmp_dir, exist_ok=True)
             prof.export_chrome_trace(raw)  # plain JSON: torch's own .gz path compresses line by line
+        except Exception as e:
+            self._export_failed(e)
+            return
+        self.last_save_s = time.perf_counter() - t0
+        if not background:
+            self._compress(raw, tmp, tmp_dir, final, background=False)
+            return
+        t = threading.Thread(
+            target=self._compress, args=(raw, tmp, tmp_dir, final, True), name="proflab-compress", daemon=True
+        )
+        self._exports.append(t)
+        t.start()
+
+    def _compress(self, raw: str, tmp: str, tmp_dir: str, final: str, background: bool) -> None:
+        t0 = time.perf_counter()
+        try:
             with open(raw, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
                 shutil.copyfileobj(src, dst, 1 << 22)
             os.remove(raw)
@@ -441,17 +457,21 @@ class Runtime:
                 (self.startup_traces if os.path.basename(os.path.dirname(final)) == "startup" else self.traces).append(final)
                 if background:
                     self.notes.append(
-                        f"trace written in {time.perf_counter() - t0:.2f} s off the training thread "
-                        f"({os.path.getsize(final) / 2**20:.1f} MiB compressed)"
+                        f"trace compressed in {time.perf_counter() - t0:.2f} s off the training thread "
+                        f"({os.path.getsize(final) / 2**20:.1f} MiB)"
                     )
             try:
                 os.rmdir(tmp_dir)
             except OSError:  # a failed export's leftover: keep it for inspection
                 pass
         except Exception as e:
-            with self._lock:
-                self.failure = self.failure or f"trace export failed: {type(e).__name__}: {e}"
-                self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
+            self._export_failed(e)
+        self._write_process_info()
+
+    def _export_failed(self, e: Exception) -> None:
+        with self._lock:
+            self.failure = self.failure or f"trace export failed: {type(e).__name__}: {e}"
+            self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
         self._write_process_info()
 
     def _join_exports(self, timeout_s: float | None = None) -> None:
@@ -489,14 +509,15 @@ class Runtime:
             now = time.perf_counter()
             if self._deferred_since is None:
                 self._deferred_since = now
-            self._deferred_why = why
+            if why not in self._deferred_why:
+                self._deferred_why.append(why)
             signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
             return
         if self._deferred_since is not None:
             waited = time.perf_counter() - self._deferred_since
             self._deferred_s += waited
             self._deferred_since = None
-            self.notes.append(f"the time window waited {waited:.2f} s for a safe point ({self._deferred_why})")
+            self.notes.append(f"the time window waited {waited:.2f} s for a safe point ({'; '.join(self._deferred_why)})")
         with self._lock:
             self._busy += 1
             try:
@@ -605,7 +626,7 @@ class Runtime:
                     signal.setitimer(signal.ITIMER_REAL, 0)
             if self._deferred_since is not None:
                 self.notes.append(
-                    f"the time window was still waiting for a safe point ({self._deferred_why}) when the program "
+                    f"the time window was still waiting for a safe point ({'; '.join(self._deferred_why)}) when the program "
                     f"ended, {time.perf_counter() - self._deferred_since:.1f} s after it was due"
                 )
             try:
@@ -644,7 +665,7 @@ class Runtime:
         if self._own_traces or any("its own torch.profiler" in n for n in self.notes):
             return "the program ran its own torch.profiler, and it recorded nothing proflab could copy"
         if self._deferred_since is not None:
-            return f"the time window never found a safe point to start ({self._deferred_why})"
+            return f"the time window never found a safe point to start ({'; '.join(self._deferred_why)})"
         need = sum(int(self.cfg.get(k, d)) for k, d in (("wait", 3), ("warmup", 1))) + 1
         if self.window in ("auto", "steps") and self.steps - self._step_base < need:
             return (
