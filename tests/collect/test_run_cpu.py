@@ -435,3 +435,30 @@ def test_runs_survives_a_foreign_meta_json(tmp_path, capsys):
     assert main(["runs", str(root), "--width", "200"]) == 0
     out = capsys.readouterr().out
     assert "good" in out and "types" in out and "list" not in out
+
+
+def test_a_program_that_ends_as_its_window_closes_keeps_the_trace(tmp_path, torch_required):
+    # The window closes in step 9 (wait 3, warm-up 1, active 5) and the program exits at once,
+    # while the trace is still being compressed in the background: the exit must wait for it
+    # (and once deadlocked doing so: the runtime held its lock while the compression thread
+    # needed it).
+    script = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "model = nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "x = torch.randn(4, 8)\n"
+        "for i in range(9):\n"
+        "    loss = model(x).sum()\n"
+        "    for _ in range(3000):  # many small ops: a trace of about 1 MiB, slow enough to compress\n"
+        "        x = x * 1.0\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+    )
+    done = _proflab_run(tmp_path, script=script, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["recorded"], meta["why_no_trace"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5

@@ -53,6 +53,7 @@ CONFIG_ENV = "PROFLAB_RUN_CONFIG"
 
 _TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
+_JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
 _COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 
@@ -76,6 +77,10 @@ class Runtime:
         self.done = False  # the window closed (or proflab stood aside): record nothing more
         self._finished = False
         self._lock = threading.RLock()
+        # What the compression thread touches (the trace list, notes, the process file) is
+        # guarded by this lock, never by _lock: the training thread joins that thread while
+        # holding _lock (at exit, when steps replace the fallback window).
+        self._info_lock = threading.RLock()  # reentrant: the SIGALRM handler may interrupt a holder
         self._events = None
         self._captures = 0
         self._alarm_phase = None  # "start" | "stop"
@@ -361,7 +366,7 @@ class Runtime:
         not saved at once left every later kernel launch of the process slower (see
         ``_export``). It goes to traces/startup/, which analysis skips."""
         self._provisional = False
-        self._join_exports()
+        self._join_exports(_JOIN_S)
         if self.prof is not None:
             prof, self.prof, self.prof_kind = self.prof, None, None
             t0 = time.perf_counter()
@@ -453,7 +458,7 @@ class Runtime:
             os.remove(raw)
             os.makedirs(os.path.dirname(final), exist_ok=True)
             os.replace(tmp, final)  # readers never see half a trace
-            with self._lock:
+            with self._info_lock:
                 (self.startup_traces if os.path.basename(os.path.dirname(final)) == "startup" else self.traces).append(final)
                 if background:
                     self.notes.append(
@@ -469,7 +474,7 @@ class Runtime:
         self._write_process_info()
 
     def _export_failed(self, e: Exception) -> None:
-        with self._lock:
+        with self._info_lock:
             self.failure = self.failure or f"trace export failed: {type(e).__name__}: {e}"
             self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
         self._write_process_info()
@@ -634,7 +639,7 @@ class Runtime:
             except Exception as e:
                 self.failure = self.failure or f"stopping torch.profiler failed: {type(e).__name__}: {e}"
                 self.notes.append(f"stopping torch.profiler failed: {type(e).__name__}: {e}")
-            self._join_exports()  # a trace still being written in the background is finished first
+            self._join_exports(_JOIN_S)  # a trace still being compressed is finished first
             self._dump_memory_snapshot()
             self._write_process_info()
             if self._events is not None:
@@ -700,7 +705,7 @@ class Runtime:
         }
         d = os.path.join(self.run_dir, "processes")
         try:
-            with self._lock:  # the export thread writes this file too
+            with self._info_lock:  # the compression thread writes this file too
                 os.makedirs(d, exist_ok=True)
                 tmp = os.path.join(d, f".{self.pid}.json.tmp")
                 with open(tmp, "w", encoding="utf-8") as f:
