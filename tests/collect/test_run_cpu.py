@@ -462,3 +462,41 @@ def test_a_program_that_ends_as_its_window_closes_keeps_the_trace(tmp_path, torc
     meta = _meta(run)
     assert meta["recorded"], meta["why_no_trace"]
     assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
+COMPILED = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+cm = torch.compile(m)
+x = torch.randn(8, 32)
+for i in range(12):
+    loss = cm(x).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done", flush=True)
+"""
+
+
+def test_torch_compile_records_one_step_window(tmp_path, torch_required):
+    # torch.compile starts helper processes that import torch (compile workers, spawned
+    # pools): none of them may record a window of its own
+    # --delay 0.5 and a cold compile cache: the time window comes due during compilation
+    # and the first backward pass, where it must wait (started inside the backward pass, it
+    # once crashed the program at the window's end)
+    (tmp_path / "prog.py").write_text(COMPILED)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.5", "--", sys.executable, "prog.py"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+    )  # fmt: skip
+    if done.returncode != 0 and "CppCompileError" in done.stderr + done.stdout:
+        pytest.skip("torch.compile on CPU needs a working C++ compiler here")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert len(meta["traces"]) == 1, meta["traces"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5

@@ -14,8 +14,8 @@ a program that does not use torch runs unaffected. Once torch is in:
   torch.profiler records the ops of the thread that starts it: the main thread). The timer
   only asks: the profiler starts (or stops) at the first safe point, never while an import
   is in progress (starting torch.profiler imports torch modules; inside a half-run import
-  that is a circular ImportError), while torch.compile compiles, or while a CUDA graph is
-  captured; until then the timer re-arms every ``_RETRY_S``. Steps that come later still get
+  that is a circular ImportError), while torch.compile compiles, inside autograd's backward
+  pass, or while a CUDA graph is captured; until then the timer re-arms every ``_RETRY_S``. Steps that come later still get
   their step window: the time window was only standing in for them.
 - window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
   ``proflab.capture()`` blocks (the first one).
@@ -182,6 +182,13 @@ class Runtime:
                 f = f.f_back
         if _initializing_modules() - self._outer_importing:
             return "an import was in progress"
+        # Autograd's engine runs a backward pass (on the CPU: on this thread) under a guard
+        # that restores the thread-local state afterwards: a profiler started in there loses
+        # its state when the pass ends, and stopping it later crashed the program (SIGSEGV,
+        # torch.compile on the CPU, whose compiled backward runs Python code in the pass).
+        graph_task = getattr(getattr(self.torch, "_C", None), "_current_graph_task_id", None)
+        if graph_task is not None and graph_task() != -1:
+            return "autograd's backward pass was running"
         cuda = getattr(self.torch, "cuda", None)
         if cuda is not None and cuda.is_initialized() and cuda.is_current_stream_capturing():
             return "a CUDA graph was being captured"
@@ -506,6 +513,9 @@ class Runtime:
         # A signal handler: whatever it raises surfaces in the program's own code. It may
         # interrupt the program anywhere, so it acts only at a safe point and otherwise asks
         # again shortly (an import in progress ends in milliseconds to seconds).
+        if self._alarm_phase == "start" and self.window == "auto" and self.steps > 0:
+            self._alarm_phase, self._deferred_since = None, None  # steps came: no fallback needed
+            return
         try:
             why = self._not_a_safe_point()
         except Exception as e:  # cannot tell: treat as unsafe rather than risk the program
@@ -629,7 +639,7 @@ class Runtime:
                 old = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 if self._alarm_phase is not None:
                     signal.setitimer(signal.ITIMER_REAL, 0)
-            if self._deferred_since is not None:
+            if self._deferred_since is not None and not (self.window == "auto" and self.steps > 0):
                 self.notes.append(
                     f"the time window was still waiting for a safe point ({'; '.join(self._deferred_why)}) when the program "
                     f"ended, {time.perf_counter() - self._deferred_since:.1f} s after it was due"
