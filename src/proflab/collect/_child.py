@@ -514,6 +514,8 @@ class Runtime:
         # interrupt the program anywhere, so it acts only at a safe point and otherwise asks
         # again shortly (an import in progress ends in milliseconds to seconds).
         if self._alarm_phase == "start" and self.window == "auto" and self.steps > 0:
+            if self._deferred_since is not None:  # it waited, and the steps came first
+                self._deferred_s += time.perf_counter() - self._deferred_since
             self._alarm_phase, self._deferred_since = None, None  # steps came: no fallback needed
             return
         try:
@@ -709,7 +711,9 @@ class Runtime:
             "startup_traces": [os.path.relpath(t, self.run_dir) for t in self.startup_traces],
             "why_no_trace": self._why_no_trace() if self._finished else None,
             # how long the time window waited for a safe point, and for what (s)
-            "time_window_waited_s": round(self._deferred_s, 3),
+            "time_window_waited_s": round(
+                self._deferred_s + (0.0 if self._deferred_since is None else time.perf_counter() - self._deferred_since), 3
+            ),
             "time_window_waited_for": self._deferred_why,
             "notes": self.notes,
         }
