@@ -15,8 +15,8 @@ a program that does not use torch runs unaffected. Once torch is in:
   only asks: the profiler starts (or stops) at the first safe point, never while an import
   is in progress (starting torch.profiler imports torch modules; inside a half-run import
   that is a circular ImportError), while torch.compile compiles, inside autograd's backward
-  pass, or while a CUDA graph is captured; until then the timer re-arms every ``_RETRY_S``. Steps that come later still get
-  their step window: the time window was only standing in for them.
+  pass, or while a CUDA graph is captured; until then the timer re-arms every ``_RETRY_S``.
+  Steps that come later still get their step window: the time window only stood in for them.
 - window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
   ``proflab.capture()`` blocks (the first one).
 
@@ -29,10 +29,9 @@ records is also exported into the run directory (``<who>_own<N>``) before the pr
 
 The trace is exported when the window closes (stopped and saved by Kineto on the training
 thread, right after the stop: see ``_export`` for why; compressed on a background thread),
-and otherwise
-when the process ends: at exit
-(normal end, an uncaught exception, Ctrl-C's KeyboardInterrupt) and on SIGTERM, so a crashing
-or interrupted program still leaves what was recorded. Each process writes its own trace
+and otherwise when the process ends: at exit (normal end, an uncaught exception, Ctrl-C's
+KeyboardInterrupt) and on SIGTERM, so a crashing or interrupted program still leaves what
+was recorded. Each process writes its own trace
 (``<host>_<pid>`` or ``rank<R>_<pid>``), so every torchrun worker leaves one.
 """
 
