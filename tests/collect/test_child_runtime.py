@@ -28,7 +28,8 @@ class _FakeProfile:
     def export_chrome_trace(self, path: str) -> None:
         if self.during is not None:
             self.during()
-        with gzip.open(path, "wt") as f:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "wt") as f:
             json.dump({"traceEvents": []}, f)
 
 
@@ -128,3 +129,39 @@ def test_following_the_programs_profiler_never_breaks_it(tmp_path, monkeypatch):
             prof.step()
     assert seen and seen[0] > 0  # the program's handler ran, with its events
     assert any("planted" in n for n in rt.notes)
+
+
+def test_an_import_in_another_thread_is_no_safe_point(tmp_path):
+    # A real import, held open in a thread: the time window must not start meanwhile.
+    import sys
+    import threading
+
+    (tmp_path / "held_import_mod.py").write_text("import threading\nEVENT.wait(30)\n")
+    rt = _runtime(tmp_path, os.getpid())
+    assert rt._not_a_safe_point() is None
+    gate = threading.Event()
+    import builtins
+
+    builtins.EVENT = gate  # what the module waits on while it is being imported
+    sys.path.insert(0, str(tmp_path))
+    t = threading.Thread(target=__import__, args=("held_import_mod",))
+    try:
+        t.start()
+        deadline = 0
+        while "held_import_mod" not in sys.modules and deadline < 3000:
+            threading.Event().wait(0.01)
+            deadline += 1
+        assert rt._not_a_safe_point() == "an import was in progress on another thread"
+    finally:
+        gate.set()
+        t.join(60)
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("held_import_mod", None)
+        del builtins.EVENT
+    assert rt._not_a_safe_point() is None
+
+
+def test_proflab_busy_is_no_safe_point(tmp_path):
+    rt = _runtime(tmp_path, os.getpid())
+    rt._busy = 1
+    assert rt._not_a_safe_point() == "proflab itself was busy"

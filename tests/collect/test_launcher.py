@@ -81,3 +81,17 @@ def test_nsys_window_capture_is_the_capture_range(tmp_path, monkeypatch, capsys)
     assert "--capture-range=cudaProfilerApi" in argv and "--capture-range-end=stop" in argv
     (meta_path,) = (tmp_path / "runs").glob("*/meta.json")
     assert any("nsys wrote no report" in n for n in json.loads(meta_path.read_text())["notes"])
+
+
+def test_cli_defaults_of_what_is_recorded_come_from_run_options(monkeypatch):
+    # One place decides the defaults (RunOptions); the CLI only flips them.
+    from proflab.cli import main
+    from proflab.collect import launcher
+
+    seen = []
+    monkeypatch.setattr(launcher, "run", lambda cmd, opts, **kw: seen.append(opts) or 0)
+    assert main(["run", "--", "true"]) == 0
+    assert main(["run", "--no-record-shapes", "--with-stack", "--", "true"]) == 0
+    default = launcher.RunOptions()
+    assert (seen[0].record_shapes, seen[0].with_stack) == (default.record_shapes, default.with_stack)
+    assert (seen[1].record_shapes, seen[1].with_stack) == (not default.record_shapes, True)

@@ -190,6 +190,143 @@ def test_steps_after_the_time_fallback_win(tmp_path, torch_required):
     assert len(meta["traces"]) == 1, meta
     assert any("recorded the step window instead" in n for n in meta["notes"]), meta["notes"]
     assert proflab.load(run / meta["traces"][0]).steps.height == 5
+    # the fallback window was saved (a session stopped and never saved slows every later
+    # kernel launch on a GPU), kept aside where analysis does not look
+    (proc,) = [p for p in meta["processes"] if p["profiled"]]
+    assert [Path(t).parent.name for t in proc["startup_traces"]] == ["startup"], proc
+    assert (run / proc["startup_traces"][0]).stat().st_size > 0
+
+
+SLOW_IMPORT = """
+import time
+t = time.monotonic()
+while time.monotonic() - t < 2.5:  # a long import: module-level work, then more imports
+    sum(i * i for i in range(10000))
+import json.decoder
+"""
+
+
+def test_the_time_window_waits_for_an_import_in_progress(tmp_path, torch_required):
+    # The timer comes due 0.3 s after the torch import, inside a 2.5 s import: starting
+    # torch.profiler there once failed with a circular ImportError and lost the run. It must
+    # wait for the import's end; the steps after it still get their step window.
+    (tmp_path / "slowmod.py").write_text(SLOW_IMPORT)
+    script = TRAIN.replace("torch.manual_seed(0)", "import slowmod\ntorch.manual_seed(0)")
+    prog = tmp_path / "prog.py"
+    prog.write_text(script)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.3", "--duration", "5", "--",
+         sys.executable, str(prog), "12"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    meta = _meta(_only_run(tmp_path))
+    (proc,) = [p for p in meta["processes"] if p["profiled"]]
+    assert proc["time_window_waited_s"] > 0.5, proc
+    assert "an import was in progress" in proc["time_window_waited_for"], proc
+    assert meta["recorded"] and proflab.load(_only_run(tmp_path) / meta["traces"][0]).steps.height == 5
+
+
+def test_a_time_window_due_inside_an_import_starts_after_it(tmp_path, torch_required):
+    (tmp_path / "slowmod.py").write_text(SLOW_IMPORT)
+    script = (
+        "import time, torch\n"
+        "import slowmod\n"
+        "t = time.time()\n"
+        "while time.time() - t < 3.0:\n"
+        "    torch.randn(64, 64) @ torch.randn(64, 64)\n"
+    )
+    (tmp_path / "prog.py").write_text(script)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--window", "time", "--delay", "0.3", "--duration", "0.5",
+         "--", sys.executable, "prog.py"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    (proc,) = [p for p in meta["processes"] if p["profiled"]]
+    assert proc["time_window_waited_s"] > 0.5, proc
+    assert meta["recorded"], meta["why_no_trace"]
+    trace = proflab.load(run / meta["traces"][0])
+    assert trace.cpu.filter(trace.cpu["name"] == "aten::mm").height > 10  # the loop after the import
+
+
+def test_a_run_that_recorded_nothing_says_so_first(tmp_path, torch_required):
+    # 2 steps, then the program ends long before the time window (30 s) would come
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "30", "--", sys.executable, "-c",
+         TRAIN, "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = done.stdout[done.stdout.index("proflab run:"):]  # after the program's own output
+    first = summary.splitlines()[0]
+    assert first.startswith("proflab run: NO TRACE RECORDED: the program made 2 step(s)"), done.stdout[:500]
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["recorded"] is False and meta["why_no_trace"] in first, meta
+    assert (run / "summary.txt").read_text().splitlines()[0] == first
+
+
+HF_TRAINER = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+class Tokens(torch.utils.data.Dataset):
+    def __len__(self):
+        return 256
+    def __getitem__(self, i):
+        ids = torch.randint(0, 200, (32,))
+        return {"input_ids": ids, "labels": ids}
+
+model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=200, n_positions=32))
+args = TrainingArguments(output_dir="hf_out", max_steps=12, per_device_train_batch_size=4, report_to=[],
+                         logging_steps=1000, save_strategy="no", disable_tqdm=True, use_cpu=True)
+Trainer(model=model, args=args, train_dataset=Tokens()).train()
+print("done", flush=True)
+"""
+
+
+def test_hf_trainer_under_proflab_run_records_its_window(tmp_path, torch_required):
+    pytest.importorskip("transformers")
+    done = _proflab_run(tmp_path, script=HF_TRAINER, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["recorded"], meta["why_no_trace"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
+DDP_GLOO = """
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+torch.manual_seed(dist.get_rank())
+model = DDP(nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 64)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+for _ in range(12):
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+dist.destroy_process_group()
+"""
+
+
+def test_torchrun_two_processes_each_record_their_window(tmp_path, torch_required):
+    (tmp_path / "prog.py").write_text(DDP_GLOO)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--", sys.executable, "-m", "torch.distributed.run",
+         "--standalone", "--nproc_per_node", "2", "prog.py"], capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert sorted(Path(t).name[:5] for t in meta["traces"]) == ["rank0", "rank1"], meta
+    for t in meta["traces"]:
+        assert proflab.load(run / t).steps.height == 5
 
 
 def test_program_without_torch_runs_unaffected(tmp_path):
@@ -298,3 +435,68 @@ def test_runs_survives_a_foreign_meta_json(tmp_path, capsys):
     assert main(["runs", str(root), "--width", "200"]) == 0
     out = capsys.readouterr().out
     assert "good" in out and "types" in out and "list" not in out
+
+
+def test_a_program_that_ends_as_its_window_closes_keeps_the_trace(tmp_path, torch_required):
+    # The window closes in step 9 (wait 3, warm-up 1, active 5) and the program exits at once,
+    # while the trace is still being compressed in the background: the exit must wait for it
+    # (and once deadlocked doing so: the runtime held its lock while the compression thread
+    # needed it).
+    script = (
+        "import sys, torch\n"
+        "from torch import nn\n"
+        "model = nn.Linear(8, 8)\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.01)\n"
+        "x = torch.randn(4, 8)\n"
+        "for i in range(9):\n"
+        "    loss = model(x).sum()\n"
+        "    for _ in range(3000):  # many small ops: a trace of about 1 MiB, slow enough to compress\n"
+        "        x = x * 1.0\n"
+        "    opt.zero_grad()\n"
+        "    loss.backward()\n"
+        "    opt.step()\n"
+    )
+    done = _proflab_run(tmp_path, script=script, timeout=300)
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert meta["recorded"], meta["why_no_trace"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
+COMPILED = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+m = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 32))
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+cm = torch.compile(m)
+x = torch.randn(8, 32)
+for i in range(12):
+    loss = cm(x).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("done", flush=True)
+"""
+
+
+def test_torch_compile_records_one_step_window(tmp_path, torch_required):
+    # torch.compile starts helper processes that import torch (compile workers, spawned
+    # pools): none of them may record a window of its own
+    # --delay 0.5 and a cold compile cache: the time window comes due during compilation
+    # and the first backward pass, where it must wait (started inside the backward pass, it
+    # once crashed the program at the window's end)
+    (tmp_path / "prog.py").write_text(COMPILED)
+    done = subprocess.run(
+        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--delay", "0.5", "--", sys.executable, "prog.py"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")},
+    )  # fmt: skip
+    if done.returncode != 0 and "CppCompileError" in done.stderr + done.stdout:
+        pytest.skip("torch.compile on CPU needs a working C++ compiler here")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    assert len(meta["traces"]) == 1, meta["traces"]
+    assert proflab.load(run / meta["traces"][0]).steps.height == 5

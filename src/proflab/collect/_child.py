@@ -11,7 +11,12 @@ a program that does not use torch runs unaffected. Once torch is in:
   every ``proflab.step()`` or, when the program never calls it, on its first optimizer's
   ``step()`` (the global optimizer step hook). If no step comes within ``delay_s`` of the
   torch import, a time window of ``duration_s`` is recorded instead (a SIGALRM timer, because
-  torch.profiler records the ops of the thread that starts it: the main thread).
+  torch.profiler records the ops of the thread that starts it: the main thread). The timer
+  only asks: the profiler starts (or stops) at the first safe point, never while an import
+  is in progress (starting torch.profiler imports torch modules; inside a half-run import
+  that is a circular ImportError), while torch.compile compiles, inside autograd's backward
+  pass, or while a CUDA graph is captured; until then the timer re-arms every ``_RETRY_S``.
+  Steps that come later still get their step window: the time window only stood in for them.
 - window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
   ``proflab.capture()`` blocks (the first one).
 
@@ -22,17 +27,21 @@ while its schedule waits; a time window in progress is closed and kept), the pro
 records is also exported into the run directory (``<who>_own<N>``) before the program's own
 ``on_trace_ready`` handler sees it, so the analysis runs on exactly what the program recorded.
 
-The trace is exported when the window closes, and otherwise when the process ends: at exit
-(normal end, an uncaught exception, Ctrl-C's KeyboardInterrupt) and on SIGTERM, so a crashing
-or interrupted program still leaves what was recorded. Each process writes its own trace
+The trace is exported when the window closes (stopped and saved by Kineto on the training
+thread, right after the stop: see ``_export`` for why; compressed on a background thread),
+and otherwise when the process ends: at exit (normal end, an uncaught exception, Ctrl-C's
+KeyboardInterrupt) and on SIGTERM, so a crashing or interrupted program still leaves what
+was recorded. Each process writes its own trace
 (``<host>_<pid>`` or ``rank<R>_<pid>``), so every torchrun worker leaves one.
 """
 
 from __future__ import annotations
 
 import atexit
+import gzip
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -42,6 +51,10 @@ import time
 CONFIG_ENV = "PROFLAB_RUN_CONFIG"
 
 _TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
+_RETRY_S = 0.1  # how soon a time window that met no safe point asks again
+_JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
+_IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
+_COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 
 
 class Runtime:
@@ -58,18 +71,34 @@ class Runtime:
         self.step_source = None  # "user" (proflab.step) | "profiler" (the program's prof.step) | "optimizer"
         self._optimizer_id = None
         self.traces: list[str] = []
+        self.startup_traces: list[str] = []  # time-window fallbacks that steps replaced (traces/startup/)
         self.notes: list[str] = []
         self.done = False  # the window closed (or proflab stood aside): record nothing more
         self._finished = False
         self._lock = threading.RLock()
+        # What the compression thread touches (the trace list, notes, the process file) is
+        # guarded by this lock, never by _lock: the training thread joins that thread while
+        # holding _lock (at exit, when steps replace the fallback window).
+        self._info_lock = threading.RLock()  # reentrant: the SIGALRM handler may interrupt a holder
         self._events = None
         self._captures = 0
         self._alarm_phase = None  # "start" | "stop"
         self._provisional = False  # a time-window fallback is in progress or done, no step yet
         self._step_base = 0
         self._own_traces = 0  # traces exported from the program's own profiler
+        self._busy = 0  # inside proflab's own code on the main thread: no place for the timer
+        self._deferred_s = 0.0  # time the time window waited for a safe point
+        self._deferred_why: list[str] = []  # each reason the time window waited, first seen first
+        self._deferred_since: float | None = None
+        self._outer_import_frames: list = []  # imports that enclose the program's `import torch`
+        self._outer_importing: set[str] = set()
+        self._exports: list[threading.Thread] = []
+        self.failure: str | None = None  # why proflab stopped recording, when it failed
+        self.last_save_s: float | None = None  # Kineto's save of the last trace, on the training thread
         argv = getattr(sys, "orig_argv", sys.argv)
-        self._launcher = any(x.endswith(_TORCH_LAUNCHERS) for x in argv[:3])
+        # torchrun's launcher, and torch.compile's compile workers (subprocesses that import
+        # torch, never step, and would each record a time window of their own)
+        self._launcher = any(x.endswith(_TORCH_LAUNCHERS) or "compile_worker" in x for x in argv[:3])
         self._mp_child = "--multiprocessing-fork" in argv
 
     # -- setup -----------------------------------------------------------------------------
@@ -102,6 +131,10 @@ class Runtime:
         if not self.profiles:
             return
         try:
+            self._note_outer_imports()
+        except Exception:
+            pass
+        try:
             self._follow_program_profilers(torch)
         except Exception as e:
             self.notes.append(f"proflab cannot follow the program's own torch.profiler: {type(e).__name__}: {e}")
@@ -115,6 +148,50 @@ class Runtime:
         except Exception as e:  # never break the program: say why there is no trace
             self.notes.append(f"proflab could not start torch.profiler: {type(e).__name__}: {e}")
             self.done = True
+
+    # -- safe points -----------------------------------------------------------------------
+
+    def _note_outer_imports(self) -> None:
+        """Remember the imports under way when torch finished importing: the program's own
+        (``import transformers`` imports torch; a program may even train inside an import).
+        They never end while the program runs, so they cannot count against a safe point;
+        any import that starts after this one does."""
+        f = sys._getframe()
+        while f is not None:
+            if any(m in f.f_code.co_filename for m in _IMPORTLIB_FILES):
+                self._outer_import_frames.append(f)  # kept alive, so their ids stay theirs
+            f = f.f_back
+        self._outer_importing = _initializing_modules()
+
+    def _not_a_safe_point(self) -> str | None:
+        """Why torch.profiler must not start or stop right now (None: it may). Called from
+        the SIGALRM handler, which interrupts the main thread anywhere."""
+        if self._busy:
+            return "proflab itself was busy"
+        outer = {id(f) for f in self._outer_import_frames}
+        main = threading.main_thread().ident
+        for tid, top in sys._current_frames().items():
+            f = top
+            while f is not None:
+                name = f.f_code.co_filename
+                if any(m in name for m in _IMPORTLIB_FILES) and id(f) not in outer:
+                    return "an import was in progress" + ("" if tid == main else " on another thread")
+                if tid == main and name.endswith(_COMPILING_FILES):
+                    return "torch.compile was compiling"
+                f = f.f_back
+        if _initializing_modules() - self._outer_importing:
+            return "an import was in progress"
+        # Autograd's engine runs a backward pass (on the CPU: on this thread) under a guard
+        # that restores the thread-local state afterwards: a profiler started in there loses
+        # its state when the pass ends, and stopping it later crashed the program (SIGSEGV,
+        # torch.compile on the CPU, whose compiled backward runs Python code in the pass).
+        graph_task = getattr(getattr(self.torch, "_C", None), "_current_graph_task_id", None)
+        if graph_task is not None and graph_task() != -1:
+            return "autograd's backward pass was running"
+        cuda = getattr(self.torch, "cuda", None)
+        if cuda is not None and cuda.is_initialized() and cuda.is_current_stream_capturing():
+            return "a CUDA graph was being captured"
+        return None
 
     # -- torch.profiler --------------------------------------------------------------------
 
@@ -261,6 +338,7 @@ class Runtime:
                 return
             self.step_source = source
             self.steps += 1
+            self._busy += 1
             try:
                 if self.window == "auto" and self._provisional:
                     self._back_to_steps()
@@ -269,25 +347,55 @@ class Runtime:
                 if self.steps - self._step_base == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
                     self._stand_aside()
                     return
+                t0 = time.perf_counter()
                 self.prof.step()
+                if self.done:  # this step closed the window: what did the program wait for?
+                    self._note_stall(time.perf_counter() - t0)
             except Exception as e:
                 self._fail("torch.profiler step failed", e)
+            finally:
+                self._busy -= 1
+
+    def _note_stall(self, held_s: float) -> None:
+        save = self.last_save_s
+        self.notes.append(
+            f"the window's end held the program {held_s * 1e3:.0f} ms (stopping torch.profiler and saving its trace"
+            + (f", the save {save * 1e3:.0f} ms of it" if save is not None else "")
+            + "); the trace is compressed off the training thread"
+        )
 
     def _back_to_steps(self) -> None:
         """Steps arrived after the time-window fallback: that window was only standing in for
-        them (model loading, data preparation...). Drop it and record the step window."""
+        them (model loading, data preparation...). Close it and record the step window.
+
+        The fallback window is saved at once, never dropped: a Kineto session stopped and
+        not saved at once left every later kernel launch of the process slower (see
+        ``_export``). It goes to traces/startup/, which analysis skips."""
         self._provisional = False
+        self._join_exports(_JOIN_S)
         if self.prof is not None:
-            self.prof.stop()  # recorded, not exported
-            self.prof, self.prof_kind = None, None
-        for t in self.traces:
+            prof, self.prof, self.prof_kind = self.prof, None, None
+            t0 = time.perf_counter()
+            prof.stop()
+            self._export(prof, "", background=False, folder="startup")
+            held_s = time.perf_counter() - t0
+        else:
+            held_s = 0.0
+        startup = os.path.join(self.run_dir, "traces", "startup")
+        for t in self.traces:  # the fallback window, already closed and written
             try:
-                os.remove(t)
+                os.makedirs(startup, exist_ok=True)
+                dst = os.path.join(startup, os.path.basename(t))
+                os.replace(t, dst)
+                self.startup_traces.append(dst)
             except OSError:
                 pass
         self.traces = []
-        self.notes = [n for n in self.notes if "time window" not in n]
-        self.notes.append("steps began after the time-window fallback had started: recorded the step window instead")
+        self.notes = [n for n in self.notes if not any(k in n for k in ("time window", "window's end", "trace compressed"))]
+        self.notes.append(
+            "steps began after the time-window fallback had started: recorded the step window instead "
+            f"(the fallback window is kept in traces/startup/, not analysed; closing it held the program {held_s * 1e3:.0f} ms)"
+        )
         if self._alarm_phase is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             self._alarm_phase = None
@@ -302,36 +410,86 @@ class Runtime:
     def _fail(self, what: str, e: Exception) -> None:
         """proflab's own failure, met inside a call from the program (a step, a capture
         block, the SIGALRM handler): say why, record nothing more, and let the program go on."""
-        self.notes.append(f"{what}: {type(e).__name__}: {e}")
+        self.failure = f"{what}: {type(e).__name__}: {e}"
+        self.notes.append(self.failure)
         self.prof, self.prof_kind, self.done = None, None, True
 
     def _on_trace_ready(self, prof) -> None:
-        self._export(prof)
+        self._export(prof, background=not self._finished)
         self.done = True
 
-    def _trace_path(self, suffix: str = "") -> str:
+    def _trace_path(self, suffix: str = "", folder: str = "") -> str:
         rank = os.environ.get("RANK")
         who = f"rank{rank}_{self.pid}" if rank is not None else f"{socket.gethostname()}_{self.pid}"
-        return os.path.join(self.run_dir, "traces", f"{who}{suffix}.pt.trace.json.gz")
+        return os.path.join(self.run_dir, "traces", folder, f"{who}{suffix}.pt.trace.json.gz")
 
-    def _export(self, prof, suffix: str = "") -> None:
-        final = self._trace_path(suffix)
+    def _export(self, prof, suffix: str = "", background: bool = False, folder: str = "") -> None:
+        """Write ``prof``'s trace into traces/: Kineto saves the JSON here, on the calling
+        (training) thread, right after the stop; with ``background`` the compression runs on a
+        thread of its own while the program goes on.
+
+        Why the save stays on the training thread: on an H100 with PyTorch 2.11, every run
+        in which the program launched kernels between a profiler's stop and the save of its
+        result (the save on another thread, a later save, no save) went on 12-45 % slower
+        for good; every run whose result was saved at once did not
+        (benchmarks/probe_profiler_residue.py and bench_run_overhead.py)."""
+        final = self._trace_path(suffix, folder=folder)
         # One folder per process: another rank of the run tidying up its own must not
         # remove it while Kineto is still writing here.
         tmp_dir = os.path.join(self.run_dir, "traces", f".partial-{self.pid}")
         tmp = os.path.join(tmp_dir, os.path.basename(final))
+        raw = tmp[: -len(".gz")]
+        t0 = time.perf_counter()
         try:
             os.makedirs(tmp_dir, exist_ok=True)
-            prof.export_chrome_trace(tmp)
+            prof.export_chrome_trace(raw)  # plain JSON: torch's own .gz path compresses line by line
+        except Exception as e:
+            self._export_failed(e)
+            return
+        self.last_save_s = time.perf_counter() - t0
+        if not background:
+            self._compress(raw, tmp, tmp_dir, final, background=False)
+            return
+        t = threading.Thread(
+            target=self._compress, args=(raw, tmp, tmp_dir, final, True), name="proflab-compress", daemon=True
+        )
+        self._exports.append(t)
+        t.start()
+
+    def _compress(self, raw: str, tmp: str, tmp_dir: str, final: str, background: bool) -> None:
+        t0 = time.perf_counter()
+        try:
+            with open(raw, "rb") as src, gzip.open(tmp, "wb", compresslevel=6) as dst:
+                shutil.copyfileobj(src, dst, 1 << 22)
+            os.remove(raw)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
             os.replace(tmp, final)  # readers never see half a trace
-            self.traces.append(final)
+            with self._info_lock:
+                (self.startup_traces if os.path.basename(os.path.dirname(final)) == "startup" else self.traces).append(final)
+                if background:
+                    self.notes.append(
+                        f"trace compressed in {time.perf_counter() - t0:.2f} s off the training thread "
+                        f"({os.path.getsize(final) / 2**20:.1f} MiB)"
+                    )
             try:
                 os.rmdir(tmp_dir)
             except OSError:  # a failed export's leftover: keep it for inspection
                 pass
         except Exception as e:
+            self._export_failed(e)
+        self._write_process_info()
+
+    def _export_failed(self, e: Exception) -> None:
+        with self._info_lock:
+            self.failure = self.failure or f"trace export failed: {type(e).__name__}: {e}"
             self.notes.append(f"trace export failed: {type(e).__name__}: {e}")
         self._write_process_info()
+
+    def _join_exports(self, timeout_s: float | None = None) -> None:
+        for t in self._exports:
+            if t is not threading.current_thread():
+                t.join(timeout_s)
+        self._exports = [t for t in self._exports if t.is_alive()]
 
     # -- the time window (SIGALRM: the handler runs on the main thread) ----------------------
 
@@ -351,13 +509,40 @@ class Runtime:
             signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
 
     def _on_alarm(self, signum, frame) -> None:
-        # A signal handler: whatever it raises surfaces in the program's own code.
+        # A signal handler: whatever it raises surfaces in the program's own code. It may
+        # interrupt the program anywhere, so it acts only at a safe point and otherwise asks
+        # again shortly (an import in progress ends in milliseconds to seconds).
+        if self._alarm_phase == "start" and self.window == "auto" and self.steps > 0:
+            if self._deferred_since is not None:  # it waited, and the steps came first
+                self._deferred_s += time.perf_counter() - self._deferred_since
+            self._alarm_phase, self._deferred_since = None, None  # steps came: no fallback needed
+            return
+        try:
+            why = self._not_a_safe_point()
+        except Exception as e:  # cannot tell: treat as unsafe rather than risk the program
+            why = f"the safe-point check failed ({type(e).__name__})"
+        if why is not None and self._alarm_phase is not None:
+            now = time.perf_counter()
+            if self._deferred_since is None:
+                self._deferred_since = now
+            if why not in self._deferred_why:
+                self._deferred_why.append(why)
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
+            return
+        if self._deferred_since is not None:
+            waited = time.perf_counter() - self._deferred_since
+            self._deferred_s += waited
+            self._deferred_since = None
+            self.notes.append(f"the time window waited {waited:.2f} s for a safe point ({'; '.join(self._deferred_why)})")
         with self._lock:
+            self._busy += 1
             try:
                 self._alarm()
             except Exception as e:
                 self._alarm_phase = None
                 self._fail("the time window failed", e)
+            finally:
+                self._busy -= 1
 
     def _alarm(self) -> None:
         if self._alarm_phase == "start":
@@ -395,8 +580,11 @@ class Runtime:
                     f"starts after {need}: no trace (use --window time, or fewer --wait steps)"
                 )
         else:
+            t0 = time.perf_counter()
             prof.stop()
-            self._export(prof, "_capture" if kind == "capture" else "")
+            self._export(prof, "_capture" if kind == "capture" else "", background=not self._finished)
+            if not self._finished:
+                self._note_stall(time.perf_counter() - t0)
         self.done = True
 
     # -- capture ranges ----------------------------------------------------------------------
@@ -452,10 +640,17 @@ class Runtime:
                 old = signal.signal(signal.SIGINT, signal.SIG_IGN)
                 if self._alarm_phase is not None:
                     signal.setitimer(signal.ITIMER_REAL, 0)
+            if self._deferred_since is not None and not (self.window == "auto" and self.steps > 0):
+                self.notes.append(
+                    f"the time window was still waiting for a safe point ({'; '.join(self._deferred_why)}) when the program "
+                    f"ended, {time.perf_counter() - self._deferred_since:.1f} s after it was due"
+                )
             try:
                 self._stop_and_export()
             except Exception as e:
+                self.failure = self.failure or f"stopping torch.profiler failed: {type(e).__name__}: {e}"
                 self.notes.append(f"stopping torch.profiler failed: {type(e).__name__}: {e}")
+            self._join_exports(_JOIN_S)  # a trace still being compressed is finished first
             self._dump_memory_snapshot()
             self._write_process_info()
             if self._events is not None:
@@ -477,6 +672,27 @@ class Runtime:
         except Exception as e:
             self.notes.append(f"CUDA memory snapshot failed: {type(e).__name__}: {e}")
 
+    def _why_no_trace(self) -> str | None:
+        """One line: why this process, profiled, ended without a trace (None when it has one)."""
+        if not self.profiles or self.torch is None or self.traces:
+            return None
+        if self.failure:
+            return self.failure
+        if self._own_traces or any("its own torch.profiler" in n for n in self.notes):
+            return "the program ran its own torch.profiler, and it recorded nothing proflab could copy"
+        if self._deferred_since is not None:
+            return f"the time window never found a safe point to start ({'; '.join(self._deferred_why)})"
+        need = sum(int(self.cfg.get(k, d)) for k, d in (("wait", 3), ("warmup", 1))) + 1
+        if self.window in ("auto", "steps") and self.steps - self._step_base < need:
+            return (
+                f"the program made {self.steps} step(s) ({self.step_source or 'none seen'}); the step window "
+                f"records from step {need}"
+                + ("" if self.window == "steps" else f", and it ended before the time window ({self.cfg.get('delay_s')} s after the torch import)")
+            )
+        if self.window == "capture":
+            return "no proflab.capture() block ran"
+        return "no window closed before the program ended"
+
     def _write_process_info(self) -> None:
         torch = self.torch
         info = {
@@ -491,15 +707,23 @@ class Runtime:
             "steps": self.steps,
             "step_source": self.step_source,
             "traces": [os.path.relpath(t, self.run_dir) for t in self.traces],
+            "startup_traces": [os.path.relpath(t, self.run_dir) for t in self.startup_traces],
+            "why_no_trace": self._why_no_trace() if self._finished else None,
+            # how long the time window waited for a safe point, and for what (s)
+            "time_window_waited_s": round(
+                self._deferred_s + (0.0 if self._deferred_since is None else time.perf_counter() - self._deferred_since), 3
+            ),
+            "time_window_waited_for": self._deferred_why,
             "notes": self.notes,
         }
         d = os.path.join(self.run_dir, "processes")
         try:
-            os.makedirs(d, exist_ok=True)
-            tmp = os.path.join(d, f".{self.pid}.json.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(info, f, indent=2, default=str)
-            os.replace(tmp, os.path.join(d, f"{self.pid}.json"))
+            with self._info_lock:  # the compression thread writes this file too
+                os.makedirs(d, exist_ok=True)
+                tmp = os.path.join(d, f".{self.pid}.json.tmp")
+                with open(tmp, "w", encoding="utf-8") as f:
+                    json.dump(info, f, indent=2, default=str)
+                os.replace(tmp, os.path.join(d, f"{self.pid}.json"))
         except OSError:
             pass  # the run directory went away; nothing to tell
 
@@ -529,6 +753,20 @@ class _TorchImportHook:
         loader.exec_module = exec_and_hook
         return spec
 
+
+
+def _initializing_modules() -> set[str]:
+    """The modules whose import is under way (in any thread): what Python calls "partially
+    initialized" when something imports from them."""
+    out = set()
+    for name, m in list(sys.modules.items()):
+        try:
+            spec = vars(m).get("__spec__")  # not getattr: a lazy module's __getattr__ may import
+        except TypeError:
+            continue
+        if spec is not None and getattr(spec, "_initializing", False):
+            out.add(name)
+    return out
 
 
 def _serve_later_exports(recorded, copy_path: str) -> None:

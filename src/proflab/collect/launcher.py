@@ -352,6 +352,8 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["gpu"] = m.device_info()
     meta["git"] = _git(meta.get("cwd") or os.getcwd())
     meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
+    meta["recorded"] = bool(meta["traces"])
+    meta["why_no_trace"] = None if meta["recorded"] else _why_no_trace(meta, procs)
     ev = run_dir / "events.jsonl"
     meta["events"] = 0
     if ev.exists():
@@ -360,6 +362,23 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.write_json(run_dir / rundir.META, meta)
     return meta
+
+
+def _why_no_trace(meta: dict, procs: list[dict]) -> str:
+    """One line: why a run holds no trace, from what its processes and the launcher saw."""
+    for p in procs:
+        if p.get("why_no_trace"):
+            return p["why_no_trace"]
+    notes = meta.get("notes") or []
+    for key in ("runtime did not start", "never imported torch", "nsys recorded", "nsys wrote no report"):
+        for n in notes:
+            if key in n:
+                return n
+    if procs and not any(p.get("profiled") for p in procs):
+        return "no process of the program was profiled (launcher and worker processes are not)"
+    if meta.get("status") == "interrupted":
+        return "the program was interrupted before a window was recorded"
+    return "no process exported a trace (the notes below say what happened)"
 
 
 def analyze_run(
@@ -399,7 +418,10 @@ def analyze_run(
 
 
 def _run_header(run_dir: Path, meta: dict) -> str:
-    lines = [
+    lines = []
+    if meta.get("recorded") is False:  # first, before anything else: the run missed
+        lines.append(f"proflab run: NO TRACE RECORDED: {meta.get('why_no_trace')}")
+    lines += [
         f"proflab run: {run_dir}",
         f"  command: {' '.join(meta.get('command') or [])}",
         f"  exit status {meta.get('exit_status')} ({meta.get('status')}) after {meta.get('duration_s')} s",
