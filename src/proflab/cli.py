@@ -272,7 +272,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
     else:
-        reports = [analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms) for p in paths]
+        from proflab.collect.rundir import unprofiled_step_ms
+
+        # a trace of a `proflab run` directory comes with the step time measured outside its window
+        reports = [
+            analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p)) for p in paths
+        ]
     return _emit_reports(args, reports, fmt)
 
 

@@ -500,3 +500,24 @@ def test_torch_compile_records_one_step_window(tmp_path, torch_required):
     meta = _meta(run)
     assert len(meta["traces"]) == 1, meta["traces"]
     assert proflab.load(run / meta["traces"][0]).steps.height == 5
+
+
+def test_step_time_is_measured_outside_the_window(tmp_path, torch_required):
+    """Steps before the window (its wait steps) and after it are timed without a profiler
+    recording; the analysis judges the trace against that time, and the summary says what
+    the profiler cost. (No timing is asserted: the machine may be busy.)"""
+    from proflab.collect.rundir import unprofiled_step_ms
+
+    done = _proflab_run(tmp_path, "22")
+    assert done.returncode == 0, done.stderr
+    run = _only_run(tmp_path)
+    meta = _meta(run)
+    st = meta["processes"][0]["step_times"]
+    # 22 steps: the first 3 are not timed (warm-up), the window (1 warm-up + 5 active) and
+    # the step that saved its trace are "profiled" or left out, the rest are bare
+    assert st["bare_n"] >= 8 and st["profiled_n"] >= 4
+    assert st["bare_ms"] > 0 and st["profiled_ms"] > 0
+    assert unprofiled_step_ms(run / meta["traces"][0]) == st["bare_ms"]
+    assert f"{st['bare_ms']:.2f} ms without the profiler" in done.stdout
+    # a trace outside a run directory has no measured step time
+    assert unprofiled_step_ms(tmp_path / "prog.py") is None

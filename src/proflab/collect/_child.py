@@ -52,6 +52,8 @@ CONFIG_ENV = "PROFLAB_RUN_CONFIG"
 
 _TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
+_STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
+_STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
 _COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
@@ -76,6 +78,10 @@ class Runtime:
         self.done = False  # the window closed (or proflab stood aside): record nothing more
         self._finished = False
         self._lock = threading.RLock()
+        self._step_times: list[tuple[int, bool, int]] = []  # (interval ns, bare, step number)
+        self._last_step_ns: int | None = None
+        self._last_step_profiling = False
+        self._window_end_steps: list[int] = []
         # What the compression thread touches (the trace list, notes, the process file) is
         # guarded by this lock, never by _lock: the training thread joins that thread while
         # holding _lock (at exit, when steps replace the fallback window).
@@ -338,6 +344,7 @@ class Runtime:
                 return
             self.step_source = source
             self.steps += 1
+            self._time_step()
             self._busy += 1
             try:
                 if self.window == "auto" and self._provisional:
@@ -350,11 +357,51 @@ class Runtime:
                 t0 = time.perf_counter()
                 self.prof.step()
                 if self.done:  # this step closed the window: what did the program wait for?
+                    self._window_end_steps.append(self.steps + 1)  # the interval ending next holds the save
                     self._note_stall(time.perf_counter() - t0)
             except Exception as e:
                 self._fail("torch.profiler step failed", e)
             finally:
                 self._busy -= 1
+
+    def _profiling_now(self) -> bool:
+        """Whether a profiler records (adds its cost) right now: a time window, or a step
+        window past its wait steps (a schedule waiting records nothing)."""
+        prof = self.prof
+        if prof is None or self.done:
+            return self.torch is not None and self._someone_else_profiles()  # the program's own
+        if self.prof_kind != "steps":
+            return True
+        action = getattr(prof, "current_action", None)
+        return action is not None and getattr(action, "name", "") != "NONE"
+
+    def _time_step(self) -> None:
+        """Step-to-step wall time, labelled by whether a profiler recorded during it: in steady
+        state it is the loop's throughput (a GPU-bound loop's host waits on a full queue), so
+        the unlabelled ("bare") ones are the loop's unprofiled step time, measured in the same
+        process as the window. Only the last _STEP_TIMES intervals are kept."""
+        now = time.perf_counter_ns()
+        profiling = self._profiling_now()
+        if self._last_step_ns is not None:
+            # an interval is bare only if no profiler recorded at either end of it
+            bare = not (profiling or self._last_step_profiling)
+            self._step_times.append((now - self._last_step_ns, bare, self.steps))
+            if len(self._step_times) > _STEP_TIMES:
+                del self._step_times[: len(self._step_times) - _STEP_TIMES]
+        self._last_step_ns, self._last_step_profiling = now, profiling
+
+    def _step_time_summary(self) -> dict:
+        """Median step intervals (ms) outside and inside the profiler's recording; the first
+        _STEP_WARMUP steps of the program (compilation, allocator warm-up) and the step in
+        which a window ended (its trace was saved then) are left out."""
+        ended = set(self._window_end_steps)
+        keep = [(d, bare) for d, bare, k in self._step_times if k > _STEP_WARMUP and k not in ended]
+        out = {}
+        for label, want in (("bare", True), ("profiled", False)):
+            xs = sorted(d for d, bare in keep if bare == want)
+            out[f"{label}_n"] = len(xs)
+            out[f"{label}_ms"] = round(xs[len(xs) // 2] / 1e6, 4) if xs else None
+        return out
 
     def _note_stall(self, held_s: float) -> None:
         save = self.last_save_s
@@ -714,6 +761,8 @@ class Runtime:
                 self._deferred_s + (0.0 if self._deferred_since is None else time.perf_counter() - self._deferred_since), 3
             ),
             "time_window_waited_for": self._deferred_why,
+            # step-to-step wall time (ms) without and with a profiler recording
+            "step_times": self._step_time_summary(),
             "notes": self.notes,
         }
         d = os.path.join(self.run_dir, "processes")

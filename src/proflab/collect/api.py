@@ -206,7 +206,7 @@ class Profile:
         warmup: int = 0,
         active: int | None = None,
         window: str = "block",
-        record_shapes: bool = True,
+        record_shapes: bool = False,
         with_stack: bool = False,
         profile_memory: bool = False,
         monitor: bool | None = None,

@@ -136,3 +136,31 @@ def list_runs(root: str | Path = DEFAULT_ROOT) -> list[RunInfo]:
 
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+# Fewer bare step intervals than this are not a measurement of the loop's step time.
+MIN_BARE_STEPS = 3
+
+
+def unprofiled_step_ms(trace: str | Path) -> float | None:
+    """The unprofiled step time (ms) that ``proflab run`` measured in the process that wrote
+    ``trace`` (a file under a run directory's ``traces/``): the median step-to-step wall time
+    outside the profiler's recording (``processes/<pid>.json``: ``step_times``). None when the
+    trace is not from a run directory or too few steps ran outside the window."""
+    trace = Path(trace).resolve()
+    run_dir = trace.parent.parent if trace.parent.name == "traces" else None
+    if run_dir is None or not (run_dir / META).is_file():
+        return None
+    rel = str(trace.relative_to(run_dir))
+    for p in sorted((run_dir / "processes").glob("*.json")):
+        try:
+            info = json.loads(p.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(info, dict) or rel not in (info.get("traces") or []):
+            continue
+        st = info.get("step_times") or {}
+        n, ms = st.get("bare_n"), st.get("bare_ms")
+        if isinstance(n, int) and n >= MIN_BARE_STEPS and isinstance(ms, (int, float)) and ms > 0:
+            return float(ms)
+    return None
