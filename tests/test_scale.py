@@ -16,9 +16,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import KINETO_DIR
-
 ROOT = Path(__file__).resolve().parent.parent
+# (not imported from conftest: with tests/gpu/conftest.py also on the path, which conftest
+# module "conftest" names depends on the collection order)
+KINETO_DIR = ROOT / "tests" / "data" / "kineto"
 GEN = ROOT / "benchmarks" / "gen_realistic.py"
 SOURCE = KINETO_DIR / "train_loop.pt.trace.json.gz"
 
