@@ -521,3 +521,17 @@ def test_step_time_is_measured_outside_the_window(tmp_path, torch_required):
     assert f"{st['bare_ms']:.2f} ms without the profiler" in done.stdout
     # a trace outside a run directory has no measured step time
     assert unprofiled_step_ms(tmp_path / "prog.py") is None
+
+
+def test_cupti_is_torn_down_after_the_window_unless_the_program_says_otherwise(tmp_path, monkeypatch):
+    # Kineto leaves CUPTI initialised after a profiler stops unless TEARDOWN_CUPTI=1, and the
+    # program's later kernel launches pay for it (measured on the GPU machine: the after-window
+    # test of tests/gpu/test_run_live.py); the program's own setting is kept.
+    script = "import os; print('TEARDOWN_CUPTI=' + str(os.environ.get('TEARDOWN_CUPTI')))\n"
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    done = _proflab_run(tmp_path, script=script)
+    assert done.returncode == 0, done.stderr
+    assert "TEARDOWN_CUPTI=1" in done.stdout
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    done = _proflab_run(tmp_path, script=script)
+    assert "TEARDOWN_CUPTI=0" in done.stdout

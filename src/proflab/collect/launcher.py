@@ -189,6 +189,12 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *filter(None, [env.get("PYTHONPATH")])])
     env["PROFLAB_RUN_CONFIG"] = json.dumps(_child_config(opts, run_dir))
+    # Kineto leaves CUPTI initialised after a profiler stops unless told to tear it down,
+    # and every later kernel launch pays for it: on an H100 (PyTorch 2.11, CUDA 13) a
+    # per-parameter-optimizer loop ran 1.20-1.36x slower after one profiled window, 0.97x
+    # with TEARDOWN_CUPTI=1; a second window still records every kernel. torch itself turns
+    # teardown off where CUDA graphs need it (CUDA < 12.6). The program's own setting wins.
+    env.setdefault("TEARDOWN_CUPTI", "1")
     env["PROFLAB_RUN_DIR"] = str(run_dir)
     argv = list(cmd)
     if nsys_path:
