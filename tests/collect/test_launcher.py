@@ -90,8 +90,9 @@ def test_cli_defaults_of_what_is_recorded_come_from_run_options(monkeypatch):
 
     seen = []
     monkeypatch.setattr(launcher, "run", lambda cmd, opts, **kw: seen.append(opts) or 0)
-    assert main(["run", "--", "true"]) == 0
-    assert main(["run", "--no-record-shapes", "--with-stack", "--", "true"]) == 0
     default = launcher.RunOptions()
+    flip = "--no-record-shapes" if default.record_shapes else "--record-shapes"
+    assert main(["run", "--", "true"]) == 0
+    assert main(["run", flip, "--with-stack", "--", "true"]) == 0
     assert (seen[0].record_shapes, seen[0].with_stack) == (default.record_shapes, default.with_stack)
     assert (seen[1].record_shapes, seen[1].with_stack) == (not default.record_shapes, True)
