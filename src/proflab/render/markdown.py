@@ -120,7 +120,7 @@ def render_compare_markdown(comparison) -> str:
     lines.append(f"**{esc(d['before']['label'])}** → **{esc(d['after']['label'])}**")
     lines.append("")
     ci = s["ci_pct"]
-    side = {"gpu": "GPU-side", "unprofiled": "unprofiled (measured)"}.get(s.get("side"), s.get("side") or "")
+    side = {"gpu": "GPU-side", "unprofiled": "unprofiled (measured)"}.get(s.get("side"), s.get("side") or "n/a")
     lines += ["| | before | after | change | 95 % interval |", "|---|---:|---:|---:|---|"]
     lines.append(f"| median step ms ({esc(side)}) | {_ms(s['before'])} | {_ms(s['after'])} | {_pct(s['delta_pct'])} | "
                  + ("n/a" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %") + " |")

@@ -280,7 +280,7 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
     out.append(_line(f"after:  {d['after']['label']}"))
     ci = s["ci_pct"]
     pct = lambda v: "n/a" if v is None else f"{v:+.1f} %"  # noqa: E731
-    side = {"gpu": "GPU-side", "unprofiled": "unprofiled, measured"}.get(s.get("side"), s.get("side") or "")
+    side = {"gpu": "GPU-side", "unprofiled": "unprofiled, measured"}.get(s.get("side"), s.get("side") or "n/a")
     out.append(_line(f"median step ({side}): {fmt_num(s['before'])} -> {fmt_num(s['after'])} ms, {pct(s['delta_pct'])}"
                      + ("" if ci is None else f", 95% interval [{ci[0]:+.1f}, {ci[1]:+.1f}] %")
                      + f" ({s['steps_before']} vs {s['steps_after']} steps)"))
