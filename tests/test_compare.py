@@ -166,6 +166,19 @@ def test_bootstrap_interval():
     assert bootstrap_ratio_ci(x[:2], x) is None
 
 
+def test_bootstrap_resamples_runs_when_a_side_has_several():
+    """Three tight runs at 10, 11 and 12 ms against one at 11.5: steps alone look like a clear
+    +4.5 %; resampled by run, the drift between runs is in the interval and it includes 0."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([m + rng.normal(0, 0.02, 20) for m in (10.0, 11.0, 12.0)])
+    gx = np.repeat([0, 1, 2], 20)
+    y = 11.5 + rng.normal(0, 0.02, 20)
+    lo, hi = bootstrap_ratio_ci(x, y)
+    assert lo > 0  # steps pooled: falsely clear
+    lo, hi = bootstrap_ratio_ci(x, y, gx=gx)
+    assert lo < 0 < hi
+
+
 def test_threshold_overrides_the_noise_floor():
     c = cmp(trace("lm_fp32"), trace("lm_bf16"), threshold_pct=90)
     assert c.verdict[0] == "no_change" and "noise floor" in c.verdict[1]
@@ -261,3 +274,47 @@ def test_baseline_workflow(tmp_path, capsys):
     assert main(["compare", "--baseline", "main", "--baseline-dir", str(base), str(RUNS / "20261122-074634-h100_cuda_train"), "-f", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["verdict"] == "no_change" and doc["before"]["run_dir"]
+
+
+# -- repeats of unchanged programs (tests/data/repeats) -------------------------------------------
+REP = DATA / "repeats"
+
+
+def rep(run: int, loop: str) -> str:
+    return str(REP / f"run{run}" / f"{loop}.light.pt.trace.json.gz")
+
+
+def rep_bare(run: int, loop: str) -> list[float]:
+    return json.loads((REP / f"run{run}" / "ground_truth.json").read_text())["loops"][loop]["bare"]["gpu_step_ms"][3:]
+
+
+@pytest.mark.parametrize("loop", ["lm_bf16", "mlp_foreach"])
+@pytest.mark.parametrize("a,b", [(1, 2), (1, 3), (2, 3), (3, 1)])
+def test_repeats_of_an_unchanged_program_are_no_change(loop, a, b):
+    """Separate runs of one program: no verdict either way, from the profiled steps or from
+    the unprofiled ones, though the host-bound loop drifted up to 31 % between runs."""
+    c = cmp(rep(a, loop), rep(b, loop))
+    assert c.verdict[0] == "no_change", c.verdict
+    assert c.gate(0.0) == 0
+    u = cmp(rep(a, loop), rep(b, loop), unprofiled_steps_ms=(rep_bare(a, loop), rep_bare(b, loop)))
+    assert u.verdict[0] == "no_change", u.verdict
+    assert abs(c.gpu_work["delta_pct"]) < 1
+    assert (c.kernels["status"] == "matched").all()
+
+
+def test_host_bound_floor_comes_from_the_host_share():
+    c = cmp(rep(1, "mlp_foreach"), rep(3, "mlp_foreach"), unprofiled_steps_ms=(rep_bare(1, "mlp_foreach"), rep_bare(3, "mlp_foreach")))
+    floor, src = c.noise_floor
+    assert floor > 40 and "host" in src
+    assert c.step_time["delta_pct"] < -25  # the drift is real, and larger than the run's own spread
+    g = cmp(rep(1, "lm_bf16"), rep(2, "lm_bf16"), unprofiled_steps_ms=(rep_bare(1, "lm_bf16"), rep_bare(2, "lm_bf16")))
+    assert g.noise_floor[0] == 5.0
+
+
+def test_a_trace_set_is_resampled_by_run():
+    """Three runs against one of them: the interval spans the drift between the runs."""
+    runs = [rep(r, "mlp_foreach") for r in (1, 2, 3)]
+    c = proflab.compare(runs, rep(3, "mlp_foreach"), threshold_pct=0)
+    assert c.step_time["runs_before"] == 3 and c.step_time["steps_before"] == 12
+    lo, hi = c.step_time["ci_pct"]
+    assert lo < 0 < hi and c.verdict[0] == "no_change"
