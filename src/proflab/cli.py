@@ -179,10 +179,10 @@ def _compare_parser(sub) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    c.add_argument("paths", nargs="+", metavar="BEFORE AFTER", help="two traces, folders of traces or run directories (one, AFTER, with --baseline)")
+    c.add_argument("paths", nargs="+", metavar="PATH", help="BEFORE and AFTER: traces, folders of traces or run directories (only AFTER with --baseline)")
     c.add_argument("--baseline", metavar="NAME", help="use the stored baseline NAME as BEFORE (see proflab baseline)")
     c.add_argument("--baseline-dir", default=".proflab/baselines", metavar="DIR", help="where baselines are stored (default .proflab/baselines)")
-    c.add_argument("--threshold", type=float, default=None, metavar="PCT", help="noise floor in %%: smaller changes are no_change (default 5)")
+    c.add_argument("--threshold", type=float, default=None, metavar="PCT", help="noise floor in %%: smaller changes are no_change (default: the largest of 5, the runs' own step spread and the host's share of the step x 51)")
     c.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT", help="exit 1 when the verdict is a regression of more than PCT %%")
     c.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels per report (default 15)")
     _reading_args(c)
