@@ -204,6 +204,7 @@ def test_nsys_pair_without_steps_is_unknown_and_cannot_gate(capsys):
     before, after = NSYS / "mfu_2gpu_before.sqlite", NSYS / "mfu_2gpu_after.sqlite"
     c = proflab.compare(before, after)
     assert c.verdict[0] == "unknown" and c.per == "window"
+    assert any("totals over the analysed windows" in x for x in c.caveats)
     assert (c.kernels["status"] == "matched").sum() > 10
     assert main(["compare", str(before), str(after), "--fail-on-regression", "5"]) == 2
     assert "cannot gate" in capsys.readouterr().err
@@ -318,3 +319,28 @@ def test_a_trace_set_is_resampled_by_run():
     assert c.step_time["runs_before"] == 3 and c.step_time["steps_before"] == 12
     lo, hi = c.step_time["ci_pct"]
     assert lo < 0 < hi and c.verdict[0] == "no_change"
+
+
+def test_a_cpu_only_pair_renders_in_every_format_with_gpu_parts_missing():
+    p = str(DATA / "kineto" / "cpu_only_train.pt.trace.json.gz")
+    c = proflab.compare(p, p)
+    assert c.gpu_work is None and c.breakdown.height == 0 and c.kernels.height == 0
+    assert c.host_share == (None, None)
+    from proflab.render import render
+
+    for fmt in ("term", "md", "json"):
+        assert "no" in render(c, fmt).lower()
+    assert "Where the time moved" not in render(c, "md")
+
+
+def test_the_gate_as_a_subprocess(tmp_path):
+    import subprocess
+    import sys
+
+    env = {"PYTHONPATH": str(Path(proflab.__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    run = lambda *a: subprocess.run([sys.executable, "-m", "proflab", "compare", *a], capture_output=True, text=True, env=env, timeout=120)  # noqa: E731
+    r = run(trace("lm_bf16"), trace("lm_fp32"), "--fail-on-regression", "5", "-o", str(tmp_path / "c.json"))
+    assert r.returncode == 1, r.stderr
+    assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "regressed"
+    r = run(trace("lm_bf16"), str(tmp_path / "nope.json"), "--fail-on-regression", "5")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1

@@ -192,8 +192,9 @@ def _step_rows(side: Side) -> pl.DataFrame:
             st = st.join(causes, on=["step", "device"], how="left").with_columns(
                 pl.col(f"idle_{c}_ns").fill_null(0) for c in CAUSES
             )
-        cols = [c for c in ("step", "device", "dur_ns", "busy_ns", *(f"{p}_ns" for p in _PARTS), "idle_ns",
-                            *(f"idle_{c}_ns" for c in CAUSES)) if c in st.columns]  # fmt: skip
+        # a trace with no GPU activity has no GPU parts at all: missing, not zero
+        gpu_cols = ("busy_ns", *(f"{p}_ns" for p in _PARTS), "idle_ns", *(f"idle_{c}_ns" for c in CAUSES)) if ctx.trace.has_gpu else ()
+        cols = [c for c in ("step", "device", "dur_ns", *gpu_cols) if c in st.columns]
         frames.append(st.select(cols).with_columns(pl.lit(i, dtype=pl.Int32).alias("trace")))
     if not frames:
         return pl.DataFrame(schema={"trace": pl.Int32, "step": pl.Int64, "dur_ns": pl.Int64})
@@ -260,6 +261,8 @@ def _totals(side: Side, per_step: bool) -> _Totals:
             .agg(pl.col("ns").sum(), pl.col("count").sum(), pl.col("name").sort_by("ns", descending=True).first().alias("raw"),
                  pl.col("name").n_unique().alias("variants"))
         )
+    else:
+        k = pl.DataFrame(schema={"key": pl.String, "ns": pl.Int64, "count": pl.UInt32, "raw": pl.String, "variants": pl.UInt32})
     o = cat(ops, {"name": pl.String, "gpu_ns": pl.Int64, "host_ns": pl.Int64})
     o = o.group_by("name").agg(pl.col(c).sum() if c in o.columns else pl.lit(0).alias(c) for c in ("gpu_ns", "host_ns")) if o.height else o
     r = cat(ranges, {"name": pl.String, "gpu_ns": pl.Int64, "host_ns": pl.Int64})
@@ -507,6 +510,10 @@ class Comparison:
         if diff:
             out.append("profiler settings differ (" + ", ".join(diff) + "): the profiler's own host cost differs, so a "
                        "host-bound loop's step time changes with them; compare runs recorded alike")
+        if self.per == "window":
+            wb, wa = (sum(r.summary.get("wall_ms") or 0 for r in side.reports) for side in (self.before, self.after))
+            out.append(f"no profiler steps on a side: kernel, operator and range times are totals over the analysed windows "
+                       f"({wb:,.1f} ms before, {wa:,.1f} ms after), not per step")
         nb, na = (_device_names(s) for s in (self.before, self.after))
         if nb and na and nb != na:
             out.append(f"different GPUs: {', '.join(nb)} -> {', '.join(na)}")

@@ -132,13 +132,17 @@ def render_compare_markdown(comparison) -> str:
     e = d.get("energy")
     if e:
         lines.append(f"| energy J/step (estimate) | {fmt_num(e['before']['energy_per_step_j'])} | {fmt_num(e['after']['energy_per_step_j'])} | {_pct(e['delta_pct'])} | |")
+    from proflab.render.terminal import _unprofiled
+
+    if (u := _unprofiled(d)) is not None:
+        lines.append(f"| unprofiled step ms ({u[0]}) | {u[1]} | {u[2]} | | |")
     lines += ["", f"{esc(d['verdict_reason'])}. Steps: {s['steps_before']} before, {s['steps_after']} after; noise floor "
               f"{fmt_num(d['noise_floor_pct'])} % ({esc(d['noise_floor_source'])}).", ""]
-    if d["breakdown_ms"]:
+    parts = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
+    if parts:
         lines += ["### Where the time moved (mean ms per step)", "", "| part | before | after | change | clear |", "|---|---:|---:|---:|---|"]
-        for r in d["breakdown_ms"]:
-            if r["before_ms"] or r["after_ms"]:
-                lines.append(f"| {esc(r['part'])} | {_ms(r['before_ms'])} | {_ms(r['after_ms'])} | {r['delta_ms']:+,.3f} | {'yes' if r['clear'] else 'no'} |")
+        for r in parts:
+            lines.append(f"| {esc(r['part'])} | {_ms(r['before_ms'])} | {_ms(r['after_ms'])} | {r['delta_ms']:+,.3f} | {'yes' if r['clear'] else 'no'} |")
         lines.append("")
     f = d["findings"]
     if any(f.values()):

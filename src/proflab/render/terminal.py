@@ -287,10 +287,12 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
     w = d.get("gpu_work_ms")
     if w:
         out.append(_line(f"GPU work per step: {fmt_num(w['before'])} -> {fmt_num(w['after'])} ms, {pct(w['delta_pct'])}"))
+    if (u := _unprofiled(d)) is not None:
+        out.append(_line(f"unprofiled step ({u[0]}): {u[1]} -> {u[2]} ms"))
     e = d.get("energy")
     if e:
         out.append(_line(f"energy per step (estimate): {fmt_num(e['before']['energy_per_step_j'])} -> {fmt_num(e['after']['energy_per_step_j'])} J, {pct(e['delta_pct'])}"))
-    out.append(_line(f"{d['verdict_reason']} (noise floor {fmt_num(d['noise_floor_pct'])} %, {d['noise_floor_source']})"))
+    out.append(_line(f"{d['verdict_reason']} (floor: {d['noise_floor_source']})"))
     unit = "ms/step" if d["per"] == "step" else "ms"
     rows = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
     if rows:
@@ -324,3 +326,21 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _unprofiled(d: dict) -> tuple[str, str, str] | None:
+    """Run directories: each side's step without the profiler, as (kind, before, after) in
+    ms (the observer's estimated range, or a measured value)."""
+    if not (d["before"]["run_dir"] or d["after"]["run_dir"]):
+        return None
+    u = d.get("unprofiled_step_ms") or {}
+    rows = (u.get("before") or []) + (u.get("after") or [])
+    kind = "measured" if rows and all(r["source"] == "measured" for r in rows) else "estimated"
+
+    def side(rows):
+        if not rows:
+            return "n/a"
+        lo, hi = min(r["range_ms"][0] for r in rows), max(r["range_ms"][1] for r in rows)
+        return fmt_num(lo) if lo == hi else f"{fmt_num(lo)}-{fmt_num(hi)}"
+
+    return kind, side(u.get("before")), side(u.get("after"))
