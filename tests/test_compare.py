@@ -344,3 +344,18 @@ def test_the_gate_as_a_subprocess(tmp_path):
     assert json.loads((tmp_path / "c.json").read_text())["verdict"] == "regressed"
     r = run(trace("lm_bf16"), str(tmp_path / "nope.json"), "--fail-on-regression", "5")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_unprofiled_step_times_from_files(tmp_path, capsys):
+    b, a = tmp_path / "before.json", tmp_path / "after.txt"
+    b.write_text(json.dumps(bare("lm_sync_drain")))
+    a.write_text("\n".join(str(v) for v in bare("lm_bf16")))
+    argv = ["compare", trace("lm_sync_drain"), trace("lm_bf16"), "--unprofiled-steps", str(b), str(a), "-f", "json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "improved" and doc["step_time_ms"]["side"] == "unprofiled"
+    assert main(["compare", trace("lm_bf16"), trace("lm_sync_drain"), "--unprofiled-steps", str(a), str(b), "--fail-on-regression", "5", "-f", "json"]) == 1
+    capsys.readouterr()
+    a.write_text("12\nfast\n")
+    assert main(argv) == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -184,6 +184,8 @@ def _compare_parser(sub) -> None:
     c.add_argument("--baseline-dir", default=".proflab/baselines", metavar="DIR", help="where baselines are stored (default .proflab/baselines)")
     c.add_argument("--threshold", type=float, default=None, metavar="PCT", help="noise floor in %%: smaller changes are no_change (default: the largest of 5, the runs' own step spread and the host's share of the step x 51)")
     c.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT", help="exit 1 when the verdict is a regression of more than PCT %%")
+    c.add_argument("--unprofiled-steps", nargs=2, metavar=("BEFORE_FILE", "AFTER_FILE"),
+                   help="step times in ms measured without the profiler (a JSON list, or one number per line): the verdict rests on them")
     c.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels per report (default 15)")
     _reading_args(c)
     _report_output_args(c)
@@ -459,7 +461,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if any(out == p.resolve() for p in expand_paths(sides)):
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
     load = _loader(args, show_progress=fmt == "term")
-    comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load)
+    unprofiled = tuple(_step_times(f) for f in args.unprofiled_steps) if args.unprofiled_steps else None
+    comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
+                         unprofiled_steps_ms=unprofiled)
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
@@ -467,6 +471,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if verdict == "unknown":
         raise UsageError(f"cannot gate: {why}")
     return comparison.gate(args.fail_on_regression)
+
+
+def _step_times(path: str) -> list[float]:
+    """Step times in ms from a file: a JSON list of numbers, or one number per line."""
+    import json
+    import math
+
+    from proflab.errors import InputNotFound, SchemaError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputNotFound(p, "no such file")
+    text = p.read_text(errors="replace").strip()
+    try:
+        values = json.loads(text) if text.startswith("[") else [float(x) for x in text.split()]
+    except ValueError as e:
+        raise SchemaError(p, f"expected step times in ms, a JSON list or one number per line ({e})") from e
+    if not isinstance(values, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise SchemaError(p, "expected a list of numbers (step times in ms)")
+    if not values or any(not math.isfinite(v) or v <= 0 for v in values):
+        raise SchemaError(p, "expected positive, finite step times in ms")
+    return [float(v) for v in values]
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
