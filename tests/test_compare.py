@@ -98,6 +98,9 @@ def test_sync_removal_resolves_sync_bound_where_it_acted():
     assert any("idle:sync" in x for x in c.caveats)
     # GPU work did not change: the fix removed idle, not work
     assert abs(c.gpu_work["delta_pct"]) < 1
+    # and the operators that changed most are the .item() behind the sync, now gone
+    top = c.ops.head(2)
+    assert set(top["name"]) == {"aten::item", "aten::_local_scalar_dense"} and (top["status"] == "vanished").all()
 
 
 def test_sync_removal_with_unprofiled_step_times_is_improved_and_reverse_gates():

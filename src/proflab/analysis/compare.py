@@ -270,12 +270,11 @@ def _totals(side: Side, per_step: bool) -> _Totals:
     return _Totals(k, o, r, per_n)
 
 
-def _status(before: pl.Expr, after: pl.Expr) -> pl.Expr:
-    return (
-        pl.when(before.is_null() | (before == 0)).then(pl.lit("new"))
-        .when(after.is_null() | (after == 0)).then(pl.lit("vanished"))
-        .otherwise(pl.lit("matched"))
-    )  # fmt: skip
+def _status(cols: tuple[str, ...]) -> pl.Expr:
+    """new: nothing before; vanished: nothing after; matched: some of it on both sides."""
+    before = pl.sum_horizontal(pl.col(f"before_{c}").abs() for c in cols)
+    after = pl.sum_horizontal(pl.col(f"after_{c}").abs() for c in cols)
+    return pl.when(before == 0).then(pl.lit("new")).when(after == 0).then(pl.lit("vanished")).otherwise(pl.lit("matched"))
 
 
 def _delta_table(b: pl.DataFrame, a: pl.DataFrame, key: str, cols: tuple[str, ...], nb: int, na: int) -> pl.DataFrame:
@@ -287,9 +286,8 @@ def _delta_table(b: pl.DataFrame, a: pl.DataFrame, key: str, cols: tuple[str, ..
     j = sel(b, "before", nb).join(sel(a, "after", na), on=key, how="full", coalesce=True)
     j = j.with_columns(pl.col(f"{t}_{c}").fill_null(0.0) for t in ("before", "after") for c in cols)
     j = j.with_columns((pl.col(f"after_{c}") - pl.col(f"before_{c}")).alias(f"delta_{c}") for c in cols)
-    first = cols[0]
     return (
-        j.with_columns(_status(pl.col(f"before_{first}"), pl.col(f"after_{first}")).alias("status"))
+        j.with_columns(_status(cols).alias("status"))
         .sort(pl.sum_horizontal(pl.col(f"delta_{c}").abs() for c in cols), key, descending=[True, False])
         .rename({key: "name"} | {f"{t}_{c}": f"{t}_{c.removesuffix('_ns')}_ms" for t in ("before", "after", "delta") for c in cols})
     )
@@ -460,13 +458,15 @@ class Comparison:
 
     @cached_property
     def ops(self) -> pl.DataFrame:
-        """Operators: GPU time of the kernels each launched and host time (ms per step)."""
+        """Operators: GPU time of the kernels each launched and host time (ms per step; host
+        time includes the operators nested inside, as the profiler records it)."""
         tb, ta = self._totals
         return _delta_table(tb.ops, ta.ops, "name", ("gpu_ns", "host_ns"), tb.per_n, ta.per_n)
 
     @cached_property
     def ranges(self) -> pl.DataFrame:
-        """NVTX / record_function ranges: GPU time launched inside and host time (ms per step)."""
+        """NVTX / record_function ranges: GPU time launched inside and host time, over the
+        whole analysed window divided by the steps (ms per step)."""
         tb, ta = self._totals
         return _delta_table(tb.ranges, ta.ranges, "name", ("gpu_ns", "host_ns"), tb.per_n, ta.per_n)
 
