@@ -5,6 +5,7 @@ Public API (everything else is internal)::
     trace = proflab.load("run.pt.trace.json.gz")   # columnar Trace (polars tables)
     report = proflab.analyze(trace)                  # Report: summary, findings, kernels
     report.to_dict()                                 # the proflab.report/1 JSON contract
+    proflab.compare("before/", "after/")             # Comparison: verdict, tables (polars)
 
     with proflab.profile("train", wait=2, active=5) as run:   # a run directory, analysed
         for batch in data:
@@ -31,6 +32,7 @@ __all__ = [
     "__version__",
     "load",
     "analyze",
+    "compare",
     "Trace",
     "Report",
     "Finding",
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from proflab.api import analyze, load
+    from proflab.api import analyze, compare, load
     from proflab.collect.api import annotate, capture, profile, record, step
     from proflab.collect.callbacks import ProfCallback
     from proflab.collect.events import DetailedProfiler
@@ -61,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
 _LAZY = {
     "load": ("proflab.api", "load"),
     "analyze": ("proflab.api", "analyze"),
+    "compare": ("proflab.api", "compare"),
     "Trace": ("proflab.model", "Trace"),
     "Report": ("proflab.report", "Report"),
     "Finding": ("proflab.report", "Finding"),

@@ -16,7 +16,7 @@ from proflab.report import Report
 from proflab.rules import run_rules
 from proflab.rules._common import ms, us
 
-__all__ = ["load", "analyze"]
+__all__ = ["load", "analyze", "compare"]
 
 _GPU_SKIPPED = (
     "GPU busy/idle breakdown",
@@ -54,6 +54,56 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
     if not isinstance(trace, Trace):
         trace = load(trace)
     return report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+
+
+def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,
+            unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None):
+    """Compare two runs: each a trace (path or :class:`Trace`), a list of them (a trace set),
+    a folder of traces, or a ``proflab run`` directory (its traces, ``meta.json`` and
+    ``monitor.parquet``). Returns a :class:`proflab.analysis.compare.Comparison` whose
+    tables are polars DataFrames. ``threshold_pct`` replaces the default noise floor (%);
+    ``unprofiled_steps_ms``: (before, after) step times in ms measured without the profiler,
+    which the verdict then rests on."""
+    from proflab.analysis.compare import compare as _compare
+
+    read = load_trace or load
+    return _compare(_side(before, "before", read, top_kernels), _side(after, "after", read, top_kernels), threshold_pct=threshold_pct,
+                    unprofiled_steps_ms=unprofiled_steps_ms)
+
+
+def _side(what: Any, tag: str, read: Any, top_kernels: int):
+    """One side of a comparison from what ``compare`` accepts."""
+    import json
+
+    from proflab.analysis.compare import Side
+    from proflab.errors import SchemaError
+    from proflab.readers import expand_paths
+
+    items = list(what) if isinstance(what, (list, tuple)) else [what]
+    run, monitor, traces = None, None, []
+    for item in items:
+        if isinstance(item, Trace):
+            traces.append(item)
+            continue
+        p = Path(item)
+        if p.is_dir() and (p / "meta.json").is_file():
+            if len(items) > 1:
+                from proflab.errors import UsageError
+
+                raise UsageError(f"{p}: a run directory is one side of a comparison on its own")
+            try:
+                run = json.loads((p / "meta.json").read_text())
+            except (OSError, ValueError) as e:
+                raise SchemaError(p / "meta.json", f"not a readable run record ({e})") from e
+            if not isinstance(run, dict):
+                raise SchemaError(p / "meta.json", "expected a JSON object")
+            if (p / "monitor.parquet").is_file():
+                monitor = pl.read_parquet(p / "monitor.parquet")
+        traces.extend(read(f) for f in expand_paths([p]))
+    contexts = tuple(Context(t) for t in traces)
+    reports = tuple(report_for(c, top_kernels=top_kernels) for c in contexts)
+    label = str(items[0]) if len(items) == 1 and not isinstance(items[0], Trace) else f"{tag} ({len(traces)} traces)"
+    return Side(label, reports, contexts, run, monitor)
 
 
 def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:

@@ -18,7 +18,9 @@ def format_for_path(path: str) -> str | None:
 
 
 def render(reports, fmt: str, *, width: int | None = None, color: bool = False) -> str:
-    """Text of one or several reports in ``fmt`` ("term", "json" or "md")."""
+    """Text of one or several reports (or one Comparison) in ``fmt`` ("term", "json" or "md")."""
+    if hasattr(reports, "verdict"):  # a Comparison: the same renderers, its own layout
+        return _render_comparison(reports, fmt, width=width, color=color)
     if fmt == "json":
         from proflab.render.json import render_json
 
@@ -31,4 +33,20 @@ def render(reports, fmt: str, *, width: int | None = None, color: bool = False) 
         from proflab.render.terminal import render_terminal
 
         return "\n".join(render_terminal(r, width=width, color=color) for r in reports)
+    raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _render_comparison(comparison, fmt: str, *, width: int | None, color: bool) -> str:
+    if fmt == "json":
+        from proflab.render.json import render_json
+
+        return render_json([comparison])
+    if fmt == "md":
+        from proflab.render.markdown import render_compare_markdown
+
+        return render_compare_markdown(comparison)
+    if fmt == "term":
+        from proflab.render.terminal import render_compare_terminal
+
+        return render_compare_terminal(comparison, width=width, color=color)
     raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")

@@ -98,3 +98,97 @@ def render_markdown(report) -> str:
         if n not in scope:
             lines.append(f"> note: {esc(n)}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+# -- comparisons ------------------------------------------------------------------------------
+_VERDICT_MARK = {"improved": "✅ improved", "regressed": "❌ regressed", "no_change": "➖ no change", "unknown": "❔ unknown"}
+
+
+def _pct(v) -> str:
+    return "n/a" if v is None else f"{v:+.1f} %"
+
+
+def _ms(v) -> str:
+    return "n/a" if v is None else f"{v:,.3f}"
+
+
+def render_compare_markdown(comparison) -> str:
+    """A comparison as a pull-request comment: the verdict first, then where time moved."""
+    d = comparison.to_dict()
+    s = d["step_time_ms"]
+    lines = [f"## proflab compare: {_VERDICT_MARK[d['verdict']]}", ""]
+    lines.append(f"**{esc(d['before']['label'])}** → **{esc(d['after']['label'])}**")
+    lines.append("")
+    ci = s["ci_pct"]
+    side = {"gpu": "GPU-side", "unprofiled": "unprofiled (measured)"}.get(s.get("side"), s.get("side") or "n/a")
+    lines += ["| | before | after | change | 95 % interval |", "|---|---:|---:|---:|---|"]
+    lines.append(f"| median step ms ({esc(side)}) | {_ms(s['before'])} | {_ms(s['after'])} | {_pct(s['delta_pct'])} | "
+                 + ("n/a" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %") + " |")
+    w = d.get("gpu_work_ms")
+    if w:
+        wci = w["ci_pct"]
+        lines.append(f"| GPU work ms/step | {_ms(w['before'])} | {_ms(w['after'])} | {_pct(w['delta_pct'])} | "
+                     + ("n/a" if wci is None else f"[{wci[0]:+.1f}, {wci[1]:+.1f}] %") + " |")
+    e = d.get("energy")
+    if e:
+        lines.append(f"| energy J/step (estimate) | {fmt_num(e['before']['energy_per_step_j'])} | {fmt_num(e['after']['energy_per_step_j'])} | {_pct(e['delta_pct'])} | |")
+    from proflab.render.terminal import _unprofiled
+
+    if (u := _unprofiled(d)) is not None:
+        lines.append(f"| unprofiled step ms ({u[0]}) | {u[1]} | {u[2]} | | |")
+    lines += ["", f"{esc(d['verdict_reason'])}. Steps: {s['steps_before']} before, {s['steps_after']} after; noise floor "
+              f"{fmt_num(d['noise_floor_pct'])} % ({esc(d['noise_floor_source'])}).", ""]
+    parts = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
+    if parts:
+        lines += ["### Where the time moved (mean ms per step)", "", "| part | before | after | change | clear |", "|---|---:|---:|---:|---|"]
+        for r in parts:
+            lines.append(f"| {esc(r['part'])} | {_ms(r['before_ms'])} | {_ms(r['after_ms'])} | {r['delta_ms']:+,.3f} | {'yes' if r['clear'] else 'no'} |")
+        lines.append("")
+    f = d["findings"]
+    if any(f.values()):
+        lines += ["### Findings", ""]
+        for status, mark in (("resolved", "resolved"), ("new", "new"), ("persisting", "persisting")):
+            for x in f[status]:
+                gain = x["before_gain_pct"] if status == "resolved" else x["after_gain_pct"]
+                lines.append(f"- **{mark}** `{x['id'].replace('`', '')}` [{x['severity']}]: {esc(x['title'])}"
+                             + (f" (est. gain {fmt_num(gain)} %)" if gain is not None else ""))
+        lines.append("")
+    unit = "ms/step" if d["per"] == "step" else "ms (window)"
+    if d["kernels"]:
+        lines += [f"### Kernels ({unit}, largest change first)", "", "| kernel | before | after | change | |", "|---|---:|---:|---:|---|"]
+        for k in d["kernels"][:15]:
+            lines.append(f"| {esc(shorten(k['name'], 90))} | {_ms(k['before_ms'])} | {_ms(k['after_ms'])} | {k['delta_ms']:+,.3f} | {k['status']} |")
+        ks = d["kernel_summary"]
+        lines += ["", f"{ks['matched']} kernels matched, {len(ks['new'])} new, {len(ks['vanished'])} vanished.", ""]
+    for title, key in (("Operators", "ops"), ("Ranges (NVTX / record_function)", "ranges")):
+        rows = [r for r in d[key] if abs(r.get("delta_gpu_ms") or 0) > 0 or abs(r.get("delta_host_ms") or 0) > 0][:10]
+        if rows:
+            lines += [f"### {title} ({unit})", "", "| name | GPU before | GPU after | GPU change | host change | |", "|---|---:|---:|---:|---:|---|"]
+            for r in rows:
+                lines.append(f"| {esc(shorten(r['name'], 80))} | {_ms(r['before_gpu_ms'])} | {_ms(r['after_gpu_ms'])} | "
+                             f"{r['delta_gpu_ms']:+,.3f} | {r['delta_host_ms']:+,.3f} | {r['status']} |")
+            lines.append("")
+    if d["environment"]:
+        lines += ["### Environment differences", "", "| | before | after |", "|---|---|---|"]
+        lines += [f"| {esc(r['key'])} | {esc(r['before'] or 'n/a')} | {esc(r['after'] or 'n/a')} |" for r in d["environment"]]
+        lines.append("")
+    for c in d["caveats"]:
+        lines.append(f"> {esc(c)}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_compare_html(comparison) -> str:
+    """For Jupyter: the verdict line and the main tables (polars renders its own HTML)."""
+    import html
+
+    v, why = comparison.verdict
+    s = comparison.step_time
+    head = (f"<h4>proflab compare: {html.escape(_VERDICT_MARK[v])}</h4><p>{html.escape(comparison.before.label)} → "
+            f"{html.escape(comparison.after.label)}: median step {_ms(s['before'])} → {_ms(s['after'])} ms "
+            f"({_pct(s['delta_pct'])}); {html.escape(why)}</p>")
+    parts = [head]
+    for title, df in (("Where the time moved (ms/step)", comparison.breakdown), ("Findings", comparison.findings),
+                      ("Kernels", comparison.kernels.head(10))):
+        parts.append(f"<h5>{html.escape(title)}</h5>" + df._repr_html_())
+    parts += [f"<p><i>{html.escape(c)}</i></p>" for c in comparison.caveats]
+    return "\n".join(parts)

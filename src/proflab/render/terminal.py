@@ -261,3 +261,86 @@ def _body(d: dict, width: int) -> Group:
         if n not in scope:
             parts.append(_line("note: " + n))
     return Group(*parts)
+
+
+# -- comparisons ------------------------------------------------------------------------------
+_VERDICT_STYLE = {"improved": "bold green", "regressed": "bold red", "no_change": "bold", "unknown": "yellow"}
+
+
+def render_compare_terminal(comparison, *, width: int | None = None, color: bool = False) -> str:
+    """A comparison in 80 columns: verdict, step time, where time moved, findings, kernels."""
+    width = width or 80
+    d = comparison.to_dict()
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
+                      no_color=not color, highlight=False, soft_wrap=False)
+    s = d["step_time_ms"]
+    out = [Text.assemble(("proflab compare: ", "bold"), (d["verdict"].replace("_", " ").upper(), _VERDICT_STYLE[d["verdict"]]))]
+    out.append(_line(f"before: {d['before']['label']}"))
+    out.append(_line(f"after:  {d['after']['label']}"))
+    ci = s["ci_pct"]
+    pct = lambda v: "n/a" if v is None else f"{v:+.1f} %"  # noqa: E731
+    side = {"gpu": "GPU-side", "unprofiled": "unprofiled, measured"}.get(s.get("side"), s.get("side") or "n/a")
+    out.append(_line(f"median step ({side}): {fmt_num(s['before'])} -> {fmt_num(s['after'])} ms, {pct(s['delta_pct'])}"
+                     + ("" if ci is None else f", 95% interval [{ci[0]:+.1f}, {ci[1]:+.1f}] %")
+                     + f" ({s['steps_before']} vs {s['steps_after']} steps)"))
+    w = d.get("gpu_work_ms")
+    if w:
+        out.append(_line(f"GPU work per step: {fmt_num(w['before'])} -> {fmt_num(w['after'])} ms, {pct(w['delta_pct'])}"))
+    if (u := _unprofiled(d)) is not None:
+        out.append(_line(f"unprofiled step ({u[0]}): {u[1]} -> {u[2]} ms"))
+    e = d.get("energy")
+    if e:
+        out.append(_line(f"energy per step (estimate): {fmt_num(e['before']['energy_per_step_j'])} -> {fmt_num(e['after']['energy_per_step_j'])} J, {pct(e['delta_pct'])}"))
+    out.append(_line(f"{d['verdict_reason']} (floor: {d['noise_floor_source']})"))
+    unit = "ms/step" if d["per"] == "step" else "ms"
+    rows = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
+    if rows:
+        t = Table(title=f"Where the time moved ({unit})", title_justify="left", box=None, pad_edge=False)
+        for c, j in (("part", "left"), ("before", "right"), ("after", "right"), ("change", "right"), ("clear", "left")):
+            t.add_column(c, justify=j)
+        for r in rows:
+            t.add_row(Text(r["part"]), fmt_num(r["before_ms"]), fmt_num(r["after_ms"]), f"{r['delta_ms']:+,.3f}", "yes" if r["clear"] else "no")
+        out += [Text(""), t]
+    f = d["findings"]
+    if any(f.values()):
+        out += [Text(""), Text("Findings", style="bold")]
+        for status in ("resolved", "new", "persisting"):
+            for x in f[status]:
+                out.append(Text.assemble((f"  {status:<10} ", "bold"), (shorten(f"{x['id']}: {x['title']}", width - 14), "")))
+    if d["kernels"]:
+        t = Table(title=f"Kernels ({unit}, largest change first)", title_justify="left", box=None, pad_edge=False)
+        t.add_column("kernel", overflow="ellipsis", no_wrap=True, max_width=max(width - 40, 20))
+        for c in ("before", "after", "change"):
+            t.add_column(c, justify="right")
+        t.add_column("")
+        for k in d["kernels"][:10]:
+            t.add_row(Text(shorten(k["name"], max(width - 40, 20))), fmt_num(k["before_ms"]), fmt_num(k["after_ms"]), f"{k['delta_ms']:+,.3f}", k["status"])
+        ks = d["kernel_summary"]
+        out += [Text(""), t, _line(f"{ks['matched']} matched, {len(ks['new'])} new, {len(ks['vanished'])} vanished")]
+    if d["environment"]:
+        out += [Text(""), Text("Environment differences", style="bold")]
+        out += [_line(f"  {r['key']}: {r['before'] or 'n/a'} -> {r['after'] or 'n/a'}") for r in d["environment"]]
+    if d["caveats"]:
+        out.append(Text(""))
+        out += [_line(f"note: {c}") for c in d["caveats"]]
+    console.print(Group(*out))
+    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _unprofiled(d: dict) -> tuple[str, str, str] | None:
+    """Run directories: each side's step without the profiler, as (kind, before, after) in
+    ms (the observer's estimated range, or a measured value)."""
+    if not (d["before"]["run_dir"] or d["after"]["run_dir"]):
+        return None
+    u = d.get("unprofiled_step_ms") or {}
+    rows = (u.get("before") or []) + (u.get("after") or [])
+    kind = "measured" if rows and all(r["source"] == "measured" for r in rows) else "estimated"
+
+    def side(rows):
+        if not rows:
+            return "n/a"
+        lo, hi = min(r["range_ms"][0] for r in rows), max(r["range_ms"][1] for r in rows)
+        return fmt_num(lo) if lo == hi else f"{fmt_num(lo)}-{fmt_num(hi)}"
+
+    return kind, side(u.get("before")), side(u.get("after"))

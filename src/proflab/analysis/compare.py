@@ -1,0 +1,704 @@
+"""Before/after: what changed between two runs of a program, and whether it is real.
+
+Two runs of an unchanged program differ: on an H100 one bf16 LM's GPU-side steps were
+18.4-19.4 ms in one run and 19.3-22.0 ms in the next. A change is therefore called real only
+when it is both
+
+- **statistically clear**: the bootstrap confidence interval of the change in median step
+  time (steps resampled within each run, ``CONFIDENCE``) excludes zero, and
+- **larger than the noise floor**, the run-to-run drift that resampling one run's steps
+  cannot see (clocks, thermals, the host's CPU state, other tenants). Without
+  ``--threshold`` the floor is the largest of: ``NOISE_FLOOR_PCT`` (5 %); the wider side's
+  own step spread (p10-p90 over the median); and the host's share of the step (the part the
+  GPU was not busy) times ``HOST_DRIFT_PCT`` (51 %).
+
+Those figures come from three separate runs of two unchanged loops on an H100
+(``tests/data/repeats``): the GPU-bound LM's unprofiled median step moved 0.35 % between
+runs, the host-bound per-parameter-optimizer loop's moved up to 31 % (its host time per
+step 51 %), more than its steps spread within any one run. 5 % sits well above the GPU-bound
+drift and below the changes worth catching; the host term keeps a host-bound loop's drift
+from reading as a change, while a sync removal on a loop whose host holds 22 % of the step
+(floor 11 %) still shows. A side of several traces (repeats, ranks) is resampled by run, so
+its own drift widens the interval. Three runs are few: record more and revise the constants.
+
+Everything here is computed from the two sides' analysis contexts (their models) and
+reports; per-step quantities are means over the GPU-side steps, so the parts of the
+breakdown add up to the mean step. Times are ms per step unless a name says otherwise; with
+no profiler steps on either side they are totals over the analysed window (``per`` says).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from proflab.analysis.context import Context
+from proflab.analysis.gaps import CAUSES
+from proflab.report import Report
+
+__all__ = [
+    "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
+    "Side", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
+]  # fmt: skip
+
+SCHEMA_ID = "proflab.compare/1"
+NOISE_FLOOR_PCT = 5.0
+CONFIDENCE = 0.95
+BOOTSTRAP_N = 4000
+MIN_STEPS = 3  # fewer per side and no interval can be given
+# How far the host's part of a step drifted between processes of one unchanged program: 51 %
+# (mlp_foreach, a per-parameter optimizer loop whose host takes 92 % of the step, three runs on
+# an H100: host time 11.4, 9.2 and 7.6 ms per step; tests/data/repeats). The GPU's part drifted
+# 0.35 % (lm_bf16, three runs). A comparison's floor grows with the host's share of the step.
+HOST_DRIFT_PCT = 51.0
+VERDICTS = ("improved", "regressed", "no_change", "unknown")
+_PARTS = ("compute", "communication", "memcpy", "memset")
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: the reports of its traces and the contexts (models) they
+    came from; for a run directory also its ``meta.json`` and monitor samples."""
+
+    label: str
+    reports: tuple[Report, ...]
+    contexts: tuple[Context, ...]
+    run: dict[str, Any] | None = None
+    monitor: pl.DataFrame | None = None
+
+
+# -- names -------------------------------------------------------------------------------
+_NAMESPACES = re.compile(r"\b(?:at::native::|at::cuda::|c10::|std::|cub::|cutlass::|\(anonymous namespace\)::|void\s+)")
+# an integer that is a token of its own (a template argument, a block size, a compile-order
+# suffix such as triton_poi_fused_add_0); digits inside words (f32, bf16, 128x64) stay
+_BARE_INT = re.compile(r"(?<![A-Za-z0-9.])\d+(?![A-Za-z0-9])")
+
+
+def normalize_kernel(name: str | None) -> str:
+    """The name two runs' instances of one kernel share: no return type, namespaces or
+    parameter list, and integers that stand alone (template arguments such as vector widths
+    and block sizes, a Triton kernel's compile-order suffix) as ``#``. Precisions and tile
+    shapes written inside words (``f32``, ``bf16``, ``128x128x64``) are kept: they tell
+    kernels apart that a change swaps."""
+    if not name:
+        return "-"
+    text = " ".join(str(name).split())
+    if text.endswith(")") and "(" in text:
+        depth = 0
+        for i in range(len(text) - 1, -1, -1):
+            depth += {")": 1, "(": -1}.get(text[i], 0)
+            if depth == 0:
+                if i > 0 and not text[:i].endswith(("operator", " ")):
+                    text = text[:i]
+                break
+    text = _NAMESPACES.sub("", text).strip()
+    return _BARE_INT.sub("#", text) or str(name)
+
+
+# -- statistics ------------------------------------------------------------------------------
+def bootstrap_ratio_ci(x: np.ndarray, y: np.ndarray, *, gx: np.ndarray | None = None, gy: np.ndarray | None = None,
+                       level: float = CONFIDENCE, n: int = BOOTSTRAP_N, seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``median(y) / median(x) - 1`` in %, resampling each
+    side on its own (the steps of two runs are independent). A side whose values come from
+    several runs (``gx``/``gy``: the run of each value, two runs or more) is resampled in two
+    stages, runs and then steps within them, so drift between runs widens the interval as it
+    should. Fixed seed: the same inputs give the same interval. None when either side has
+    fewer than MIN_STEPS values."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < MIN_STEPS or y.size < MIN_STEPS:
+        return None
+    rng = np.random.default_rng(seed)
+    mx, my = _boot_medians(x, gx, rng, n), _boot_medians(y, gy, rng, n)
+    ratio = (my / mx - 1.0) * 100.0
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(ratio, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def _boot_medians(v: np.ndarray, groups: np.ndarray | None, rng: np.random.Generator, n: int) -> np.ndarray:
+    runs = None if groups is None else [v[groups == g] for g in np.unique(groups)]
+    if runs is None or len(runs) < 2:
+        return np.median(v[rng.integers(0, v.size, (n, v.size))], axis=1)
+    out = np.empty(n)
+    for i in range(n):  # runs, then steps within each: a few thousand small draws
+        pick = rng.integers(0, len(runs), len(runs))
+        out[i] = np.median(np.concatenate([r[rng.integers(0, r.size, r.size)] for r in (runs[j] for j in pick)]))
+    return out
+
+
+def step_spread_pct(v: np.ndarray) -> float | None:
+    """How widely a run's steps spread: (p90 - p10) / median, in %. None below MIN_STEPS."""
+    v = np.asarray(v, dtype=float)
+    if v.size < MIN_STEPS or np.median(v) <= 0:
+        return None
+    p10, p90 = np.percentile(v, [10, 90])
+    return float((p90 - p10) / np.median(v) * 100.0)
+
+
+def bootstrap_mean_diff_ci(x: np.ndarray, y: np.ndarray, *, level: float = CONFIDENCE, n: int = BOOTSTRAP_N,
+                           seed: int = 0) -> tuple[float, float] | None:
+    """Percentile bootstrap interval of ``mean(y) - mean(x)`` (the unit of the samples);
+    None with fewer than MIN_STEPS values on a side."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.size < MIN_STEPS or y.size < MIN_STEPS:
+        return None
+    rng = np.random.default_rng(seed)
+    d = y[rng.integers(0, y.size, (n, y.size))].mean(axis=1) - x[rng.integers(0, x.size, (n, x.size))].mean(axis=1)
+    a = (1.0 - level) / 2.0
+    lo, hi = np.quantile(d, [a, 1.0 - a])
+    return float(lo), float(hi)
+
+
+def _change(x: np.ndarray, y: np.ndarray, gx: np.ndarray | None = None, gy: np.ndarray | None = None) -> dict[str, Any]:
+    """Medians before/after (ms), the change in % and its interval."""
+    bx = float(np.median(x)) if x.size else None
+    ay = float(np.median(y)) if y.size else None
+    delta = None if not bx or ay is None else (ay / bx - 1.0) * 100.0
+    ci = bootstrap_ratio_ci(x, y, gx=gx, gy=gy)
+    return {
+        "before": _r(bx), "after": _r(ay), "delta_pct": _r(delta, 2),
+        "ci_pct": None if ci is None else [_r(ci[0], 2), _r(ci[1], 2)],
+        "steps_before": int(x.size), "steps_after": int(y.size),
+    }  # fmt: skip
+
+
+def _r(v: float | None, nd: int = 3) -> float | None:
+    return None if v is None else round(float(v), nd)
+
+
+# -- per side tables ---------------------------------------------------------------------------
+def _step_rows(side: Side) -> pl.DataFrame:
+    """One row per step and device over all of a side's traces: duration and its parts
+    (ns), idle by cause. GPU-side steps where a trace has them, its host ranges otherwise."""
+    frames = []
+    for i, ctx in enumerate(side.contexts):
+        st = ctx.step_table
+        if st.height == 0:
+            continue
+        if "gpu" in st["side"].cast(pl.String).to_list():
+            st = st.filter(pl.col("side").cast(pl.String) == "gpu")
+        if ctx.trace.has_gpu:
+            g = ctx.gaps.filter(pl.col("step").is_not_null())
+            causes = (
+                g.with_columns(pl.col("cause").cast(pl.String))
+                .group_by("step", "device")
+                .agg([pl.col("dur_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns") for c in CAUSES])
+            )
+            st = st.join(causes, on=["step", "device"], how="left").with_columns(
+                pl.col(f"idle_{c}_ns").fill_null(0) for c in CAUSES
+            )
+        # a trace with no GPU activity has no GPU parts at all: missing, not zero
+        gpu_cols = ("busy_ns", *(f"{p}_ns" for p in _PARTS), "idle_ns", *(f"idle_{c}_ns" for c in CAUSES)) if ctx.trace.has_gpu else ()
+        cols = [c for c in ("step", "device", "dur_ns", *gpu_cols) if c in st.columns]
+        frames.append(st.select(cols).with_columns(pl.lit(i, dtype=pl.Int32).alias("trace")))
+    if not frames:
+        return pl.DataFrame(schema={"trace": pl.Int32, "step": pl.Int64, "dur_ns": pl.Int64})
+    return pl.concat(frames, how="diagonal_relaxed")
+
+
+def _in_steps(df: pl.DataFrame, steps: pl.DataFrame, time_col: str) -> pl.DataFrame:
+    """Rows of ``df`` (one trace) whose ``time_col`` falls inside one of its GPU-side steps."""
+    if steps.height == 0 or df.height == 0:
+        return df
+    spans = steps.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).sort("start_ns")
+    lo, hi = spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy()
+    hi = np.maximum.accumulate(hi)  # overlapping windows of several devices
+    t = df[time_col].to_numpy()
+    k = np.searchsorted(lo, t, side="right") - 1
+    inside = (k >= 0) & (t < hi[np.maximum(k, 0)])
+    return df.filter(pl.Series(inside))
+
+
+@dataclass
+class _Totals:
+    kernels: pl.DataFrame  # name, raw, ns, count
+    ops: pl.DataFrame  # name, gpu_ns, host_ns
+    ranges: pl.DataFrame  # name, gpu_ns, host_ns
+    per_n: int  # what totals are divided by: step rows, or 1 for the window
+
+
+def _totals(side: Side, per_step: bool) -> _Totals:
+    kernels, ops, ranges, n = [], [], [], 0
+    for ctx in side.contexts:
+        st = ctx.step_table
+        if per_step:
+            gs = st.filter(pl.col("side").cast(pl.String) == "gpu") if "gpu" in st["side"].cast(pl.String).to_list() else st
+            n += gs.height
+        else:
+            gs = st.clear()
+        k = ctx.kernel_rows.select("name", "op", "start_ns", "dur_ns") if ctx.trace.has_gpu else None
+        if k is not None and per_step:
+            k = _in_steps(k, gs, "start_ns")
+        if k is not None and k.height:
+            kernels.append(k.group_by("name").agg(pl.col("dur_ns").sum().alias("ns"), pl.len().alias("count")))
+            ops.append(k.group_by(pl.col("op").fill_null("(no operator)").alias("name")).agg(pl.col("dur_ns").sum().alias("gpu_ns")))
+        cpu = ctx.trace.cpu.filter(pl.col("cat") == "cpu_op").select("name", "start_ns", "dur_ns")
+        if per_step:
+            host_steps = ctx.trace.steps.select("start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+            cpu = _in_steps(cpu, host_steps, "start_ns")
+        if cpu.height:
+            ops.append(cpu.group_by("name").agg(pl.col("dur_ns").sum().alias("host_ns")))
+        rt = ctx.range_table
+        if rt.height:
+            ranges.append(rt.group_by("name").agg(pl.col("gpu_ns").sum(), pl.col("host_ns").sum()))
+    per_n = max(n, 1) if per_step else 1
+
+    def cat(frames, schema):
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=schema)
+
+    k = cat(kernels, {"name": pl.String, "ns": pl.Int64, "count": pl.UInt32})
+    if k.height:
+        names = k["name"].unique()
+        norm = pl.DataFrame({"name": names, "key": [normalize_kernel(s) for s in names.to_list()]})
+        k = (
+            k.join(norm, on="name")
+            .group_by("key")
+            .agg(pl.col("ns").sum(), pl.col("count").sum(), pl.col("name").sort_by("ns", descending=True).first().alias("raw"),
+                 pl.col("name").n_unique().alias("variants"))
+        )
+    else:
+        k = pl.DataFrame(schema={"key": pl.String, "ns": pl.Int64, "count": pl.UInt32, "raw": pl.String, "variants": pl.UInt32})
+    o = cat(ops, {"name": pl.String, "gpu_ns": pl.Int64, "host_ns": pl.Int64})
+    o = o.group_by("name").agg(pl.col(c).sum() if c in o.columns else pl.lit(0).alias(c) for c in ("gpu_ns", "host_ns")) if o.height else o
+    r = cat(ranges, {"name": pl.String, "gpu_ns": pl.Int64, "host_ns": pl.Int64})
+    r = r.group_by("name").agg(pl.col("gpu_ns").sum(), pl.col("host_ns").sum()) if r.height else r
+    return _Totals(k, o, r, per_n)
+
+
+def _status(cols: tuple[str, ...]) -> pl.Expr:
+    """new: nothing before; vanished: nothing after; matched: some of it on both sides."""
+    before = pl.sum_horizontal(pl.col(f"before_{c}").abs() for c in cols)
+    after = pl.sum_horizontal(pl.col(f"after_{c}").abs() for c in cols)
+    return pl.when(before == 0).then(pl.lit("new")).when(after == 0).then(pl.lit("vanished")).otherwise(pl.lit("matched"))
+
+
+def _delta_table(b: pl.DataFrame, a: pl.DataFrame, key: str, cols: tuple[str, ...], nb: int, na: int) -> pl.DataFrame:
+    """Outer join of two sides' totals on ``key``: ``before_<c>_ms``/``after_<c>_ms``/
+    ``delta_<c>_ms`` per column (totals divided by each side's step count)."""
+    if b.height == 0 and a.height == 0:
+        return pl.DataFrame(schema={"name": pl.String, "status": pl.String})
+    sel = lambda d, tag, n: d.select(key, *(pl.col(c).cast(pl.Float64).truediv(n * 1e6).alias(f"{tag}_{c}") for c in cols))  # noqa: E731
+    j = sel(b, "before", nb).join(sel(a, "after", na), on=key, how="full", coalesce=True)
+    j = j.with_columns(pl.col(f"{t}_{c}").fill_null(0.0) for t in ("before", "after") for c in cols)
+    j = j.with_columns((pl.col(f"after_{c}") - pl.col(f"before_{c}")).alias(f"delta_{c}") for c in cols)
+    return (
+        j.with_columns(_status(cols).alias("status"))
+        .sort(pl.sum_horizontal(pl.col(f"delta_{c}").abs() for c in cols), key, descending=[True, False])
+        .rename({key: "name"} | {f"{t}_{c}": f"{t}_{c.removesuffix('_ns')}_ms" for t in ("before", "after", "delta") for c in cols})
+    )
+
+
+# -- the comparison ---------------------------------------------------------------------------
+@dataclass
+class Comparison:
+    """Two sides and what changed between them. Tables are polars DataFrames (ms per step);
+    ``to_dict`` is the ``proflab.compare/1`` contract (``schema/compare.schema.json``)."""
+
+    before: Side
+    after: Side
+    floor_pct: float = NOISE_FLOOR_PCT
+    floor_source: str = "default"
+    notes: list[str] = field(default_factory=list)
+    # measured unprofiled step times (ms) of each side, when the caller has them: the verdict
+    # then rests on them rather than on the profiled steps (the profiler can mask a change)
+    unprofiled_steps_ms: tuple[list[float], list[float]] | None = None
+
+    # -- step time -------------------------------------------------------------------------
+    @cached_property
+    def _steps(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return _step_rows(self.before), _step_rows(self.after)
+
+    @property
+    def per(self) -> str:
+        """``step`` when both sides have profiler steps, else ``window``."""
+        b, a = self._steps
+        return "step" if b.height and a.height else "window"
+
+    @cached_property
+    def steps(self) -> pl.DataFrame:
+        """Every step of both sides: side, trace, step, device, dur_ms and its parts."""
+        out = []
+        for tag, df in zip(("before", "after"), self._steps):
+            if df.height:
+                ns = [c for c in df.columns if c.endswith("_ns")]
+                out.append(df.select(pl.lit(tag).alias("side"), "trace", "step", *(c for c in ("device",) if c in df.columns),
+                                     *(pl.col(c).cast(pl.Float64).truediv(1e6).alias(c.removesuffix("_ns") + "_ms") for c in ns)))
+        return pl.concat(out, how="diagonal_relaxed") if out else pl.DataFrame(schema={"side": pl.String, "dur_ms": pl.Float64})
+
+    @cached_property
+    def step_time(self) -> dict[str, Any]:
+        """Median GPU-side step (ms) before and after, change in % and its interval."""
+        if self.unprofiled_steps_ms is not None:
+            x, y = (np.asarray(v, dtype=float) for v in self.unprofiled_steps_ms)
+            return _change(x, y) | {"side": "unprofiled"}
+        b, a = self._steps
+        x = b["dur_ns"].to_numpy() / 1e6 if b.height else np.array([])
+        y = a["dur_ns"].to_numpy() / 1e6 if a.height else np.array([])
+        gx = b["trace"].to_numpy() if b.height else None
+        gy = a["trace"].to_numpy() if a.height else None
+        return _change(x, y, gx, gy) | {"side": self._side_name(), "runs_before": len(self.before.contexts),
+                                        "runs_after": len(self.after.contexts)}
+
+    def _samples(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.unprofiled_steps_ms is not None:
+            return tuple(np.asarray(v, dtype=float) for v in self.unprofiled_steps_ms)  # type: ignore[return-value]
+        b, a = self._steps
+        return (b["dur_ns"].to_numpy() / 1e6 if b.height else np.array([]), a["dur_ns"].to_numpy() / 1e6 if a.height else np.array([]))
+
+    @cached_property
+    def noise_floor(self) -> tuple[float, str]:
+        """(floor %, where it comes from). The stated floor (default or --threshold); without
+        --threshold it is raised to the wider side's own step spread (p10-p90 over the
+        median): a loop whose steps spread 30 % within a run drifts about as much between
+        runs (tests/data/repeats), which one run's steps cannot show."""
+        if self.floor_source == "--threshold":
+            return self.floor_pct, "--threshold"
+        cands = [(self.floor_pct, "default, from recorded repeats")]
+        for tag, v, share in zip(("before", "after"), self._samples(), self.host_share):
+            if (sp := step_spread_pct(v)) is not None:
+                cands.append((sp, f"the {tag} run's own step spread, p10-p90 over the median"))
+            if share is not None:
+                cands.append((share * HOST_DRIFT_PCT, f"the host's {share:.0%} share of the {tag} step x its {HOST_DRIFT_PCT:g} % drift between runs"))
+        floor, src = max(cands, key=lambda c: c[0])
+        return round(floor, 1), src
+
+    @cached_property
+    def host_share(self) -> tuple[float | None, float | None]:
+        """Per side, the share of the median step the GPU was not busy (0-1): the part of the
+        step that follows the host, and drifts with it between runs."""
+        out = []
+        for df, v in zip(self._steps, self._samples()):
+            if "busy_ns" not in df.columns or df.height == 0 or v.size == 0 or np.median(v) <= 0:
+                out.append(None)
+                continue
+            out.append(float(min(max(1.0 - float(df["busy_ns"].median()) / 1e6 / float(np.median(v)), 0.0), 1.0)))
+        return out[0], out[1]
+
+    @cached_property
+    def gpu_work(self) -> dict[str, Any] | None:
+        """GPU busy time per step (ms): what the GPU computed, whatever the host did."""
+        b, a = self._steps
+        if "busy_ns" not in b.columns or "busy_ns" not in a.columns:
+            return None
+        return _change(b["busy_ns"].to_numpy() / 1e6, a["busy_ns"].to_numpy() / 1e6)
+
+    def _side_name(self) -> str | None:
+        sides = {str(r.summary.get("step_side")) for s in (self.before, self.after) for r in s.reports if r.summary.get("step_side")}
+        return None if not sides else (sides.pop() if len(sides) == 1 else "mixed")
+
+    @cached_property
+    def verdict(self) -> tuple[str, str]:
+        """(verdict, why): improved / regressed only when the change is clear and at least
+        the noise floor; unknown when step time cannot be measured on a side."""
+        s = self.step_time
+        if s["steps_before"] == 0 or s["steps_after"] == 0:
+            which = " and ".join(t for t, k in (("before", "steps_before"), ("after", "steps_after")) if s[k] == 0)
+            return "unknown", f"no profiler steps in {which}: step time cannot be compared"
+        if s["ci_pct"] is None:
+            return "unknown", f"{s['steps_before']} vs {s['steps_after']} steps: at least {MIN_STEPS} per side are needed to separate change from noise"
+        d, (lo, hi) = s["delta_pct"], s["ci_pct"]
+        clear = lo > 0 or hi < 0
+        level = f"{CONFIDENCE:.0%}"
+        if not clear:
+            return "no_change", f"{d:+.1f} % is within noise: the {level} interval [{lo:+.1f}, {hi:+.1f}] % includes 0"
+        floor, src = self.noise_floor
+        if abs(d) < floor:
+            return "no_change", f"{d:+.1f} % is clear but below the {floor:g} % noise floor ({src})"
+        kind = "improved" if d < 0 else "regressed"
+        return kind, f"{d:+.1f} %, {level} interval [{lo:+.1f}, {hi:+.1f}] %, beyond the {floor:g} % noise floor"
+
+    # -- where the time moved ---------------------------------------------------------------
+    @cached_property
+    def breakdown(self) -> pl.DataFrame:
+        """Mean ms per step of each part (compute, communication, memcpy, memset, idle by
+        cause) before and after, largest change first. Parts add up to the mean step."""
+        b, a = self._steps
+        parts = [f"{p}_ns" for p in _PARTS] + [f"idle_{c}_ns" for c in CAUSES]
+        rows = []
+        for c in parts:
+            if c not in b.columns or c not in a.columns or b.height == 0 or a.height == 0:
+                continue
+            x, y = b[c].cast(pl.Float64).to_numpy() / 1e6, a[c].cast(pl.Float64).to_numpy() / 1e6
+            ci = bootstrap_mean_diff_ci(x, y)
+            rows.append({"part": c.removesuffix("_ns").replace("idle_", "idle:"), "before_ms": float(x.mean()), "after_ms": float(y.mean()),
+                         "delta_ms": float(y.mean() - x.mean()), "ci_lo_ms": None if ci is None else ci[0],
+                         "ci_hi_ms": None if ci is None else ci[1], "clear": ci is not None and (ci[0] > 0 or ci[1] < 0)})
+        if not rows:
+            return pl.DataFrame(schema={"part": pl.String, "before_ms": pl.Float64, "after_ms": pl.Float64, "delta_ms": pl.Float64,
+                                        "ci_lo_ms": pl.Float64, "ci_hi_ms": pl.Float64, "clear": pl.Boolean})
+        return pl.DataFrame(rows).sort(pl.col("delta_ms").abs(), descending=True)
+
+    @cached_property
+    def _totals(self) -> tuple[_Totals, _Totals]:
+        per_step = self.per == "step"
+        return _totals(self.before, per_step), _totals(self.after, per_step)
+
+    @cached_property
+    def kernels(self) -> pl.DataFrame:
+        """Kernels matched by normalised name: ms per step before/after, delta, count per
+        step, status (matched, new, vanished), largest change first."""
+        tb, ta = self._totals
+        t = _delta_table(tb.kernels.rename({"key": "k"}), ta.kernels.rename({"key": "k"}), "k", ("ns",), tb.per_n, ta.per_n)
+        if t.height == 0:
+            return pl.DataFrame(schema={"name": pl.String, "before_ms": pl.Float64, "after_ms": pl.Float64, "delta_ms": pl.Float64, "status": pl.String})
+        raw = pl.concat([tb.kernels.select("key", "raw", "count"), ta.kernels.select("key", "raw", "count")], how="vertical_relaxed")
+        counts = lambda d, n: d.select(pl.col("key").alias("name"), (pl.col("count") / n).alias("c"))  # noqa: E731
+        t = (
+            t.rename({"before_ns_ms": "before_ms", "after_ns_ms": "after_ms", "delta_ns_ms": "delta_ms"})
+            .join(counts(tb.kernels, tb.per_n).rename({"c": "before_count"}), on="name", how="left")
+            .join(counts(ta.kernels, ta.per_n).rename({"c": "after_count"}), on="name", how="left")
+            .join(raw.group_by("key").agg(pl.col("raw").sort_by("count", descending=True).first()).rename({"key": "name"}), on="name", how="left")
+        )
+        return t.select("name", "before_ms", "after_ms", "delta_ms", "status", "before_count", "after_count", pl.col("raw").alias("example"))
+
+    @cached_property
+    def ops(self) -> pl.DataFrame:
+        """Operators: GPU time of the kernels each launched and host time (ms per step; host
+        time includes the operators nested inside, as the profiler records it)."""
+        tb, ta = self._totals
+        return _delta_table(tb.ops, ta.ops, "name", ("gpu_ns", "host_ns"), tb.per_n, ta.per_n)
+
+    @cached_property
+    def ranges(self) -> pl.DataFrame:
+        """NVTX / record_function ranges: GPU time launched inside and host time, over the
+        whole analysed window divided by the steps (ms per step)."""
+        tb, ta = self._totals
+        return _delta_table(tb.ranges, ta.ranges, "name", ("gpu_ns", "host_ns"), tb.per_n, ta.per_n)
+
+    # -- findings --------------------------------------------------------------------------
+    @cached_property
+    def findings(self) -> pl.DataFrame:
+        """Findings by id: resolved (before only), new (after only), persisting (both), with
+        each side's estimated gain (ms over its window; the largest over its traces)."""
+        def best(side: Side) -> dict[str, dict]:
+            out: dict[str, dict] = {}
+            for r in side.reports:
+                for f in r.findings:
+                    if f.category == "healthy":
+                        continue
+                    if f.id not in out or f.est_gain_pct > out[f.id]["est_gain_pct"]:
+                        out[f.id] = {"id": f.id, "category": f.category, "severity": f.severity, "title": f.title,
+                                     "est_gain_ms": f.est_gain_ms, "est_gain_pct": f.est_gain_pct}
+            return out
+
+        b, a = best(self.before), best(self.after)
+        rows = []
+        for fid in dict.fromkeys([*b, *a]):
+            fb, fa = b.get(fid), a.get(fid)
+            ref = fa or fb
+            rows.append({
+                "status": "persisting" if fb and fa else ("resolved" if fb else "new"),
+                "id": fid, "category": ref["category"], "severity": ref["severity"], "title": ref["title"],
+                "before_gain_pct": None if fb is None else round(fb["est_gain_pct"], 2),
+                "after_gain_pct": None if fa is None else round(fa["est_gain_pct"], 2),
+            })  # fmt: skip
+        schema = {"status": pl.String, "id": pl.String, "category": pl.String, "severity": pl.String, "title": pl.String,
+                  "before_gain_pct": pl.Float64, "after_gain_pct": pl.Float64}  # fmt: skip
+        return pl.DataFrame(rows, schema=schema)
+
+    # -- caveats and run directories -------------------------------------------------------------
+    @cached_property
+    def caveats(self) -> list[str]:
+        out = list(self.notes)
+        sb, sa = _settings(self.before), _settings(self.after)
+        diff = [f"{k}: {_yn(sb[k])} -> {_yn(sa[k])}" for k in sb if sb[k] != sa[k]]
+        if diff:
+            out.append("profiler settings differ (" + ", ".join(diff) + "): the profiler's own host cost differs, so a "
+                       "host-bound loop's step time changes with them; compare runs recorded alike")
+        if self.per == "window":
+            wb, wa = (sum(r.summary.get("wall_ms") or 0 for r in side.reports) for side in (self.before, self.after))
+            out.append(f"no profiler steps on a side: kernel, operator and range times are totals over the analysed windows "
+                       f"({wb:,.1f} ms before, {wa:,.1f} ms after), not per step")
+        nb, na = (_device_names(s) for s in (self.before, self.after))
+        if nb and na and nb != na:
+            out.append(f"different GPUs: {', '.join(nb)} -> {', '.join(na)}")
+        s = self.step_time
+        if 0 < min(s["steps_before"], s["steps_after"]) < 10:
+            out.append(f"{s['steps_before']} and {s['steps_after']} steps: a few steps give a wide interval and "
+                       "cannot show small changes; record more active steps")
+        if self.verdict[0] == "no_change" and self.breakdown.height:
+            moved = self.breakdown.filter(pl.col("clear") & (pl.col("delta_ms").abs() >= self.floor_pct / 100 * (s["before"] or 0)))
+            if moved.height:
+                parts = ", ".join(f"{r['part']} {r['delta_ms']:+.2f} ms" for r in moved.head(3).iter_rows(named=True))
+                out.append(f"step time did not clearly change, but per step {parts} did (clear, beyond the noise floor): "
+                           "the change is real where it acted; whether the step gains needs more steps or unprofiled timings")
+        infl = [o["inflation"][0] for side in (self.before, self.after) for r in side.reports
+                if (o := r.summary.get("observer")) and o.get("inflation")]
+        if infl and max(infl) >= 1.3:
+            out.append(f"the profiler inflated GPU-side steps up to {max(infl):.1f}x (observer estimate): a change "
+                       "to host overhead may be masked by the profiler's own cost; see unprofiled_step_ms")
+        return out
+
+    @cached_property
+    def unprofiled_step_ms(self) -> dict[str, Any]:
+        """Each side's step time without the profiler: measured when given, else the
+        observer's estimate (a range), per trace."""
+        def one(side: Side):
+            return [{"trace": i, "source": o["source"], "range_ms": o["unprofiled_step_ms"]}
+                    for i, r in enumerate(side.reports) if (o := r.summary.get("observer"))]
+        return {"before": one(self.before), "after": one(self.after)}
+
+    @cached_property
+    def environment(self) -> pl.DataFrame:
+        """What differs between the two sides' environments (run directories: GPU, driver,
+        CUDA, torch, Python, proflab, mean SM clock, git commit; traces: the device)."""
+        eb, ea = _environment(self.before), _environment(self.after)
+        rows = [{"key": k, "before": eb.get(k), "after": ea.get(k), "differs": eb.get(k) != ea.get(k)} for k in dict.fromkeys([*eb, *ea])]
+        return pl.DataFrame(rows, schema={"key": pl.String, "before": pl.String, "after": pl.String, "differs": pl.Boolean})
+
+    @cached_property
+    def energy(self) -> dict[str, Any] | None:
+        """Energy per step (J) when both sides have monitor data: the run's mean GPU power
+        while the GPU was busy (NVML, summed over GPUs) times the median step. The monitor
+        samples every 0.1 s, longer than a step, so this is an estimate, not a per-step
+        reading."""
+        eb, ea = _energy(self.before, self.step_time["before"]), _energy(self.after, self.step_time["after"])
+        if eb is None or ea is None:
+            return None
+        d = None if not eb["energy_per_step_j"] else (ea["energy_per_step_j"] / eb["energy_per_step_j"] - 1) * 100
+        return {"before": eb, "after": ea, "delta_pct": _r(d, 2),
+                "method": "mean power of the samples with the GPU busy x median GPU-side step"}
+
+    # -- output --------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        verdict, why = self.verdict
+        k = self.kernels
+        top = k.head(30)
+        return {
+            "schema": SCHEMA_ID,
+            "before": _side_dict(self.before),
+            "after": _side_dict(self.after),
+            "verdict": verdict,
+            "verdict_reason": why,
+            "noise_floor_pct": self.noise_floor[0],
+            "noise_floor_source": self.noise_floor[1],
+            "confidence": CONFIDENCE,
+            "per": self.per,
+            "step_time_ms": self.step_time,
+            "gpu_work_ms": self.gpu_work,
+            "breakdown_delta_ms": {r["part"]: _r(r["delta_ms"]) for r in self.breakdown.iter_rows(named=True)},
+            "breakdown_ms": [{k2: (_r(v) if isinstance(v, float) else v) for k2, v in r.items()} for r in self.breakdown.iter_rows(named=True)],
+            "kernels": [
+                {"name": r["name"], "before_ms": _r(r["before_ms"]), "after_ms": _r(r["after_ms"]), "delta_ms": _r(r["delta_ms"]),
+                 "status": r["status"], "before_count": _r(r["before_count"], 2), "after_count": _r(r["after_count"], 2), "example": r["example"]}
+                for r in top.iter_rows(named=True)
+            ],
+            "kernel_summary": {
+                "matched": int((k["status"] == "matched").sum()) if k.height else 0,
+                "new": k.filter(pl.col("status") == "new")["name"].to_list()[:20] if k.height else [],
+                "vanished": k.filter(pl.col("status") == "vanished")["name"].to_list()[:20] if k.height else [],
+            },
+            "ops": _rows(self.ops.head(20)),
+            "ranges": _rows(self.ranges.head(20)),
+            "findings": {s: _rows(self.findings.filter(pl.col("status") == s).drop("status")) for s in ("resolved", "new", "persisting")},
+            "unprofiled_step_ms": self.unprofiled_step_ms,
+            "energy": self.energy,
+            "environment": _rows(self.environment.filter(pl.col("differs")).drop("differs")),
+            "caveats": self.caveats,
+        }
+
+    def gate(self, fail_pct: float) -> int:
+        """CI exit status: 1 when the verdict is a regression beyond ``fail_pct`` %, else 0."""
+        return int(self.verdict[0] == "regressed" and self.step_time["delta_pct"] > fail_pct)
+
+    def _repr_html_(self) -> str:
+        from proflab.render.markdown import render_compare_html
+
+        return render_compare_html(self)
+
+    def __repr__(self) -> str:
+        v, why = self.verdict
+        return f"<Comparison {self.before.label} -> {self.after.label}: {v} ({why})>"
+
+
+def compare(before: Side, after: Side, *, threshold_pct: float | None = None,
+            unprofiled_steps_ms: tuple[list[float], list[float]] | None = None) -> Comparison:
+    """Compare two sides; ``threshold_pct`` replaces the default noise floor (%);
+    ``unprofiled_steps_ms`` (before, after): step times measured without the profiler."""
+    if threshold_pct is not None and threshold_pct < 0:
+        from proflab.errors import UsageError
+
+        raise UsageError("--threshold must be >= 0")
+    floor, src = (NOISE_FLOOR_PCT, "default") if threshold_pct is None else (float(threshold_pct), "--threshold")
+    return Comparison(before, after, floor_pct=floor, floor_source=src, unprofiled_steps_ms=unprofiled_steps_ms)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _rows(df: pl.DataFrame) -> list[dict[str, Any]]:
+    return [{k: (_r(v) if isinstance(v, float) else v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+
+
+def _yn(v: bool | None) -> str:
+    return "unknown" if v is None else ("yes" if v else "no")
+
+
+def _settings(side: Side) -> dict[str, bool | None]:
+    """What the profiler recorded, from the traces themselves where the metadata is silent:
+    Python stacks (python_function events) and input shapes."""
+    stack, shapes = set(), set()
+    for ctx in side.contexts:
+        m, cpu = ctx.trace.meta, ctx.trace.cpu
+        if m.format != "kineto":
+            continue
+        stack.add(m.with_stack if m.with_stack is not None else bool((cpu["cat"] == "python_function").any()))
+        ops = cpu.filter(pl.col("cat") == "cpu_op")
+        has_shapes = bool(ops.height and "input_types" in ops.columns and ops["input_types"].null_count() < ops.height)
+        shapes.add(m.record_shapes if m.record_shapes is not None else has_shapes)
+    one = lambda s: next(iter(s)) if len(s) == 1 else None  # noqa: E731
+    return {"with_stack": one(stack), "record_shapes": one(shapes)}
+
+
+def _device_names(side: Side) -> list[str]:
+    return sorted({r.device.get("name") for r in side.reports if r.device.get("name")})
+
+
+def _environment(side: Side) -> dict[str, str | None]:
+    env: dict[str, str | None] = {"gpu": ", ".join(_device_names(side)) or None}
+    m = side.run
+    if m:
+        gpu = m.get("gpu") or {}
+        env["gpu"] = ", ".join(g.get("name", "?") for g in gpu.get("gpus") or []) or env["gpu"]
+        env["gpu_count"] = str(len(gpu.get("gpus") or [])) if gpu.get("gpus") else None
+        env["driver"] = gpu.get("driver_version")
+        env["cuda_driver"] = gpu.get("cuda_driver_version")
+        v = m.get("versions") or {}
+        for k in ("torch", "torch_cuda", "python", "proflab"):
+            env[k] = v.get(k)
+        git = m.get("git") or {}
+        env["git_commit"] = None if not git.get("commit") else git["commit"][:12] + (" (dirty)" if git.get("dirty") else "")
+        env["command"] = " ".join(m.get("command") or []) or None
+        devs = (m.get("monitor") or {}).get("devices") or []
+        clocks = [d.get("mean_sm_clock_mhz") for d in devs if d.get("mean_sm_clock_mhz") is not None]
+        env["mean_sm_clock_mhz"] = None if not clocks else f"{sum(clocks) / len(clocks):.0f}"
+        limits = [g.get("power_limit_w") for g in gpu.get("gpus") or [] if g.get("power_limit_w") is not None]
+        env["power_limit_w"] = None if not limits else ", ".join(f"{x:g}" for x in limits)
+    return env
+
+
+def _energy(side: Side, step_ms: float | None) -> dict[str, Any] | None:
+    mon = side.monitor
+    if mon is None or step_ms is None or mon.height == 0 or "power_w" not in mon.columns:
+        return None
+    busy = mon.filter(pl.col("util_gpu_pct") > 0) if "util_gpu_pct" in mon.columns else mon
+    busy = busy if busy.height else mon
+    # power summed over the GPUs at each tick, then averaged over ticks
+    p = busy.group_by("time_ns" if "time_ns" in busy.columns else "elapsed_s").agg(pl.col("power_w").sum())["power_w"].mean()
+    if p is None:
+        return None
+    return {"mean_power_w": _r(p, 1), "samples": busy.height, "energy_per_step_j": _r(p * step_ms / 1e3, 4)}
+
+
+def _side_dict(side: Side) -> dict[str, Any]:
+    return {
+        "label": side.label,
+        "inputs": [inp.get("path") for r in side.reports for inp in r.source.get("inputs", [])],
+        "run_dir": bool(side.run),
+        "device": ", ".join(_device_names(side)) or None,
+        "median_step_ms": [r.summary.get("median_step_ms") for r in side.reports],
+        "step_side": [r.summary.get("step_side") for r in side.reports],
+    }
