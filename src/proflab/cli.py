@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
     a.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
     a.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the loop's step time measured without the profiler: host and launch verdicts are judged against it (default: estimated from the trace)")
+    j = a.add_argument_group("jobs (one trace per rank: a job report across ranks)")
+    j.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job report")
+    j.add_argument("--scheduler", metavar="ADDRESS", help="analyse the ranks on this Dask cluster (tcp://host:8786)")
+    j.add_argument("--workers", type=int, default=None, metavar="N", help="analyse the ranks on a local Dask cluster of N worker processes")
     _reading_args(a)
     _report_output_args(a)
     a.set_defaults(func=cmd_analyze)
@@ -265,9 +269,29 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
+    elif len(paths) >= 2 and args.job or args.scheduler or args.workers:
+        return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
         reports = [analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms) for p in paths]
     return _emit_reports(args, reports, fmt)
+
+
+def _job_or_reports(args: argparse.Namespace, paths: list[Path]):
+    """The job report when the traces are the ranks of one job (each names its rank, once);
+    else each trace's own report (the rank tasks' reports: nothing is read twice)."""
+    from proflab.analysis import jobs
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be >= 1")
+    try:
+        return jobs.analyze_job(
+            paths, scheduler=args.scheduler, workers=args.workers, top_kernels=args.top,
+            bare_step_ms=args.bare_step_ms, cache=args.cache, steps=args.steps, window=args.window,
+        )
+    except jobs.NotAJob as e:
+        if args.scheduler or args.workers:
+            raise UsageError(str(e)) from None
+        return [s.report for s in e.summaries]
 
 
 def _trace_in(target: str | None):

@@ -18,7 +18,12 @@ def format_for_path(path: str) -> str | None:
 
 
 def render(reports, fmt: str, *, width: int | None = None, color: bool = False) -> str:
-    """Text of one or several reports in ``fmt`` ("term", "json" or "md")."""
+    """Text of one or several reports in ``fmt`` ("term", "json" or "md"); a ``JobReport``
+    renders as the job's tables and findings, then each rank's report."""
+    from proflab.report import JobReport
+
+    if isinstance(reports, JobReport):
+        return _render_job(reports, fmt, width=width, color=color)
     if fmt == "json":
         from proflab.render.json import render_json
 
@@ -31,4 +36,20 @@ def render(reports, fmt: str, *, width: int | None = None, color: bool = False) 
         from proflab.render.terminal import render_terminal
 
         return "\n".join(render_terminal(r, width=width, color=color) for r in reports)
+    raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+def _render_job(job, fmt: str, *, width: int | None, color: bool) -> str:
+    if fmt == "json":
+        from proflab.render.json import render_json
+
+        return render_json([job])
+    if fmt == "md":
+        from proflab.render.job import render_job_markdown
+
+        return render_job_markdown(job)
+    if fmt == "term":
+        from proflab.render.job import render_job_terminal
+
+        return render_job_terminal(job, width=width, color=color)
     raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
