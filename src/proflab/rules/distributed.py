@@ -64,6 +64,12 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
     gain_ns = typical_ns * len(values)
     if wall == 0 or pct(gain_ns, wall, 2) < MIN_GAIN_PCT:
         return []
+    # A collective ends at about the same instant on every rank: how far the ends disagree
+    # is the noise of comparing the ranks' times (clocks, completion). A lead within twice
+    # that, or a rank that is last in only half the steps, is jitter, not a straggler.
+    spread_ns = float(tables.collectives["end_spread_ns"].median() or 0)
+    if typical_ns <= 2 * spread_ns or (values > 0).sum() * 2 <= len(values):
+        return []
     by_rank = {s.rank: s for s in summaries}
     rt = tables.ranks
     others = [r for r in by_rank if r != slow]
