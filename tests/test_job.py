@@ -22,7 +22,7 @@ DATA = Path(__file__).parent / "data"
 RUN_DIR = DATA / "runs" / "20261122-082928-h200x2_ddp"
 DDP = [DATA / "kineto" / "ddp" / f"ddp_rank{r}.pt.trace.json.gz" for r in (0, 1)]
 GLOO = DATA / "kineto" / "gloo"
-STRAGGLER = [GLOO / f"straggler_rank{r}.pt.trace.json.gz" for r in (0, 1)]
+STRAGGLER = [GLOO / "straggler" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)]
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_balanced_run_directory_gets_no_job_warning(run_job):
 
 
 def test_straggler_is_named_with_its_cause(straggler):
-    planted_ms = json.loads((GLOO / "straggler_bare_steps.json").read_text())["straggler_ms"]
+    planted_ms = json.loads((GLOO / "bare_steps.json").read_text())["straggler"]["straggler_ms"]
     f = {x.category: x for x in straggler.findings}
     li = f["load_imbalance"]
     assert li.evidence["slow_rank"] == 1 and li.where["ranks"] == [1]
@@ -89,7 +89,7 @@ def test_straggler_is_named_with_its_cause(straggler):
 
 def test_the_bare_loop_confirms_the_straggler():
     """Unprofiled, in the same processes: both ranks' steps carry rank 1's sleep."""
-    bare = json.loads((GLOO / "straggler_bare_steps.json").read_text())
+    bare = json.loads((GLOO / "bare_steps.json").read_text())["straggler"]
     for r in bare["ranks"]:
         med = sorted(r["bare_step_ms"])[len(r["bare_step_ms"]) // 2]
         assert med > bare["straggler_ms"]
@@ -162,7 +162,35 @@ def test_dask_gives_the_same_job_report(straggler):
 def test_balanced_gloo_job_names_no_straggler():
     """The same loop without the sleep: arrival jitter on a shared 2-core machine is not a
     straggler (it is within the spread of the collectives' end times)."""
-    paths = [GLOO / f"balanced_rank{r}.pt.trace.json.gz" for r in (0, 1)]
+    paths = [GLOO / "balanced" / f"rank{r}.pt.trace.json.gz" for r in (0, 1)]
     job = jobs.analyze_job(paths)
     assert "load_imbalance" not in {f.category for f in job.findings}
     assert job.summary["collectives_matched"] == 12
+
+
+def test_scaling_weak_one_to_two_ranks(tmp_path, capsys):
+    """1 process against 2 (gloo, same batch per process): the profiled efficiency agrees
+    with the bare step times recorded beside the traces."""
+    single = GLOO / "single" / "rank0.pt.trace.json.gz"
+    plot = tmp_path / "scaling.png"
+    assert main(["scaling", "--mode", "weak", str(single), str(GLOO / "balanced"), "--plot", str(plot), "-f", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == "proflab.scaling/1" and [p["gpus"] for p in d["points"]] == [1, 2]
+    two = d["points"][1]
+    bare = json.loads((GLOO / "bare_steps.json").read_text())
+
+    def med(xs):
+        return sorted(xs)[len(xs) // 2]
+
+    t1 = med(bare["single"]["ranks"][0]["bare_step_ms"])
+    t2 = max(med(r["bare_step_ms"]) for r in bare["balanced"]["ranks"])
+    assert abs(two["efficiency_pct"] - 100 * t1 / t2) < 20  # profiled vs unprofiled, a busy 2-core machine
+    parts = two["exposed_comm_ms_per_step"] + two["imbalance_wait_ms_per_step"] + two["other_ms_per_step"]
+    assert parts == pytest.approx(two["loss_ms_per_step"], abs=0.01)
+    assert two["exposed_comm_ms_per_step"] > 0
+    assert plot.stat().st_size > 1000 and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_scaling_refuses_one_gpu_count(capsys):
+    assert main(["scaling", "--mode", "strong", str(GLOO / "balanced"), str(GLOO / "straggler")]) == 2
+    assert "at least two GPU counts" in capsys.readouterr().err

@@ -89,6 +89,22 @@ def _parser() -> argparse.ArgumentParser:
     k.add_argument("--roofline", metavar="FILE", help="write the roofline chart here (.svg or .png)")
     _report_output_args(k)
     k.set_defaults(func=cmd_kernels)
+    sc = sub.add_parser(
+        "scaling",
+        help="scaling efficiency of one program across GPU counts, and where the loss goes",
+        description=(
+            "Each RUN is one run of the same program at some GPU count: a proflab run directory, a folder of its "
+            "rank traces, or one trace (1 GPU). Reports weak or strong scaling efficiency against the run with the "
+            "fewest GPUs and splits the loss per step into exposed communication, imbalance and the rest."
+        ),
+        epilog="example: proflab scaling --mode weak runs/1gpu runs/2gpu runs/4gpu --plot scaling.png",
+    )
+    sc.add_argument("runs", nargs="+", metavar="RUN", help="run directory, folder of rank traces, or trace file")
+    sc.add_argument("--mode", required=True, choices=("weak", "strong"), help="weak: same work per GPU; strong: same total work")
+    sc.add_argument("--plot", metavar="FILE", help="write the efficiency and loss plot here (.png, .svg, .pdf)")
+    sc.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    sc.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    sc.set_defaults(func=cmd_scaling)
     _run_parser(sub)
     rs = sub.add_parser(
         "runs",
@@ -274,6 +290,58 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     else:
         reports = [analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms) for p in paths]
     return _emit_reports(args, reports, fmt)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.render import format_for_path
+    from proflab.report import ScalingReport
+
+    if len(args.runs) < 2:
+        raise UsageError("scaling needs at least two runs (at different GPU counts)")
+    if args.plot and not args.plot.endswith((".png", ".svg", ".pdf")):
+        raise UsageError(f"{args.plot}: --plot writes .png, .svg or .pdf")
+    fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
+    points = []
+    for run in args.runs:
+        from proflab.analysis import jobs
+        from proflab.api import analyze
+        from proflab.readers import expand_paths
+
+        paths = expand_paths([run])
+        if len(paths) == 1:
+            rep = analyze(paths[0])
+        else:
+            try:
+                rep = jobs.analyze_job(paths)
+            except jobs.NotAJob as e:
+                raise UsageError(f"{run}: not one job's rank traces ({e})") from None
+        points.append(point_of(run, rep))
+    gpus = [p.gpus for p in points]
+    if len(set(gpus)) < 2:
+        raise UsageError(f"the runs are all at {gpus[0]} GPU(s): scaling needs at least two GPU counts")
+    notes = []
+    if min(gpus) != 1:
+        notes.append(f"the base is the run with {min(gpus)} GPUs, not 1: efficiencies are relative to it")
+    rep = ScalingReport(args.mode, tuple(scaling_rows(points, args.mode)), tuple(notes))
+    if args.plot:
+        from proflab.render.scaling import plot_scaling
+
+        with atomic_path(Path(args.plot)) as tmp:
+            plot_scaling(rep, tmp, Path(args.plot).suffix[1:])
+    if fmt == "json":
+        import json
+
+        text = json.dumps(rep.to_dict(), indent=2) + "\n"
+    else:
+        from proflab.render.scaling import render_scaling
+
+        text = render_scaling(rep, fmt)
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def _job_or_reports(args: argparse.Namespace, paths: list[Path]):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Finding", "Missing", "Report", "JobReport", "JOB_SCHEMA_ID", "SCHEMA_ID", "CATEGORIES", "SEVERITIES"]
+__all__ = ["Finding", "Missing", "Report", "JobReport", "JOB_SCHEMA_ID", "ScalingReport", "SCALING_SCHEMA_ID", "SCHEMA_ID", "CATEGORIES", "SEVERITIES"]
 
 SCHEMA_ID = "proflab.report/1"
 SEVERITIES = ("critical", "warning", "info")
@@ -147,3 +147,19 @@ class JobReport:
             "notes": list(self.notes),
             "reports": [r.to_dict() for r in self.reports],
         }
+
+
+SCALING_SCHEMA_ID = "proflab.scaling/1"
+
+
+@dataclass(frozen=True)
+class ScalingReport:
+    """Scaling efficiency of one program across GPU counts (``analysis.scaling``): one row
+    per run, fewest GPUs first, with where the loss per step goes (ms per step)."""
+
+    mode: str  # "weak" | "strong"
+    rows: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCALING_SCHEMA_ID, "mode": self.mode, "points": list(self.rows), "notes": list(self.notes)}
