@@ -194,3 +194,29 @@ def test_scaling_weak_one_to_two_ranks(tmp_path, capsys):
 def test_scaling_refuses_one_gpu_count(capsys):
     assert main(["scaling", "--mode", "strong", str(GLOO / "balanced"), str(GLOO / "straggler")]) == 2
     assert "at least two GPU counts" in capsys.readouterr().err
+
+
+def test_job_and_scaling_json_follow_their_schemas(run_job, straggler):
+    jsonschema = pytest.importorskip("jsonschema")
+    schemas = Path(jobs.__file__).parent.parent / "schema"
+    job_schema = json.loads((schemas / "job.schema.json").read_text())
+    report_schema = json.loads((schemas / "report.schema.json").read_text())
+    for job in (run_job, straggler):
+        d = json.loads(json.dumps(job.to_dict(), default=str))
+        jsonschema.validate(d, job_schema)
+        for r in d["reports"]:
+            jsonschema.validate(r, report_schema)
+    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.report import ScalingReport
+
+    rows = scaling_rows([point_of("a", run_job), point_of("b", run_job.reports[0])], "strong")
+    jsonschema.validate(ScalingReport("strong", tuple(rows)).to_dict(), json.loads((schemas / "scaling.schema.json").read_text()))
+
+
+def test_dask_scheduler_address():
+    """--scheduler: the tasks go to the cluster at that address (here a local one)."""
+    dd = pytest.importorskip("dask.distributed", reason="the job extra (dask[distributed]) is not installed")
+    with dd.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        job = jobs.analyze_job(STRAGGLER, scheduler=cluster.scheduler_address)
+    assert job.summary["engine"] == f"Dask cluster at {cluster.scheduler_address}"
+    assert job.findings[0].category == "load_imbalance"
