@@ -220,3 +220,25 @@ def test_dask_scheduler_address():
         job = jobs.analyze_job(STRAGGLER, scheduler=cluster.scheduler_address)
     assert job.summary["engine"] == f"Dask cluster at {cluster.scheduler_address}"
     assert job.findings[0].category == "load_imbalance"
+
+
+NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+
+
+@pytest.mark.skipif(not (NSYS / "mfu_2gpu_before.sqlite").exists(), reason="the shared Nsight Systems fixtures are not here")
+def test_an_nsys_export_of_two_processes_is_one_job(capsys):
+    """A real 2x H100 Nsight Systems export holds both ranks' processes: split by process,
+    matched by order (no profiler steps), point-to-point collectives from the kernel names."""
+    assert main(["analyze", str(NSYS / "mfu_2gpu_before.sqlite"), "-f", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["schema"] == JOB_SCHEMA_ID and [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert d["collectives"][0]["collective"] == "sendrecv" and d["collectives"][0]["count"] == 33
+    assert d["collectives"][0]["bytes"] is None  # the export has no collective metadata: missing, not zero
+    assert any("GPU index" in n for n in d["notes"])
+    # one outlier collective in a step-less trace is not a straggler
+    assert "load_imbalance" not in {f["category"] for f in d["findings"]}
+    for r in d["ranks"]:
+        assert r["wait_ms"] + r["transfer_ms"] == pytest.approx(r["comm_ms"], abs=0.01)
+    # a single-process export stays a plain report
+    assert main(["analyze", str(NSYS / "h100_2gpu_1s.sqlite"), "-f", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == "proflab.report/1"

@@ -288,7 +288,15 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     elif len(paths) >= 2 and args.job or args.scheduler or args.workers:
         return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
-        reports = [analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms) for p in paths]
+        traces = [load(p) for p in paths]
+        if len(traces) == 1 and args.job and traces[0].meta.format != "kineto":
+            # an Nsight Systems export of a whole job holds every rank's process
+            from proflab.analysis.jobs import analyze_processes
+
+            job = analyze_processes(traces[0], top_kernels=args.top, bare_step_ms=args.bare_step_ms)
+            if job is not None:
+                return _emit_reports(args, job, fmt)
+        reports = [analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms) for t in traces]
     return _emit_reports(args, reports, fmt)
 
 

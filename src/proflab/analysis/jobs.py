@@ -110,10 +110,17 @@ def analyze_job(
         raise NotAJob(str(e), summaries) from None
     by_source = {s.source: s for s in summaries}
     job = Job(job.ranks, tuple(by_source[x] for x in job.traces), job.world_size)
-    summaries = list(job.traces)
+    return _job_report(list(job.traces), engine, world_size=job.world_size)
+
+
+def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | None = None, extra_notes: list[str] = ()) -> JobReport:
+    from proflab.model.job import Job
+    from proflab.rules.distributed import job_rules, job_wall_ns
+
+    job = Job(tuple(s.rank for s in summaries), tuple(summaries), world_size)
     tables = job_tables(summaries)
     findings = job_rules(tables, summaries)
-    notes = list(tables.notes)
+    notes = [*extra_notes, *tables.notes]
     if job.world_size is not None and len(job) < job.world_size:
         missing_ranks = sorted(set(range(job.world_size)) - set(job.ranks))
         notes.append(f"{len(job)} of {job.world_size} ranks given; no trace for ranks {missing_ranks}: their waits are not seen")
@@ -147,6 +154,29 @@ def analyze_job(
         missing=tuple(missing),
         notes=tuple(notes),
     )
+
+
+def analyze_processes(trace, *, top_kernels: int = 15, bare_step_ms: float | None = None) -> JobReport | None:
+    """The job report of one trace that holds several ranks' processes (an Nsight Systems
+    export of a torchrun job), or None when it does not. Each process is a rank, numbered by
+    its GPU index, and the report says so."""
+    from proflab.analysis.context import Context
+    from proflab.analysis.ranks import rank_summary
+    from proflab.api import report_for
+    from proflab.model.job import split_processes
+
+    parts = split_processes(trace)
+    if not parts:
+        return None
+    summaries = []
+    for device, t in parts:
+        ctx = Context(t, bare_step_ms=bare_step_ms)
+        summaries.append(rank_summary(ctx, device, report=report_for(ctx, top_kernels=top_kernels)))
+    note = (
+        f"{trace.meta.source}: {len(parts)} processes with collectives in one trace; each is taken as the rank of "
+        "its GPU index (the trace does not record ranks)"
+    )
+    return _job_report(summaries, "in process (one trace)", extra_notes=[note])
 
 
 def _round_row(r: dict[str, Any]) -> dict[str, Any]:

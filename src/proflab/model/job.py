@@ -70,3 +70,36 @@ def check_ranks(ranks: list[int | None], sources: list[str]) -> None:
         if r in seen:
             raise UsageError(f"{s}: rank {r} again (also {seen[r]}); pass one trace per rank")
         seen[r] = s
+
+
+def split_processes(trace: Trace) -> list[tuple[int, Trace]]:
+    """The processes of a trace that holds several (an Nsight Systems export of a whole
+    torchrun job), each as its own trace, when two or more ran collectives; else []. A GPU
+    activity belongs to the process whose host call launched it (correlation), else to the
+    process that launched most of its device's work. Returned with each process's GPU index
+    (the export does not record ranks: the caller says so)."""
+    import polars as pl
+
+    from dataclasses import replace
+
+    if not trace.has_gpu or trace.cpu.height == 0 or not trace.gpu["is_comm"].any():
+        return []
+    owner = trace.cpu.filter(pl.col("correlation").is_not_null()).select("correlation", "pid").unique("correlation")
+    gpu = trace.gpu.join(owner, on="correlation", how="left", maintain_order="left")
+    by_device = gpu.drop_nulls("pid").group_by("device").agg(pl.col("pid").mode().first().alias("dev_pid"))
+    gpu = gpu.join(by_device, on="device", how="left", maintain_order="left").with_columns(pl.col("pid").fill_null(pl.col("dev_pid")))
+    comm_pids = gpu.filter(pl.col("is_comm")).group_by("pid").agg(pl.col("device").mode().first()).drop_nulls().sort("device")
+    if comm_pids.height < 2 or comm_pids["device"].n_unique() < comm_pids.height:
+        return []
+    out = []
+    for pid, device in comm_pids.iter_rows():
+        g = gpu.filter(pl.col("pid") == pid).drop("pid", "dev_pid")
+        c = trace.cpu.filter(pl.col("pid") == pid)
+        meta = replace(trace.meta, source=f"{trace.meta.source}#pid{pid}", notes=(*trace.meta.notes, f"process {pid} of a multi-process trace"))
+        steps = trace.steps  # ProfilerStep ranges are per process too; keep those inside its host events
+        if steps.height and c.height:
+            from proflab.model.trace import steps_from_annotations
+
+            steps = steps_from_annotations(c)
+        out.append((int(device), Trace(gpu=g, cpu=c, steps=steps, devices=trace.devices, meta=meta, comms=trace.comms)))
+    return out

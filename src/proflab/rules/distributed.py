@@ -42,6 +42,9 @@ def _leads(waits: pl.DataFrame) -> pl.DataFrame:
         pl.col("last_rank").first().alias("rank"),
         (pl.col("start_ns").max() - pl.col("start_ns").sort().reverse().get(1)).alias("lead_ns"),
     )
+    if (per["step"] < 0).all():
+        # no profiler steps: each collective stands for a step (one outlier must not decide)
+        per = per.with_columns(pl.col("seq").alias("step"))
     return per.group_by("step", "rank").agg(pl.col("lead_ns").max())
 
 
@@ -51,7 +54,7 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
         return []
     wall = job_wall_ns(summaries)
     leads = _leads(w)
-    steps = w["step"].unique().sort().to_list()
+    steps = leads["step"].unique().sort().to_list()
     total = leads.group_by("rank").agg(pl.col("lead_ns").sum()).sort("lead_ns", descending=True)
     slow = int(total["rank"][0])
     per_step = {s: 0 for s in steps}
@@ -241,10 +244,21 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
         ev["missing"] = "message sizes (no record_param_comms metadata): bus bandwidth cannot be computed"
     fixes = []
     if overlap is not None and overlap < 60:
+        how = []
+        if "allreduce" in kinds:
+            how.append(
+                "DDP: let the all-reduces start during backward (find_unused_parameters=False, static_graph=True when "
+                "the graph is fixed, no .item()/sync inside backward hooks)"
+            )
+        if "allgather" in kinds or "reducescatter" in kinds:
+            how.append("FSDP: forward_prefetch=True and backward_prefetch=BACKWARD_PRE")
+        if {"sendrecv", "send", "recv"} & set(kinds):
+            how.append(
+                "point-to-point (pipeline/context parallel): post sends and receives early with batch_isend_irecv "
+                "and an interleaved schedule so compute runs while they transfer"
+            )
         fixes.append(
-            f"only {overlap:.0f}% of collective time runs under compute: let communication start during backward "
-            "(DDP: find_unused_parameters=False, static_graph=True when the graph is fixed; no .item()/sync inside "
-            "backward hooks); FSDP: forward_prefetch=True and backward_prefetch=BACKWARD_PRE"
+            f"only {overlap:.0f}% of collective time runs under compute" + (": " + "; ".join(how) if how else "")
         )
     if median_bytes is not None and median_bytes < (4 << 20) and per_step_calls > 4:
         fixes.append(
@@ -258,14 +272,15 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
             "GPUs should be NV# apart, not PHB/SYS), that P2P is not disabled (NCCL_P2P_DISABLE), and NCCL_DEBUG=INFO's "
             "chosen transport"
         )
-    if any(d in ("Float", "Double") for d in dtypes):
+    if "allreduce" in kinds and any(d in ("Float", "Double") for d in dtypes):
         fixes.append(
             "gradients travel as fp32: a bf16 compression hook halves the bytes "
             "(model.register_comm_hook(None, default_hooks.bf16_compress_hook)), or train in bf16 end to end"
         )
     if "allgather" in kinds or "reducescatter" in kinds:
         fixes.append("FSDP: prefetch the next all-gather (forward_prefetch, backward_prefetch) and raise limit_all_gathers' window")
-    fixes.append("DDP: gradient_as_bucket_view=True saves a copy of every bucket per step")
+    if "allreduce" in kinds:
+        fixes.append("DDP: gradient_as_bucket_view=True saves a copy of every bucket per step")
     gain_pct = pct(gain_ns, wall, 2)
     return [
         gain_finding(
