@@ -242,3 +242,19 @@ def test_an_nsys_export_of_two_processes_is_one_job(capsys):
     # a single-process export stays a plain report
     assert main(["analyze", str(NSYS / "h100_2gpu_1s.sqlite"), "-f", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["schema"] == "proflab.report/1"
+
+
+def test_ddp_traces_exposed_allreduce_and_an_unconfirmed_straggler():
+    """The 2x H200 DDP traces (fp32 gradients, 64 MiB buckets): most all-reduce time runs
+    after backward's compute, so it is exposed; rank 0's GPU waits longer for its host,
+    which its own observer says the profiler may explain: no gain claimed for that."""
+    job = jobs.analyze_job(DDP)
+    f = {x.id: x for x in job.findings}
+    cb = f["communication_bound"]
+    assert cb.evidence["collectives"] == ["allreduce"] and cb.evidence["dtypes"] == ["Float"]
+    assert 200 < cb.evidence["busbw_gbps"] < cb.evidence["link_gbps_per_direction"] == 450
+    assert cb.est_gain_ms <= cb.evidence["exposed_transfer_ms"]
+    assert "bf16_compress_hook" in cb.fix and "gradient_as_bucket_view" in cb.fix
+    li = f["load_imbalance_unconfirmed"]
+    assert li.severity == "info" and li.est_gain_ms == 0 and li.evidence["cause"] == "dispatch"
+    assert "load_imbalance" not in f

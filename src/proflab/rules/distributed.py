@@ -100,6 +100,33 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
     if slow_row.get("side") == "gpu":
         ev["others_nccl_wait_note"] = "on the waiting ranks this is NCCL kernel time spent waiting for rank %d, not communication cost" % slow
     fix = _IMBALANCE_FIX[cause].format(rank=slow, **{k: v for k, v in explain.items() if isinstance(v, (int, float))})
+    obs = (getattr(by_rank[slow].report, "summary", None) or {}).get("observer") or {}
+    if cause == "dispatch" and obs.get("unprofiled_host_ms_lo") is not None and obs.get("gpu_work_ms") is not None:
+        ev["unprofiled_host_ms_lo"] = obs["unprofiled_host_ms_lo"]
+        ev["gpu_work_ms"] = obs["gpu_work_ms"]
+        if obs["unprofiled_host_ms_lo"] <= obs["gpu_work_ms"]:
+            # its own report's observer: unprofiled, its host keeps ahead of its GPU; the
+            # profiler's own cost may be what makes this rank late (see analysis.observer)
+            return [
+                Finding(
+                    id="load_imbalance_unconfirmed",
+                    category="load_imbalance",
+                    severity="info",
+                    title=(
+                        f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late because its GPU waits "
+                        "for its host, which the profiler's own cost may explain"
+                    ),
+                    evidence=ev,
+                    est_gain_ms=0.0,
+                    est_gain_pct=0.0,
+                    fix="Measure the step time without the profiler on every rank (--bare-step-ms) before acting; " + fix,
+                    where={"ranks": [slow], "steps": [s for s, v in per_step.items() if v > 0]},
+                    assumption=(
+                        f"no gain claimed: unprofiled, rank {slow}'s host work per step ({obs['unprofiled_host_ms_lo']} ms with the largest plausible profiler cost taken out) "
+                        f"fits within its GPU work ({obs['gpu_work_ms']} ms)"
+                    ),
+                )
+            ]
     return [
         gain_finding(
             "load_imbalance",
