@@ -10,7 +10,7 @@ collectives match across ranks by construction.
 
 For each worker count a ``LocalCluster`` (one thread per worker process) is started, the job
 is analysed through ``analyze_job(..., scheduler=ADDRESS)`` (the path ``proflab analyze
---scheduler`` takes), and each worker reports its own peak RSS (``ru_maxrss``). The
+--scheduler`` takes), and each worker reports its own peak RSS (``VmHWM``). The
 projection to a cluster at the end is arithmetic on the measured per-rank cost, stated as
 such, not a measurement.
 """
@@ -54,6 +54,14 @@ def make_ranks(out: Path, ranks: int, steps: int) -> list[Path]:
 
 
 def _peak_mib() -> float:
+    """This process's peak RSS (VmHWM: its own address space's high-water mark; ru_maxrss
+    would carry over the parent's peak across fork and exec)."""
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
