@@ -18,7 +18,7 @@ import polars as pl
 from proflab.analysis.ranks import RankSummary, job_tables, link_reference
 from proflab.report import JobReport, Missing
 
-__all__ = ["analyze_job", "rank_task", "is_job", "NotAJob", "DASK_FROM_RANKS"]
+__all__ = ["analyze_job", "analyze_processes", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
 
 
 class NotAJob(Exception):
@@ -31,16 +31,6 @@ class NotAJob(Exception):
 # From this many ranks on, tasks go to Dask (starting a local cluster costs ~2 s: below this
 # the ranks are read one after the other here).
 DASK_FROM_RANKS = 5
-
-
-def is_job(traces_meta: list[tuple[dict | None, str]]) -> bool:
-    """Whether several traces are the ranks of one job: two or more, each with a rank."""
-    from proflab.model.job import rank_of
-
-    if len(traces_meta) < 2:
-        return False
-    ranks = [rank_of(d, s) for d, s in traces_meta]
-    return all(r is not None for r in ranks) and len(set(ranks)) == len(ranks)
 
 
 def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
@@ -95,7 +85,6 @@ def analyze_job(
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
     Dask workers (default: one per core)."""
     from proflab.model.job import Job
-    from proflab.rules.distributed import job_rules, job_wall_ns
 
     files = [str(p) for p in paths]
     options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
