@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")
     a.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
     a.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the loop's step time measured without the profiler: host and launch verdicts are judged against it (default: estimated from the trace)")
+    j = a.add_argument_group("jobs (one trace per rank: a job report across ranks)")
+    j.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job report")
+    j.add_argument("--scheduler", metavar="ADDRESS", help="analyse the ranks on this Dask cluster (tcp://host:8786)")
+    j.add_argument("--workers", type=int, default=None, metavar="N", help="analyse the ranks on a local Dask cluster of N worker processes")
     _reading_args(a)
     _report_output_args(a)
     a.set_defaults(func=cmd_analyze)
@@ -86,6 +90,22 @@ def _parser() -> argparse.ArgumentParser:
     _report_output_args(k)
     k.set_defaults(func=cmd_kernels)
     _compare_parser(sub)
+    sc = sub.add_parser(
+        "scaling",
+        help="scaling efficiency of one program across GPU counts, and where the loss goes",
+        description=(
+            "Each RUN is one run of the same program at some GPU count: a proflab run directory, a folder of its "
+            "rank traces, or one trace (1 GPU). Reports weak or strong scaling efficiency against the run with the "
+            "fewest GPUs and splits the loss per step into exposed communication, imbalance and the rest."
+        ),
+        epilog="example: proflab scaling --mode weak runs/1gpu runs/2gpu runs/4gpu --plot scaling.png",
+    )
+    sc.add_argument("runs", nargs="+", metavar="RUN", help="run directory, folder of rank traces, or trace file")
+    sc.add_argument("--mode", required=True, choices=("weak", "strong"), help="weak: same work per GPU; strong: same total work")
+    sc.add_argument("--plot", metavar="FILE", help="write the efficiency and loss plot here (.png, .svg, .pdf)")
+    sc.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    sc.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    sc.set_defaults(func=cmd_scaling)
     _run_parser(sub)
     rs = sub.add_parser(
         "runs",
@@ -312,14 +332,95 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
         reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
+    elif len(paths) >= 2 and args.job or args.scheduler or args.workers:
+        return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
         from proflab.collect.rundir import unprofiled_step_ms
 
+        traces = [load(p) for p in paths]
+        if len(traces) == 1 and args.job and traces[0].meta.format != "kineto":
+            # an Nsight Systems export of a whole job holds every rank's process
+            from proflab.analysis.jobs import analyze_processes
+
+            job = analyze_processes(traces[0], top_kernels=args.top, bare_step_ms=args.bare_step_ms)
+            if job is not None:
+                return _emit_reports(args, job, fmt)
         # a trace of a `proflab run` directory comes with the step time measured outside its window
         reports = [
-            analyze(load(p), top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p)) for p in paths
+            analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p))
+            for p, t in zip(paths, traces)
         ]
     return _emit_reports(args, reports, fmt)
+
+
+def cmd_scaling(args: argparse.Namespace) -> int:
+    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.render import format_for_path
+    from proflab.report import ScalingReport
+
+    if len(args.runs) < 2:
+        raise UsageError("scaling needs at least two runs (at different GPU counts)")
+    if args.plot and not args.plot.endswith((".png", ".svg", ".pdf")):
+        raise UsageError(f"{args.plot}: --plot writes .png, .svg or .pdf")
+    fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
+    points = []
+    for run in args.runs:
+        from proflab.analysis import jobs
+        from proflab.api import analyze
+        from proflab.readers import expand_paths
+
+        paths = expand_paths([run])
+        if len(paths) == 1:
+            rep = analyze(paths[0])
+        else:
+            try:
+                rep = jobs.analyze_job(paths)
+            except jobs.NotAJob as e:
+                raise UsageError(f"{run}: not one job's rank traces ({e})") from None
+        points.append(point_of(run, rep))
+    gpus = [p.gpus for p in points]
+    if len(set(gpus)) < 2:
+        raise UsageError(f"the runs are all at {gpus[0]} GPU(s): scaling needs at least two GPU counts")
+    notes = []
+    if min(gpus) != 1:
+        notes.append(f"the base is the run with {min(gpus)} GPUs, not 1: efficiencies are relative to it")
+    rep = ScalingReport(args.mode, tuple(scaling_rows(points, args.mode)), tuple(notes))
+    if args.plot:
+        from proflab.render.scaling import plot_scaling
+
+        with atomic_path(Path(args.plot)) as tmp:
+            plot_scaling(rep, tmp, Path(args.plot).suffix[1:])
+    if fmt == "json":
+        import json
+
+        text = json.dumps(rep.to_dict(), indent=2) + "\n"
+    else:
+        from proflab.render.scaling import render_scaling
+
+        text = render_scaling(rep, fmt)
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _job_or_reports(args: argparse.Namespace, paths: list[Path]):
+    """The job report when the traces are the ranks of one job (each names its rank, once);
+    else each trace's own report (the rank tasks' reports: nothing is read twice)."""
+    from proflab.analysis import jobs
+
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be >= 1")
+    try:
+        return jobs.analyze_job(
+            paths, scheduler=args.scheduler, workers=args.workers, top_kernels=args.top,
+            bare_step_ms=args.bare_step_ms, cache=args.cache, steps=args.steps, window=args.window,
+        )
+    except jobs.NotAJob as e:
+        if args.scheduler or args.workers:
+            raise UsageError(str(e)) from None
+        return [s.report for s in e.summaries]
 
 
 def _trace_in(target: str | None):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Finding", "Missing", "Report", "SCHEMA_ID", "CATEGORIES", "SEVERITIES"]
+__all__ = ["Finding", "Missing", "Report", "JobReport", "JOB_SCHEMA_ID", "ScalingReport", "SCALING_SCHEMA_ID", "SCHEMA_ID", "CATEGORIES", "SEVERITIES"]
 
 SCHEMA_ID = "proflab.report/1"
 SEVERITIES = ("critical", "warning", "info")
@@ -114,3 +114,52 @@ class Report:
             "notes": list(self.notes),
             "kernel_verdicts": list(self.verdicts),
         }
+
+
+JOB_SCHEMA_ID = "proflab.job/1"
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """The analysis of one distributed job: each rank's own :class:`Report` plus the
+    cross-rank tables (per rank, per collective) and the job's findings. Times in ms."""
+
+    source: dict[str, Any]
+    summary: dict[str, Any]
+    ranks: tuple[dict[str, Any], ...]  # one row per rank: step, compute, communication, wait, overlap, idle
+    collectives: tuple[dict[str, Any], ...]  # per group and collective: count, bytes, skew, bus bandwidth
+    findings: tuple[Finding, ...]
+    reports: tuple[Report, ...]  # the ranks' own reports, in rank order
+    link: dict[str, Any] | None = None
+    missing: tuple[Missing, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": JOB_SCHEMA_ID,
+            "source": self.source,
+            "summary": self.summary,
+            "ranks": list(self.ranks),
+            "collectives": list(self.collectives),
+            "link": self.link,
+            "findings": [f.to_dict() for f in self.findings],
+            "missing": [m.to_dict() for m in self.missing],
+            "notes": list(self.notes),
+            "reports": [r.to_dict() for r in self.reports],
+        }
+
+
+SCALING_SCHEMA_ID = "proflab.scaling/1"
+
+
+@dataclass(frozen=True)
+class ScalingReport:
+    """Scaling efficiency of one program across GPU counts (``analysis.scaling``): one row
+    per run, fewest GPUs first, with where the loss per step goes (ms per step)."""
+
+    mode: str  # "weak" | "strong"
+    rows: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCALING_SCHEMA_ID, "mode": self.mode, "points": list(self.rows), "notes": list(self.notes)}

@@ -38,7 +38,9 @@ def test_each_rank_trace_has_its_own_device_and_nccl_all_reduces():
 def test_analyze_the_run_directory_reports_every_rank(tmp_path):
     out = tmp_path / "report.json"
     assert main(["analyze", str(RUN), "-f", "json", "-o", str(out)]) in (0, 1)
-    reports = json.loads(out.read_text())
+    job = json.loads(out.read_text())  # the ranks of one job: the job report, each rank's inside
+    assert job["schema"] == "proflab.job/1"
+    reports = job["reports"]
     assert [r["source"]["distributed"]["rank"] for r in reports] == [0, 1]
     for rank, r in enumerate(reports):
         assert [d["device"] for d in r["summary"]["devices"]] == [rank]

@@ -4,6 +4,7 @@ Every reader produces a :class:`Trace`; every analysis consumes one.
 """
 
 from proflab.model.trace import (
+    COMM_SCHEMA,
     CPU_SCHEMA,
     DEVICE_SCHEMA,
     GPU_SCHEMA,
@@ -12,4 +13,4 @@ from proflab.model.trace import (
     TraceMeta,
 )
 
-__all__ = ["Trace", "TraceMeta", "GPU_SCHEMA", "CPU_SCHEMA", "STEP_SCHEMA", "DEVICE_SCHEMA"]
+__all__ = ["COMM_SCHEMA", "Trace", "TraceMeta", "GPU_SCHEMA", "CPU_SCHEMA", "STEP_SCHEMA", "DEVICE_SCHEMA"]

@@ -158,4 +158,4 @@ def with_frames(trace: Trace, gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.Da
     if gpu.height == 0 and cpu.height == 0:
         raise UsageError(f"{trace.meta.source}: {note.split(': ', 1)[1].split(' (')[0]} holds no events")
     meta = replace(trace.meta, notes=(*trace.meta.notes, note))
-    return Trace(gpu=gpu, cpu=cpu, steps=steps, devices=trace.devices, meta=meta)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps, devices=trace.devices, meta=meta, comms=trace.comms)

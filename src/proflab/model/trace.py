@@ -6,6 +6,8 @@ Tables (one row per event, never one Python object per event):
 ``cpu``      host events: operators, annotations, Python frames, CUDA runtime/driver calls
 ``steps``    profiler steps (``ProfilerStep#N``) as host-side windows
 ``devices``  device properties as the trace reports them
+``comms``    collective calls as the trace describes them (torch.distributed's
+             ``record_param_comms``: collective, message sizes, dtype, process group)
 
 Columns and their units are fixed by the ``*_SCHEMA`` dicts below; readers must produce
 exactly these columns (``Trace.__post_init__`` checks), filling what the input lacks with null.
@@ -93,6 +95,21 @@ DEVICE_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# One row per collective call the host made (``record_param_comms``), keyed by the external
+# id its GPU kernel carries too. Element counts, not bytes: bytes need the dtype's size.
+COMM_SCHEMA: dict[str, pl.DataType] = {
+    "external_id": pl.Int64,
+    "start_ns": pl.Int64,  # the host call
+    "tid": pl.Int64,
+    "collective": pl.String,  # "allreduce", "allgather", "reduce_scatter", "broadcast", ...
+    "in_nelems": pl.Int64,
+    "out_nelems": pl.Int64,
+    "dtype": pl.String,  # as torch names it: "Float", "BFloat16", ...
+    "group": pl.String,  # process group name
+    "group_size": pl.Int32,
+}
+
+
 @dataclass(frozen=True)
 class TraceMeta:
     """Where a trace came from. ``notes`` are reader remarks worth showing the user."""
@@ -119,6 +136,7 @@ class Trace:
     steps: pl.DataFrame
     devices: pl.DataFrame
     meta: TraceMeta
+    comms: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COMM_SCHEMA))
 
     def __post_init__(self) -> None:
         for name, schema in (
@@ -126,6 +144,7 @@ class Trace:
             ("cpu", CPU_SCHEMA),
             ("steps", STEP_SCHEMA),
             ("devices", DEVICE_SCHEMA),
+            ("comms", COMM_SCHEMA),
         ):
             got = dict(getattr(self, name).schema)
             if got != schema:

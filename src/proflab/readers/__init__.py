@@ -68,7 +68,7 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
                 if part is None:
                     return Trace(**{k: entry.collect(k) for k in entry.frames}, meta=meta)
                 devices = entry.collect("devices")
-                whole = Trace(gpu=empty(GPU_SCHEMA), cpu=empty(CPU_SCHEMA), steps=empty(STEP_SCHEMA), devices=devices, meta=meta)
+                whole = Trace(gpu=empty(GPU_SCHEMA), cpu=empty(CPU_SCHEMA), steps=empty(STEP_SCHEMA), devices=devices, meta=meta, comms=entry.collect("comms"))
                 f = entry.frames
                 gpu, cpu, steps, note = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
                 return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import polars as pl
 
-from proflab.model.trace import CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
+from proflab.model.trace import COMM_SCHEMA, CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
 
 __all__ = ["enabled", "entry_dir", "load_entry", "store", "scan_entry", "drop"]
 
-_TABLES = {"gpu": GPU_SCHEMA, "cpu": CPU_SCHEMA, "steps": STEP_SCHEMA, "devices": DEVICE_SCHEMA}
+_TABLES = {"gpu": GPU_SCHEMA, "cpu": CPU_SCHEMA, "steps": STEP_SCHEMA, "devices": DEVICE_SCHEMA, "comms": COMM_SCHEMA}
 _FORMAT = 2  # layout of an entry
 
 

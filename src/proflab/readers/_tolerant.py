@@ -47,6 +47,12 @@ class LooseArgs(Struct, gc=False):
     python_parent_id: Any = field(name="Python parent id", default=None)
     sequence: Any = field(name="Sequence number", default=None)
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
+    collective: Any = field(name="Collective name", default=None)
+    in_nelems: Any = field(name="In msg nelems", default=None)
+    out_nelems: Any = field(name="Out msg nelems", default=None)
+    dtype: Any = None
+    pg_name: Any = field(name="Process Group Name", default=None)
+    group_size: Any = field(name="Group size", default=None)
 
 
 _NO_ARGS = LooseArgs()
@@ -83,6 +89,9 @@ _INT_ARGS = {
     "python_id": ("Python id", _I64),
     "python_parent_id": ("Python parent id", _I64),
     "sequence": ("Sequence number", _I64),
+    "in_nelems": ("In msg nelems", _I64),
+    "out_nelems": ("Out msg nelems", _I64),
+    "group_size": ("Group size", _I32),
 }
 _INT_TEXT = re.compile(r"\s*[-+]?\d+\s*")
 _HEX_TEXT = re.compile(r"\s*0[xX][0-9a-fA-F]+\s*")
@@ -169,6 +178,11 @@ def sanitize(events: list[LooseEvent], problems: Problems) -> list[LooseEvent]:
             fixed = _as_int(v, bounds, hex_ok=True)
             setattr(args[i], attr, fixed)
             problems[f"args.{key}", kind(v, bounds), "ignored" if fixed is None else "read as an integer"] += 1
+    for attr, key in (("collective", "Collective name"), ("dtype", "dtype"), ("pg_name", "Process Group Name")):
+        values = list(map(get(attr), args))
+        for i in _bad(values, lambda v: type(v) is str or (attr == "pg_name" and type(v) is int)):
+            problems[f"args.{key}", kind(values[i]), "ignored"] += 1
+            setattr(args[i], attr, None)
     for attr in ("grid", "block"):
         values = list(map(get(attr), args))
         for i in _bad(values, _is_dim3):

@@ -4,7 +4,7 @@ The reader starts it as ``python -m proflab.readers._worker TRACE OUTDIR`` (a fr
 interpreter: nothing of the caller's process, threads or ``__main__`` is inherited) and
 writes the slices to decode to its stdin as JSON ``[[begin, stop], ...]``. The worker maps
 the same file, decodes those slices with the reader's own code, and leaves its tables in
-OUTDIR as Arrow IPC, one pair of files per slice (``gpu-N.arrow``, ``cpu-N.arrow``), with
+OUTDIR as Arrow IPC, three files per slice (``gpu-N.arrow``, ``cpu-N.arrow``, ``comms-N.arrow``), with
 ``meta.json``. It exits non-zero on
 any failure; the reader then decodes those slices itself.
 """
@@ -39,6 +39,7 @@ def main(argv: list[str]) -> int:
             # written and dropped slice by slice: the helper holds one slice's tables at most
             t.gpu.write_ipc(outdir / f"gpu-{i}.arrow")
             t.cpu.write_ipc(outdir / f"cpu-{i}.arrow")
+            t.comms.write_ipc(outdir / f"comms-{i}.arrow")
             events += t.events
             for cat, n in t.unknown.items():
                 unknown[cat] = unknown.get(cat, 0) + n

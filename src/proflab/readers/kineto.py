@@ -41,6 +41,7 @@ from proflab.errors import (
 )
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
+    COMM_SCHEMA,
     COPY_KINDS,
     CPU_SCHEMA,
     DEVICE_SCHEMA,
@@ -139,6 +140,14 @@ class _Args(Struct, frozen=True, gc=False):
     # Kept raw (a slice of the input, not parsed): only matmul/conv operators need their
     # dtypes, and building strings for every operator's inputs costs more than the rest.
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
+    # torch.distributed's record_param_comms (and, from 2.x, the NCCL kernels) describe the
+    # collective: what it is, its message sizes, dtype and process group
+    collective: str | None = field(name="Collective name", default=None)
+    in_nelems: _I64 | None = field(name="In msg nelems", default=None)
+    out_nelems: _I64 | None = field(name="Out msg nelems", default=None)
+    dtype: str | None = None
+    pg_name: str | int | None = field(name="Process Group Name", default=None)
+    group_size: _I32 | None = field(name="Group size", default=None)
 
 
 _NO_ARGS = _Args()
@@ -253,9 +262,11 @@ def _read(path: Path) -> Trace:
     for t in tables:
         unknown.update(t.unknown)
     gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
+    comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
     tables.clear()  # the parts are now only in these lists, which the merge empties
     gpu = merge_by_start(gpu_parts)
     cpu = merge_by_start(cpu_parts)
+    comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
     if gpu.height == 0 and cpu.height == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
@@ -276,7 +287,7 @@ def _read(path: Path) -> Trace:
         notes=tuple(notes),
         **meta_fields,
     )
-    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta, comms=comms)
 
 
 def _holds(gpu: pl.DataFrame, unknown: Counter) -> list[str]:
@@ -303,6 +314,7 @@ class _Tables(NamedTuple):
     unknown: Counter
     events: int
     problems: Counter  # (field, kind, outcome) -> count, from tolerant decoding
+    comms: pl.DataFrame | None = None
 
 
 def _tables(events: list, problems: Counter | None = None) -> _Tables:
@@ -313,7 +325,8 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
     cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
-    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems or Counter())
+    comms = _comm_table([e for e in ops if e.args.collective is not None and e.name == "record_param_comms"])
+    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems or Counter(), comms)
 
 
 _CHUNK_BYTES = 32 << 20
@@ -431,20 +444,20 @@ class _Helper:
             meta = json.loads((out / "meta.json").read_text())
             # one file per slice: the helper never holds more than one slice's tables
             parts = [
-                (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"))
+                (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"), pl.read_ipc(out / f"comms-{i}.arrow"))
                 for i in range(int(meta["slices"]))
             ]
         except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
             return None
-        if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA for g, c in parts):
+        if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA or dict(m.schema) != COMM_SCHEMA for g, c, m in parts):
             return None
         # the document-wide counts ride on the first slice
         problems = Counter({tuple(k): n for *k, n in meta.get("problems", [])})
         return [
-            _Tables(g, c, Counter(meta["unknown"]), int(meta["events"]), problems)
+            _Tables(g, c, Counter(meta["unknown"]), int(meta["events"]), problems, m)
             if i == 0
-            else _Tables(g, c, Counter(), 0, Counter())
-            for i, (g, c) in enumerate(parts)
+            else _Tables(g, c, Counter(), 0, Counter(), m)
+            for i, (g, c, m) in enumerate(parts)
         ]
 
     def _stop(self) -> None:
@@ -695,6 +708,27 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "input_types": types,
         }
     ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
+
+
+def _comm_table(evs: list[_Event]) -> pl.DataFrame:
+    """The collective calls (few: one per collective, never per element)."""
+    if not evs:
+        return pl.DataFrame(schema=COMM_SCHEMA)
+    args = list(map(attrgetter("args"), evs))
+    return pl.DataFrame(
+        {
+            "external_id": _external_ids(args),
+            "start_ns": _ns(list(map(attrgetter("ts"), evs))),
+            "tid": _ints(list(map(attrgetter("tid"), evs))),
+            "collective": [a.collective for a in args],
+            "in_nelems": [a.in_nelems for a in args],
+            "out_nelems": [a.out_nelems for a in args],
+            "dtype": [a.dtype for a in args],
+            "group": [None if a.pg_name is None else str(a.pg_name) for a in args],
+            "group_size": [a.group_size for a in args],
+        },
+        schema=COMM_SCHEMA,
+    )
 
 
 def _nulls(*names: str) -> list[pl.Expr]:

@@ -1,0 +1,97 @@
+"""Scaling efficiency across runs of one program at different GPU counts.
+
+Each point is a job (or a single trace: one GPU) analysed as usual; its step time is the
+slowest rank's median step (ranks run in lockstep, the job goes at the slowest one's pace).
+Against the point with the fewest GPUs (``base``, N0 GPUs, step T0):
+
+- **weak** scaling (the same work per GPU): ideal step = T0; efficiency = T0 / TN.
+- **strong** scaling (the same total work): ideal step = T0 x N0 / N; efficiency = ideal / TN.
+
+The loss per step (TN - ideal) is split into what the traces show: exposed communication
+(transfer no compute hid, median rank), imbalance (waiting at collectives for a late rank,
+median rank), and the rest (compute, idle and everything else that grew), each in ms per
+step. Missing is not zero: a point without a figure leaves it null.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ScalingPoint", "point_of", "scaling_rows"]
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    label: str
+    gpus: int
+    step_ms: float | None  # the job's step: slowest rank's median step
+    exposed_comm_ms: float | None  # per step, median rank
+    wait_ms: float | None  # per step, median rank
+    idle_ms: float | None  # per step, median rank (GPU idle)
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def point_of(label: str, report) -> ScalingPoint:
+    """A point from a JobReport (several ranks) or a Report (one GPU)."""
+    from proflab.report import JobReport
+
+    if isinstance(report, JobReport):
+        rows = list(report.ranks)
+        steps = [r["step_ms"] for r in rows if r.get("step_ms") is not None]
+
+        def per_step(key: str) -> float | None:
+            return _median([r[key] / r["steps"] for r in rows if r.get(key) is not None and r.get("steps")])
+
+        return ScalingPoint(
+            label,
+            report.summary.get("world_size") or len(rows),
+            max(steps) if steps else None,
+            per_step("exposed_transfer_ms"),
+            per_step("wait_ms"),
+            per_step("idle_ms"),
+        )
+    s = report.summary
+    idle = (s.get("breakdown_ms") or {}).get("idle")
+    n = s.get("step_count") or 0
+    return ScalingPoint(label, 1, s.get("median_step_ms"), 0.0, 0.0, None if idle is None or not n else idle / n)
+
+
+def scaling_rows(points: list[ScalingPoint], mode: str) -> list[dict[str, Any]]:
+    """One row per point, fewest GPUs first: efficiency and where the loss per step goes."""
+    if mode not in ("weak", "strong"):
+        raise ValueError(f"mode must be weak or strong, not {mode!r}")
+    pts = sorted(points, key=lambda p: p.gpus)
+    base = pts[0]
+    rows = []
+    for p in pts:
+        if p.step_ms is None or base.step_ms is None:
+            rows.append({"label": p.label, "gpus": p.gpus, "step_ms": p.step_ms, "efficiency_pct": None})
+            continue
+        ideal = base.step_ms if mode == "weak" else base.step_ms * base.gpus / p.gpus
+        loss = p.step_ms - ideal
+        comm = None if p.exposed_comm_ms is None or base.exposed_comm_ms is None else p.exposed_comm_ms - base.exposed_comm_ms
+        wait = None if p.wait_ms is None or base.wait_ms is None else p.wait_ms - base.wait_ms
+        other = None if comm is None or wait is None else loss - comm - wait
+        rows.append(
+            {
+                "label": p.label,
+                "gpus": p.gpus,
+                "step_ms": round(p.step_ms, 3),
+                "ideal_step_ms": round(ideal, 3),
+                "efficiency_pct": round(100.0 * ideal / p.step_ms, 1) if p.step_ms else None,
+                "loss_ms_per_step": round(loss, 3),
+                "exposed_comm_ms_per_step": None if comm is None else round(comm, 3),
+                "imbalance_wait_ms_per_step": None if wait is None else round(wait, 3),
+                "other_ms_per_step": None if other is None else round(other, 3),
+                "idle_ms_per_step": None if p.idle_ms is None else round(p.idle_ms, 3),
+            }
+        )
+    return rows

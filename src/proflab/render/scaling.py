@@ -1,0 +1,71 @@
+"""A scaling report as a table (terminal or Markdown) and as a plot (matplotlib, imported
+only when a plot is asked for)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from proflab.render._text import fmt_num
+
+__all__ = ["render_scaling", "plot_scaling"]
+
+_COLS = (
+    ("label", "run"),
+    ("gpus", "ranks"),
+    ("step_ms", "step ms"),
+    ("ideal_step_ms", "ideal"),
+    ("efficiency_pct", "eff %"),
+    ("loss_ms_per_step", "loss"),
+    ("exposed_comm_ms_per_step", "exp.comm"),
+    ("imbalance_wait_ms_per_step", "imbalance"),
+    ("other_ms_per_step", "other"),
+)
+
+
+def render_scaling(rep, fmt: str) -> str:
+    d = rep.to_dict()
+    cells = [[h for _, h in _COLS]] + [[r[k] if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in _COLS] for r in d["points"]]
+    head = (
+        f"{d['mode']} scaling: efficiency against the run with the fewest GPUs; loss per step (ms) split into "
+        "exposed communication, waiting for late ranks (imbalance) and the rest"
+    )
+    if fmt == "md":
+        lines = ["# proflab scaling", "", head, "", "| " + " | ".join(cells[0]) + " |", "|" + "---:|" * len(_COLS)]
+        lines += ["| " + " | ".join(c) + " |" for c in cells[1:]]
+        lines += [f"- note: {n}" for n in d["notes"]]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(c[i]) for c in cells) for i in range(len(_COLS))]
+    lines = [head, ""] + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines += [f"note: {n}" for n in d["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot_scaling(rep, path: str | Path, fmt: str | None = None) -> None:
+    """Efficiency per GPU count (left) and the loss per step by cause (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in rep.rows if r.get("efficiency_pct") is not None]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    g = [r["gpus"] for r in rows]
+    a.plot(g, [r["efficiency_pct"] for r in rows], "o-", label="measured")
+    a.axhline(100, color="grey", lw=0.8, ls="--", label="ideal")
+    a.set_xlabel("GPUs (ranks)")
+    a.set_ylabel(f"{rep.mode} scaling efficiency (%)")
+    a.set_xticks(g)
+    a.set_ylim(0, 110)
+    a.legend()
+    labels = [f"{r['gpus']}" for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, name in (("exposed_comm_ms_per_step", "exposed communication"), ("imbalance_wait_ms_per_step", "imbalance (waiting)"), ("other_ms_per_step", "other")):
+        vals = [max(r.get(key) or 0.0, 0.0) for r in rows]
+        b.bar(labels, vals, bottom=bottom, label=name)
+        bottom = [x + y for x, y in zip(bottom, vals)]
+    b.set_xlabel("GPUs (ranks)")
+    b.set_ylabel("loss per step (ms)")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(str(path), format=fmt)
+    plt.close(fig)
