@@ -43,29 +43,24 @@ def render(reports, fmt: str, *, width: int | None = None, color: bool = False) 
 
 
 def _render_comparison(comparison, fmt: str, *, width: int | None, color: bool) -> str:
-    if fmt == "json":
-        from proflab.render.json import render_json
+    return _render_special(comparison, fmt, "markdown:render_compare_markdown", "terminal:render_compare_terminal", width, color)
 
-        return render_json([comparison])
-    if fmt == "md":
-        from proflab.render.markdown import render_compare_markdown
 
-        return render_compare_markdown(comparison)
-    if fmt == "term":
-        from proflab.render.terminal import render_compare_terminal
-
-        return render_compare_terminal(comparison, width=width, color=color)
 def _render_job(job, fmt: str, *, width: int | None, color: bool) -> str:
+    return _render_special(job, fmt, "job:render_job_markdown", "job:render_job_terminal", width, color)
+
+
+def _render_special(obj, fmt: str, md: str, term: str, width: int | None, color: bool) -> str:
+    """A comparison or a job: JSON through the one JSON renderer, Markdown and terminal
+    through their own functions (``module:function`` under proflab.render)."""
+    from importlib import import_module
+
     if fmt == "json":
         from proflab.render.json import render_json
 
-        return render_json([job])
-    if fmt == "md":
-        from proflab.render.job import render_job_markdown
-
-        return render_job_markdown(job)
-    if fmt == "term":
-        from proflab.render.job import render_job_terminal
-
-        return render_job_terminal(job, width=width, color=color)
+        return render_json([obj])
+    if fmt in ("md", "term"):
+        module, name = (md if fmt == "md" else term).split(":")
+        fn = getattr(import_module(f"proflab.render.{module}"), name)
+        return fn(obj) if fmt == "md" else fn(obj, width=width, color=color)
     raise UsageError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
