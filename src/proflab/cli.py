@@ -574,6 +574,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
     load = _loader(args, show_progress=fmt == "term")
     unprofiled = tuple(_step_times(f) for f in args.unprofiled_steps) if args.unprofiled_steps else None
+    if unprofiled is None:
+        # two `proflab run` directories carry the step times measured outside their windows
+        from proflab.collect.rundir import unprofiled_steps_ms
+
+        measured = [unprofiled_steps_ms(p) for p in sides]
+        unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
                          unprofiled_steps_ms=unprofiled)
     _emit_reports(args, comparison, fmt)

@@ -535,3 +535,20 @@ def test_cupti_is_torn_down_after_the_window_unless_the_program_says_otherwise(t
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     done = _proflab_run(tmp_path, script=script)
     assert "TEARDOWN_CUPTI=0" in done.stdout
+
+
+def test_compare_of_two_runs_uses_their_measured_step_times(tmp_path, torch_required, capsys):
+    """Two run directories: compare's step-time verdict rests on the step times measured
+    outside the windows (each run keeps them in processes/<pid>.json)."""
+    from proflab.collect.rundir import unprofiled_steps_ms
+
+    for _ in range(2):
+        assert _proflab_run(tmp_path, "22").returncode == 0
+        time.sleep(1.1)  # run directories are named by the second
+    runs = sorted(p for p in (tmp_path / "runs").iterdir() if p.is_dir())
+    assert len(runs) == 2
+    steps = [unprofiled_steps_ms(r) for r in runs]
+    assert all(s is not None and len(s) >= 8 for s in steps)
+    assert main(["compare", str(runs[0]), str(runs[1]), "-f", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["step_time_ms"]["side"] == "unprofiled"

@@ -54,6 +54,7 @@ _TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchr
 _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
 _STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
 _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
+_STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
 _COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
@@ -398,9 +399,12 @@ class Runtime:
         keep = [(d, bare) for d, bare, k in self._step_times if k > _STEP_WARMUP and k not in ended]
         out = {}
         for label, want in (("bare", True), ("profiled", False)):
-            xs = sorted(d for d, bare in keep if bare == want)
+            xs = [d for d, bare in keep if bare == want]
+            mid = sorted(xs)
             out[f"{label}_n"] = len(xs)
-            out[f"{label}_ms"] = round(xs[len(xs) // 2] / 1e6, 4) if xs else None
+            out[f"{label}_ms"] = round(mid[len(mid) // 2] / 1e6, 4) if xs else None
+            # the last ones, in order, for distributions (proflab compare's interval)
+            out[f"{label}_steps_ms"] = [round(d / 1e6, 4) for d in xs[-_STEP_LIST:]]
         return out
 
     def _note_stall(self, held_s: float) -> None:

@@ -147,6 +147,24 @@ def unprofiled_step_ms(trace: str | Path) -> float | None:
     ``trace`` (a file under a run directory's ``traces/``): the median step-to-step wall time
     outside the profiler's recording (``processes/<pid>.json``: ``step_times``). None when the
     trace is not from a run directory or too few steps ran outside the window."""
+    st = _step_times_of(trace)
+    return None if st is None else float(st["bare_ms"])
+
+
+def unprofiled_steps_ms(path: str | Path) -> list[float] | None:
+    """Every unprofiled step time (ms) ``proflab run`` kept for a run directory (or one of its
+    traces), all processes together; None when there are too few."""
+    path = Path(path)
+    traces = sorted((path / "traces").glob("*.json*")) if (path / META).is_file() else [path]
+    out: list[float] = []
+    for t in traces:
+        st = _step_times_of(t)
+        if st is not None:
+            out += [float(x) for x in st.get("bare_steps_ms") or [] if isinstance(x, (int, float))]
+    return out if len(out) >= MIN_BARE_STEPS else None
+
+
+def _step_times_of(trace: str | Path) -> dict | None:
     trace = Path(trace).resolve()
     run_dir = trace.parent.parent if trace.parent.name == "traces" else None
     if run_dir is None or not (run_dir / META).is_file():
@@ -162,5 +180,5 @@ def unprofiled_step_ms(trace: str | Path) -> float | None:
         st = info.get("step_times") or {}
         n, ms = st.get("bare_n"), st.get("bare_ms")
         if isinstance(n, int) and n >= MIN_BARE_STEPS and isinstance(ms, (int, float)) and ms > 0:
-            return float(ms)
+            return st
     return None
