@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import ProfilerActivity
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data" / "record"))
 import record_realistic as rr  # noqa: E402  (the loops and the bare timing)
@@ -38,19 +38,8 @@ SETTINGS = {
 
 def profiled_steps(step, first: int, setting: str, active: int) -> list[float]:
     """GPU-side times (ms) of the active steps but the last, under one setting."""
-    wait, warmup = 1, 1
-    n = wait + warmup + active
-    ev = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
-    torch.cuda.synchronize()
-    with profile(schedule=schedule(wait=wait, warmup=warmup, active=active), on_trace_ready=lambda p: None,
-                 **SETTINGS[setting]) as prof:
-        for k in range(n):
-            ev[k].record()
-            step(first + k)
-            prof.step()
-        ev[n].record()
-    torch.cuda.synchronize()
-    return [ev[k].elapsed_time(ev[k + 1]) for k in range(wait + warmup, n - 1)]
+    times = rr.timed_window(step, first, 1, 1, active, lambda p: None, **SETTINGS[setting])
+    return times[2:-1]
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,7 @@ import polars as pl
 
 from proflab.analysis.context import Context
 from proflab.analysis.gaps import CAUSES
+from proflab.analysis.kernels import kernel_label
 from proflab.report import Report
 
 __all__ = [
@@ -73,7 +74,6 @@ class Side:
 
 
 # -- names -------------------------------------------------------------------------------
-_NAMESPACES = re.compile(r"\b(?:at::native::|at::cuda::|c10::|std::|cub::|cutlass::|\(anonymous namespace\)::|void\s+)")
 # an integer that is a token of its own (a template argument, a block size, a compile-order
 # suffix such as triton_poi_fused_add_0); digits inside words (f32, bf16, 128x64) stay
 _BARE_INT = re.compile(r"(?<![A-Za-z0-9.])\d+(?![A-Za-z0-9])")
@@ -87,17 +87,7 @@ def normalize_kernel(name: str | None) -> str:
     kernels apart that a change swaps."""
     if not name:
         return "-"
-    text = " ".join(str(name).split())
-    if text.endswith(")") and "(" in text:
-        depth = 0
-        for i in range(len(text) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(text[i], 0)
-            if depth == 0:
-                if i > 0 and not text[:i].endswith(("operator", " ")):
-                    text = text[:i]
-                break
-    text = _NAMESPACES.sub("", text).strip()
-    return _BARE_INT.sub("#", text) or str(name)
+    return _BARE_INT.sub("#", kernel_label(name)) or str(name)
 
 
 # -- statistics ------------------------------------------------------------------------------

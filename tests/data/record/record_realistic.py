@@ -314,26 +314,30 @@ def _enqueue(step, first: int, n: int) -> list[float]:
     return out
 
 
-def _profiled(step, first: int, setting: str, out_dir: str | None, name: str) -> dict:
-    """Run WAIT + WARMUP + ACTIVE steps under torch.profiler; GPU-side times of the active steps."""
-    opts = SETTINGS[setting]
-    tmp = tempfile.mkdtemp(prefix="rr_")
-    raw = os.path.join(tmp, "trace.json")
-    n = WAIT + WARMUP + ACTIVE
+def timed_window(step, first: int, wait: int, warmup: int, active: int, on_ready, **profile_kw) -> list[float]:
+    """GPU-side times (ms) of every step of one torch.profiler window (wait + warmup +
+    active steps); the last active step holds ``on_ready`` (the trace's processing)."""
+    n = wait + warmup + active
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(n + 1)]
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 schedule=schedule(wait=WAIT, warmup=WARMUP, active=ACTIVE),
-                 on_trace_ready=lambda p: p.export_chrome_trace(raw), **opts) as prof:
+    with profile(schedule=schedule(wait=wait, warmup=warmup, active=active), on_trace_ready=on_ready, **profile_kw) as prof:
         for k in range(n):
             ev[k].record()
             step(first + k)
             prof.step()
         ev[n].record()
     torch.cuda.synchronize()
+    return [ev[k].elapsed_time(ev[k + 1]) for k in range(n)]
+
+
+def _profiled(step, first: int, setting: str, out_dir: str | None, name: str) -> dict:
+    """Run WAIT + WARMUP + ACTIVE steps under torch.profiler; GPU-side times of the active steps."""
+    tmp = tempfile.mkdtemp(prefix="rr_")
+    raw = os.path.join(tmp, "trace.json")
+    t0 = time.perf_counter()
+    times = timed_window(step, first, WAIT, WARMUP, ACTIVE, lambda p: p.export_chrome_trace(raw),
+                         activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], **SETTINGS[setting])[WAIT + WARMUP:]
     wall = time.perf_counter() - t0
-    times = [ev[k].elapsed_time(ev[k + 1]) for k in range(WAIT + WARMUP, n)]
     rec = {"gpu_step_ms": [round(t, 4) for t in times], "median_ms": round(statistics.median(times), 4), "wall_s": round(wall, 2)}
     if out_dir and setting in KEEP:
         dst = os.path.join(out_dir, f"{name}.{setting}.pt.trace.json.gz")
