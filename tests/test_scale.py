@@ -16,9 +16,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import KINETO_DIR
-
 ROOT = Path(__file__).resolve().parent.parent
+# (not `from conftest import`: before pytest 8.1 that can name tests/gpu/conftest.py)
+KINETO_DIR = ROOT / "tests" / "data" / "kineto"
 GEN = ROOT / "benchmarks" / "gen_realistic.py"
 SOURCE = KINETO_DIR / "train_loop.pt.trace.json.gz"
 

@@ -4,12 +4,13 @@ ProflabError becomes one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 from proflab import __version__
-from proflab._io import atomic_path, write_atomic
+from proflab._io import atomic_path
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["main"]
@@ -541,7 +542,7 @@ def _emit(args: argparse.Namespace, text: str) -> int:
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
     """CSV, JSON (an array of row objects) or Parquet: every row given, to -o or stdout."""
     if fmt == "parquet":
-        with atomic_path(Path(args.output)) as tmp:
+        with _output_file(Path(args.output)) as tmp:
             df.write_parquet(tmp)
         return 0
     if fmt == "csv":
@@ -553,4 +554,19 @@ def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a report."""
-    write_atomic(path, text)
+    with _output_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _output_file(path: Path):
+    """``atomic_path`` for an output the user named: a place that cannot be written (a
+    directory, no permission, a full disk, a name too long) is one line and exit 2, and what
+    was there before stays as it was."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{path}: is a directory; give -o a file name")
+        with atomic_path(path) as tmp:
+            yield tmp
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write there ({e.strerror or e})") from e
