@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# (not `from conftest import`: before pytest 8.1 that can name tests/gpu/conftest.py)
+# (not `from conftest import`: on pytest 7.0 to 8.0 that named tests/gpu/conftest.py)
 KINETO_DIR = ROOT / "tests" / "data" / "kineto"
 GEN = ROOT / "benchmarks" / "gen_realistic.py"
 SOURCE = KINETO_DIR / "train_loop.pt.trace.json.gz"
