@@ -197,3 +197,54 @@ def test_killed_writer_never_leaves_half_a_report(tmp_path):
     p = subprocess.run(cmd, capture_output=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr.decode()
     assert json.loads(out.read_text()) != {"old": True}
+
+
+# --- text from traces and run directories reaches no terminal raw --------------------------------
+
+_ESCAPES = ("\x1b]0;owned\x07", "\x1b[2J", "\x9b31m", "\u202e")
+
+
+def _no_controls(text: str) -> None:
+    for seq in _ESCAPES:
+        assert seq not in text, f"{seq!r} reached the output"
+    assert "\x1b" not in text and "\x07" not in text
+
+
+def test_sql_table_shows_escapes_in_names(tmp_path, capsys):
+    import gzip
+
+    doc = json.loads(gzip.decompress(_need(SMALL).read_bytes()))
+    for i, e in enumerate(ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel"):
+        e["name"] = _ESCAPES[i % len(_ESCAPES)] + "kernel"
+    p = tmp_path / "hostile.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    assert main(["sql", str(p), 'SELECT name, name AS "\x1b[31mcol" FROM kernels', "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "\\x1b]0;owned\\x07kernel" in out, out
+
+
+def test_runs_listing_shows_escapes_in_names(tmp_path, capsys):
+    src = Path(__file__).resolve().parent / "data" / "runs" / "20261122-074634-h100_cuda_train"
+    if not src.is_dir():
+        pytest.skip("tests/data/runs/ has no recorded run")
+    import shutil
+
+    run = tmp_path / "runs" / src.name
+    shutil.copytree(src, run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["name"], meta["command"] = "\x1b[2Jname", ["python", "\x1b]0;owned\x07train.py"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert main(["runs", str(tmp_path / "runs"), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "\\x1b[2Jname" in out
+
+
+def test_error_line_shows_escapes_in_a_file_name(tmp_path, capsys):
+    p = tmp_path / "bad\x1b[31m\nname.json"
+    p.write_text("{")
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err
+    _no_controls(err)
+    assert len(err.strip().splitlines()) == 1, err

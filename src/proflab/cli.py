@@ -235,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ProflabError as e:
-        print(f"proflab: error: {e}", file=sys.stderr)
+        from proflab.render._text import printable
+
+        # one line, whatever a file name or a trace put into the message
+        print(f"proflab: error: {printable(str(e)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("proflab: interrupted", file=sys.stderr)
@@ -462,6 +465,8 @@ def _cells(values: list, *, is_float: bool) -> list[str]:
     """One column's values as text; floats share one format so that the points line up."""
     import math
 
+    from proflab.render._text import printable
+
     finite = [v for v in values if isinstance(v, float) and math.isfinite(v)]
     fmt = "{:.3f}"
     if is_float and finite:
@@ -477,7 +482,8 @@ def _cells(values: list, *, is_float: bool) -> list[str]:
             return "true" if v else "false"
         if isinstance(v, float):
             return fmt.format(v) if math.isfinite(v) else str(v)
-        return " ".join(str(v).split())  # no line breaks inside a row
+        # no line breaks inside a row, and a name's escape sequences shown, not obeyed
+        return printable(" ".join(str(v).split()))
 
     return [cell(v) for v in values]
 
@@ -494,6 +500,8 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     from rich.table import Table
     from rich.text import Text
 
+    from proflab.render._text import printable
+
     if df.width == 0:
         return "(the statement returned no result)\n"
     total = df.height
@@ -505,7 +513,7 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     def table(cols: list[str]) -> Table:
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
         for c in cols:
-            t.add_column(Text(c), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
+            t.add_column(Text(printable(c)), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
         for i in range(shown.height):
             t.add_row(*(Text(cells[c][i]) for c in cols))
         return t
@@ -514,7 +522,7 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     cols: list[str] = []
     used = -_GUTTER
     for c in shown.columns:
-        natural = min(max(cell_len(x) for x in [c, *cells[c]]), _MAX_CELL)
+        natural = min(max(cell_len(x) for x in [printable(c), *cells[c]]), _MAX_CELL)
         if cols and used + _GUTTER + natural > width:
             break
         cols.append(c)
