@@ -248,3 +248,44 @@ def test_error_line_shows_escapes_in_a_file_name(tmp_path, capsys):
     err = capsys.readouterr().err
     _no_controls(err)
     assert len(err.strip().splitlines()) == 1, err
+
+
+# --- a damaged clock: one event decades away from the rest ---------------------------------------
+
+
+def _gemm_doc() -> dict:
+    import gzip
+
+    return json.loads(gzip.decompress(_need(DATA / "healthy_bf16_gemm.pt.trace.json.gz").read_bytes()))
+
+
+def test_events_at_time_zero_cost_no_more_than_the_rest(tmp_path):
+    """Fuzz case kineto_json-2199: a real H100 trace (timestamps ~4.5e15 ns) whose events lost
+    their ts (read as 0). The window is 51 days long, and cutting it into 100 ms buckets
+    took 13 s and 2.7 GiB before the bucket count was bounded."""
+    import resource
+
+    from fuzzing import Builder
+    from proflab import analyze, load
+
+    if not (DATA / "healthy_bf16_gemm.pt.trace.json.gz").is_file():
+        pytest.skip("healthy_bf16_gemm is not in tests/data/kineto/")
+    case = Builder(tmp_path).build("kineto_json", 2199)
+    assert case.what.endswith("no ts"), case.what
+    t0, rss0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = analyze(load(case.paths[0], cache=False))
+    assert time.perf_counter() - t0 < 10.0
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) < (500 << 10)  # KiB
+    assert report.summary["wall_ms"] > 0
+
+
+def test_centuries_long_event_is_a_refusal_naming_the_file(tmp_path, capsys):
+    doc = _gemm_doc()
+    next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")["dur"] = 2**53 + 1
+    p = tmp_path / "long.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    rc = main(["analyze", str(p), "--no-cache"])
+    if rc == 0:  # read and analysed soundly is as good as a refusal
+        return
+    assert rc == 2
+    assert str(p) in _one_line(capsys.readouterr().err)

@@ -86,6 +86,8 @@ def read(path: str | Path) -> Trace:
         return _read(path, con, bulk)
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
+    except UnicodeDecodeError as e:  # a damaged page under a table or column name
+        raise CorruptInput(path, f"damaged SQLite database (text that is not UTF-8: byte 0x{e.object[e.start]:02x})") from e
     finally:
         con.close()
         bulk.close()
