@@ -17,8 +17,7 @@ import polars as pl
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# (not imported from conftest: with tests/gpu/conftest.py also on the path, which conftest
-# module "conftest" names depends on the collection order)
+# (not `from conftest import`: on pytest 7.0 to 8.0 that named tests/gpu/conftest.py)
 KINETO_DIR = ROOT / "tests" / "data" / "kineto"
 GEN = ROOT / "benchmarks" / "gen_realistic.py"
 SOURCE = KINETO_DIR / "train_loop.pt.trace.json.gz"

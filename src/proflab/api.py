@@ -12,6 +12,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.gaps import CAUSES
 from proflab.model import Trace
+from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageError
 from proflab.report import Report
 from proflab.rules import run_rules
 from proflab.rules._common import ms, us
@@ -53,7 +54,12 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
     host- and launch-bound verdicts are then judged against it instead of an estimate."""
     if not isinstance(trace, Trace):
         trace = load(trace)
-    return report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+    try:
+        return report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+    except (InputError, UsageError):
+        raise
+    except ProflabError as e:  # a trace the analyses cannot place (a damaged clock): name it
+        raise UnsupportedFormat(trace.meta.source or "trace", str(e)) from e
 
 
 def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,

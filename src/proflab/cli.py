@@ -4,12 +4,13 @@ ProflabError becomes one line on stderr and exit status 2."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 from proflab import __version__
-from proflab._io import atomic_path, write_atomic
+from proflab._io import atomic_path
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["main"]
@@ -301,7 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ProflabError as e:
-        print(f"proflab: error: {e}", file=sys.stderr)
+        from proflab.render._text import printable
+
+        # one line, whatever a file name or a trace put into the message
+        print(f"proflab: error: {printable(str(e)).replace(chr(10), ' ')}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("proflab: interrupted", file=sys.stderr)
@@ -728,6 +732,8 @@ def _cells(values: list, *, is_float: bool) -> list[str]:
     """One column's values as text; floats share one format so that the points line up."""
     import math
 
+    from proflab.render._text import printable
+
     finite = [v for v in values if isinstance(v, float) and math.isfinite(v)]
     fmt = "{:.3f}"
     if is_float and finite:
@@ -743,7 +749,8 @@ def _cells(values: list, *, is_float: bool) -> list[str]:
             return "true" if v else "false"
         if isinstance(v, float):
             return fmt.format(v) if math.isfinite(v) else str(v)
-        return " ".join(str(v).split())  # no line breaks inside a row
+        # no line breaks inside a row, and a name's escape sequences shown, not obeyed
+        return printable(" ".join(str(v).split()))
 
     return [cell(v) for v in values]
 
@@ -760,6 +767,8 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     from rich.table import Table
     from rich.text import Text
 
+    from proflab.render._text import printable
+
     if df.width == 0:
         return "(the statement returned no result)\n"
     total = df.height
@@ -771,7 +780,7 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     def table(cols: list[str]) -> Table:
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
         for c in cols:
-            t.add_column(Text(c), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
+            t.add_column(Text(printable(c)), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
         for i in range(shown.height):
             t.add_row(*(Text(cells[c][i]) for c in cols))
         return t
@@ -780,7 +789,7 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     cols: list[str] = []
     used = -_GUTTER
     for c in shown.columns:
-        natural = min(max(cell_len(x) for x in [c, *cells[c]]), _MAX_CELL)
+        natural = min(max(cell_len(x) for x in [printable(c), *cells[c]]), _MAX_CELL)
         if cols and used + _GUTTER + natural > width:
             break
         cols.append(c)
@@ -808,7 +817,7 @@ def _emit(args: argparse.Namespace, text: str) -> int:
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
     """CSV, JSON (an array of row objects) or Parquet: every row given, to -o or stdout."""
     if fmt == "parquet":
-        with atomic_path(Path(args.output)) as tmp:
+        with _output_file(Path(args.output)) as tmp:
             df.write_parquet(tmp)
         return 0
     if fmt == "csv":
@@ -820,4 +829,19 @@ def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
 
 def _write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a report."""
-    write_atomic(path, text)
+    with _output_file(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _output_file(path: Path):
+    """``atomic_path`` for an output the user named: a place that cannot be written (a
+    directory, no permission, a full disk, a name too long) is one line and exit 2, and what
+    was there before stays as it was."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{path}: is a directory; give -o a file name")
+        with atomic_path(path) as tmp:
+            yield tmp
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write there ({e.strerror or e})") from e

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from proflab.errors import ProflabError
+
 __all__ = ["ThreadClock"]
 
 
@@ -22,6 +24,12 @@ class ThreadClock:
         highs = [v for v in (t.max() for t in times) if v is not None]
         self.t0 = int(min(lows)) if lows else 0
         self.span = (int(max(highs)) if highs else 0) - self.t0 + 1
+        if max(len(self._rank), 1) * self.span >= 2**63:
+            # (a real trace spans hours: this is a clock or duration decades long)
+            raise ProflabError(
+                f"the trace's host events span {self.span / 3.6e12:,.0f} hours over {len(self._rank)} threads: "
+                "a damaged timestamp or duration; proflab cannot place them on one timeline"
+            )
 
     def key(self, tid: pl.Series, t: pl.Series) -> np.ndarray:
         key = tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=pl.Int64).to_numpy(writable=True)

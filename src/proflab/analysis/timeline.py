@@ -151,12 +151,14 @@ def low_stretches(
     if span <= 0:
         return []
     size = int(min(max(span // buckets, 1_000_000), 100_000_000))
+    # a window of days (one event on a damaged clock) must not become millions of buckets
+    size = max(size, -(-span // (10 * buckets)))
     edges = np.arange(lo, hi, size, dtype=np.int64)
     ends = np.minimum(edges + size, hi)
     low = busy.covered_within(edges, ends) * 100.0 < threshold_pct * (ends - edges)
     out = []
     i = 0
-    while i < low.size:  # over buckets (at most ~400), not events
+    while i < low.size:  # over buckets (at most 10 x ``buckets``), not events
         if not low[i]:
             i += 1
             continue

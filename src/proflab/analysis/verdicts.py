@@ -445,6 +445,9 @@ def verdicts(prof: NcuProfile, device_name: str | None = None) -> list[KernelVer
     out = []
     for name, lids in groups.items():
         metrics = {k: _med(prof, lids, *names) for k, names in METRICS.items()}
+        # A share of a whole cannot pass 100 %, yet ncu's counters can (an L2 hit rate of
+        # 102 % on a real H100 kernel in tests/data/ncu): a report states at most 100.
+        metrics = {k: min(max(v, 0.0), 100.0) if k.endswith("_pct") and v is not None else v for k, v in metrics.items()}
         missing = [k for k, v in metrics.items() if v is None]
         limits = {k: v for k, names in _LIMITS.items() if (v := _med(prof, lids, *names)) is not None}
         # the resource allowing the fewest blocks per SM; ties are all named

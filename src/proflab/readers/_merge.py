@@ -39,7 +39,7 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
             else:
                 columns.append(pl.concat(pieces).gather(order))
             parts = [p.drop(name) for p in parts]
-        merged = pl.DataFrame(columns, height=height)
+        merged = pl.DataFrame(columns)
     return merged.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in empty).select(list(schema))
 
 

@@ -231,7 +231,11 @@ def _no_gc():
 def read(path: str | Path) -> Trace:
     """Read a Kineto trace into the model. Raises an InputError subclass on bad input."""
     with _no_gc():
-        return _read(Path(path))
+        try:
+            return _read(Path(path))
+        except UnicodeDecodeError as e:
+            # msgspec raises this, not a DecodeError, for a string that is not UTF-8
+            raise CorruptInput(path, f"JSON with text that is not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
 
 
 def _read(path: Path) -> Trace:
@@ -600,7 +604,7 @@ def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
         return pl.Series(values, dtype=dtype)
     except (TypeError, pl.exceptions.PolarsError):
         s = pl.Series([str(v) for v in values], dtype=pl.String)
-        return s.str.extract(r"(\d+)$").cast(dtype)
+        return s.str.extract(r"(\d+)$").cast(dtype, strict=False)  # past the dtype: null too
 
 
 def _external_ids(args: list) -> pl.Series:

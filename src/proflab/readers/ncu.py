@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import shutil
 import subprocess
@@ -120,7 +121,8 @@ def parse_value(text: str) -> float | None:
     t = text.strip()
     if not t or not _NUMBER.match(t):
         return None
-    return float(t.replace(",", ""))
+    v = float(t.replace(",", ""))
+    return v if math.isfinite(v) else None  # "1e999": no counter reads infinite
 
 
 def read(path: str | Path) -> NcuProfile:
@@ -192,15 +194,21 @@ def _version_from_text(lines: Iterable[str]) -> str | None:
     return None
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1024  # (the largest float64 below 2**63)
+
+
 def _launch_row(rec: dict[str, str], source: str, line: int) -> dict[str, Any]:
     try:
         lid = int(rec["ID"])
-    except (KeyError, ValueError) as e:
-        raise SchemaError(source, f"row {line}: ID is {rec.get('ID')!r}, expected an integer launch id") from e
+        if not _INT64_MIN <= lid <= _INT64_MAX:
+            raise ValueError(lid)
+    except (KeyError, ValueError, TypeError) as e:
+        raise SchemaError(source, f"row {line}: ID is {str(rec.get('ID'))[:40]!r}, expected an integer launch id") from e
 
     def as_int(k: str) -> int | None:
-        v = parse_value(rec.get(k, ""))
-        return None if v is None else int(v)
+        v = parse_value(rec.get(k) or "")
+        # a pid, device or stream past 64 bits is no pid, device or stream: unknown
+        return int(v) if v is not None and _INT64_MIN <= v <= _INT64_MAX else None
 
     return {
         "launch_id": lid,
@@ -216,6 +224,8 @@ def _launch_row(rec: dict[str, str], source: str, line: int) -> dict[str, Any]:
 
 def _metric(lid: int, name: str, unit: str, text: str) -> tuple[int, str, float | None, str, str]:
     value = parse_value(text)
+    if value is not None and value < 0:
+        value = None  # ncu's counters, rates and shares are never negative: a damaged cell
     base, factor = base_unit(unit)
     return (lid, name, None if value is None else value * factor, base, text)
 

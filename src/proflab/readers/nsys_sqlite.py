@@ -86,6 +86,8 @@ def read(path: str | Path) -> Trace:
         return _read(path, con, bulk)
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
+    except UnicodeDecodeError as e:  # a damaged page under a table or column name
+        raise CorruptInput(path, f"damaged SQLite database (text that is not UTF-8: byte 0x{e.object[e.start]:02x})") from e
     finally:
         con.close()
         bulk.close()
@@ -137,6 +139,7 @@ def _read(path: Path, con: sqlite3.Connection, bulk) -> Trace:
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
     ctx.release()
+    gpu, cpu = _timed(gpu, "GPU", ctx.notes), _timed(cpu, "host", ctx.notes)
     if gpu.height == 0 and cpu.height == 0:
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
     devices = ctx.devices()
@@ -150,6 +153,17 @@ def _read(path: Path, con: sqlite3.Connection, bulk) -> Trace:
         notes=tuple(ctx.notes),
     )
     return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta)
+
+
+def _timed(df: pl.DataFrame, what: str, notes: list[str]) -> pl.DataFrame:
+    """Only events with a start and an end at or after it: a damaged row (end before start,
+    no start) is dropped, and the notes say how many were."""
+    bad = pl.col("start_ns").is_null() | pl.col("dur_ns").is_null() | (pl.col("dur_ns") < 0)
+    dropped = df.select(bad.sum()).item()
+    if not dropped:
+        return df
+    notes.append(f"{dropped} {what} event(s) without a valid start or with an end before their start were dropped")
+    return df.filter(~bad)
 
 
 class _Ctx:
@@ -212,12 +226,18 @@ class _Ctx:
             cur.close()
         if raw.width == 0 or raw.height == 0:
             return pl.DataFrame(schema=schema)
-        return raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
+        try:
+            return raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
+        except pl.exceptions.InvalidOperationError as e:  # a REAL or text where nsys writes integers
+            col = next((c for c in schema if f"'{c}'" in str(e)), None)
+            where = {None: "", "dur_ns": " columns start/end", "start_ns": " column start"}.get(col, f" column {col}")
+            raise SchemaError(self.path, f"unexpected value types in table {table}{where} (values out of range or not integers)") from e
 
     def strings(self) -> pl.DataFrame:
         if self._strings is None:
             self._strings = (
-                self.fetch("SELECT id, value FROM StringIds", {"id": pl.Int64, "value": pl.String})
+                # one text per id, even in a damaged export (a join must not add rows)
+                self.fetch("SELECT id, value FROM StringIds", {"id": pl.Int64, "value": pl.String}).unique("id", keep="first")
                 if "StringIds" in self.tables
                 else pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
             )

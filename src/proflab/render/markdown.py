@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, observer_line, shorten
+from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, observer_line, printable, shorten
 
 __all__ = ["render_markdown"]
 
@@ -16,7 +16,7 @@ def esc(text) -> str:
 
 
 def render_markdown(report) -> str:
-    d = report.to_dict()
+    d = printable(report.to_dict())
     src = d["source"]["inputs"][0]
     s = d["summary"]
     dev = d["device"]

@@ -21,6 +21,7 @@ from proflab.render._text import (
     is_scope_note,
     kernel_label,
     observer_line,
+    printable,
     shorten,
 )
 
@@ -37,7 +38,7 @@ def render_terminal(report, *, width: int | None = None, color: bool = False) ->
         file=buf, width=width, force_terminal=color, color_system="standard" if color else None,
         no_color=not color, highlight=False, soft_wrap=False,
     )
-    console.print(_body(report.to_dict(), width))
+    console.print(_body(printable(report.to_dict()), width))
     # Padding fills lines to the full width; trailing blanks only get in the way of pipes.
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
 

@@ -35,7 +35,11 @@ def pct(part: float, whole: float, nd: int = 1) -> float:
 def gain_finding(category: str, gain_ns: float, wall_ns: int, *, id: str | None = None, **fields: Any) -> Finding:
     """A finding whose severity and gain follow from the time it would save (ns) over the
     analysed window; ``fields`` carries title, evidence, fix, where and assumption. ``id``
-    defaults to the category (a family with several findings per category names each)."""
+    defaults to the category (a family with several findings per category names each).
+    No fix saves more than the window it is measured over: events that overlap where they
+    cannot (a damaged or duplicated trace) could otherwise sum past it."""
+    if wall_ns > 0:
+        gain_ns = min(gain_ns, wall_ns)
     gain_pct = pct(gain_ns, wall_ns, 2)
     return Finding(
         id=id or category,

@@ -1,0 +1,291 @@
+"""Hardening beyond the readers: `proflab sql` stays inside its tables, concurrent runs never
+share a run directory, and `-o` never leaves a half-written file or a traceback."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from proflab.cli import main
+from proflab.collect.rundir import new_run_dir
+from proflab.errors import QueryError
+
+DATA = Path(__file__).resolve().parent / "data" / "kineto"
+SMALL = DATA / "pageable_h2d.pt.trace.json.gz"
+LARGE = DATA / "train_loop.pt.trace.json.gz"
+
+
+def _need(p: Path) -> Path:
+    if not p.is_file():
+        pytest.skip(f"{p.name} is not in tests/data/kineto/")
+    return p
+
+
+def _one_line(err: str) -> str:
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("proflab: error: "), err
+    return lines[0]
+
+
+# --- proflab sql: no files, no extensions, no network, whatever the query ----------------------
+
+_SQL_WAYS_OUT = [
+    "SELECT * FROM read_csv('http://127.0.0.1:9/x.csv')",
+    "SELECT * FROM read_parquet('https://example.invalid/x.parquet')",
+    "SELECT * FROM read_json_auto('s3://bucket/x.json')",
+    "SELECT * FROM read_blob('{f}')",
+    "SELECT * FROM read_text('{d}/*')",
+    "SELECT * FROM sniff_csv('{f}')",
+    "SELECT * FROM parquet_metadata('{f}')",
+    "SELECT * FROM '{f}'",
+    "COPY (SELECT * FROM kernels) TO '{d}/out.csv'",
+    "COPY gpu TO '{d}/out.json' (FORMAT json)",
+    "EXPORT DATABASE '{d}/exported'",
+    "ATTACH '{d}/new.db' AS x",
+    "ATTACH 'sqlite:{d}/new.sqlite' AS x (TYPE sqlite)",
+    "INSTALL httpfs",
+    "FORCE INSTALL json",
+    "LOAD httpfs",
+    "LOAD '{d}/evil.duckdb_extension'",
+    "CREATE SECRET s (TYPE S3, KEY_ID 'a', SECRET 'b')",
+    "CREATE PERSISTENT SECRET s (TYPE S3, KEY_ID 'a', SECRET 'b')",
+    "SET enable_external_access = true",
+    "SET allow_community_extensions = true",
+    "SET allow_unsigned_extensions = true",
+    "SET extension_directory = '{d}'",
+    "SET temp_directory = '{d}'",
+    "SET home_directory = '{d}'",
+    "SET profiling_output = '{d}/profile.json'",
+    "PRAGMA enable_profiling = 'json'",
+    "SET python_enable_replacements = true",
+    "SET lock_configuration = false",
+    "RESET lock_configuration",
+    # DuckDB's Python client can scan a Python variable named in the query: never here
+    "SELECT * FROM frames",
+    "SELECT * FROM df",
+    "SELECT * FROM os",
+    "SELECT 1; COPY (SELECT 1) TO '{d}/second.csv'",
+]
+
+
+@pytest.fixture(scope="module")
+def small_trace():
+    from proflab import load
+
+    return load(_need(SMALL), cache=False)
+
+
+@pytest.mark.parametrize("template", _SQL_WAYS_OUT)
+def test_sql_cannot_reach_outside(small_trace, template, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    from proflab.sql import query
+
+    with pytest.raises(QueryError) as e:
+        query(small_trace, template.format(f=secret, d=tmp_path))
+    assert "\n" not in str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before, "the query wrote a file"
+
+
+def test_sql_cli_refusal_is_one_line(tmp_path, capsys):
+    rc = main(["sql", str(_need(SMALL)), f"COPY gpu TO '{tmp_path}/x.csv'", "--no-cache"])
+    assert rc == 2
+    _one_line(capsys.readouterr().err)
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- run directories: two runs started in the same second never share one ----------------------
+
+
+def _make(args) -> str:
+    root, now = args
+    return str(new_run_dir(root, "same", now=now))
+
+
+def test_run_dirs_made_in_the_same_second_are_distinct(tmp_path):
+    now = time.time()
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        made = pool.map(_make, [(str(tmp_path), now)] * 16)
+    assert len(set(made)) == 16, made
+    assert all(Path(p).is_dir() for p in made)
+
+
+def test_two_proflab_runs_at_once_get_their_own_directories(tmp_path):
+    """Two real `proflab run` processes, same name, started together (a program without
+    torch: only the run directory, meta.json and the exit status are recorded)."""
+    cmd = [sys.executable, "-m", "proflab", "run", "--no-monitor", "--name", "twin", "-o", str(tmp_path / "runs"),
+           "--", sys.executable, "-c", "print('hello')"]
+    env = {**os.environ, "PROFLAB_NO_CACHE": "1"}
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    dirs = sorted((tmp_path / "runs").iterdir())
+    assert len(dirs) == 2, dirs
+    metas = [json.loads((d / "meta.json").read_text()) for d in dirs]
+    assert all(m.get("status") for m in metas)
+
+
+# --- -o: never half a file, never a traceback ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["{d}", "/proc/proflab-out.json", "{d}/" + "x" * 300 + ".json", "/sys/proflab/out.md"],
+    ids=["a-directory", "no-permission", "name-too-long", "unwritable-tree"],
+)
+@pytest.mark.parametrize("command", ["analyze", "sql"])
+def test_unwritable_output_is_one_line(command, target, tmp_path, capsys):
+    target = target.format(d=tmp_path)
+    argv = ["analyze", str(_need(SMALL)), "--no-cache", "-o", target, "-f", "json"]
+    if command == "sql":
+        argv = ["sql", str(SMALL), "SELECT name FROM kernels", "--no-cache", "-o", target, "-f", "csv"]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(argv) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "Traceback" not in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["analyze", "sql", "kernels"])
+def test_failed_command_leaves_the_old_output(command, tmp_path, capsys):
+    bad = tmp_path / "bad.pt.trace.json"
+    bad.write_text('{"traceEvents": [')
+    out = tmp_path / "out.json"
+    out.write_text("old")
+    argv = {
+        "analyze": ["analyze", str(bad), "-o", str(out)],
+        "sql": ["sql", str(bad), "SELECT 1", "-o", str(out)],
+        "kernels": ["kernels", "--import", str(bad), "-o", str(out)],
+    }[command]
+    assert main(argv) == 2
+    _one_line(capsys.readouterr().err)
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pt.trace.json", "out.json"]
+
+
+def test_killed_writer_never_leaves_half_a_report(tmp_path):
+    """SIGKILL at staggered moments of `proflab analyze -o`: the target is always the old
+    report or a whole new one (a killed run may leave its hidden temporary, never a torn target)."""
+    trace = _need(LARGE)
+    out = tmp_path / "report.json"
+    out.write_text('{"old": true}')
+    env = {**os.environ, "PROFLAB_NO_CACHE": "1", "PROFLAB_READ_PROCESSES": "1"}
+    cmd = [sys.executable, "-m", "proflab", "analyze", str(trace), "-o", str(out)]
+    whole = 0
+    for delay in (0.3, 0.8, 1.3, 1.8, 2.5, 3.5, 5.0):
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            p.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        doc = json.loads(out.read_text())  # raises on a torn file
+        whole += "schema" in doc or isinstance(doc, list)
+        for leftover in tmp_path.glob(".report.json.*.tmp"):
+            leftover.unlink()
+    p = subprocess.run(cmd, capture_output=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr.decode()
+    assert json.loads(out.read_text()) != {"old": True}
+
+
+# --- text from traces and run directories reaches no terminal raw --------------------------------
+
+_ESCAPES = ("\x1b]0;owned\x07", "\x1b[2J", "\x9b31m", "\u202e")
+
+
+def _no_controls(text: str) -> None:
+    for seq in _ESCAPES:
+        assert seq not in text, f"{seq!r} reached the output"
+    assert "\x1b" not in text and "\x07" not in text
+
+
+def test_sql_table_shows_escapes_in_names(tmp_path, capsys):
+    import gzip
+
+    doc = json.loads(gzip.decompress(_need(SMALL).read_bytes()))
+    for i, e in enumerate(ev for ev in doc["traceEvents"] if ev.get("cat") == "kernel"):
+        e["name"] = _ESCAPES[i % len(_ESCAPES)] + "kernel"
+    p = tmp_path / "hostile.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    assert main(["sql", str(p), 'SELECT name, name AS "\x1b[31mcol" FROM kernels', "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "\\x1b]0;owned\\x07kernel" in out, out
+
+
+def test_runs_listing_shows_escapes_in_names(tmp_path, capsys):
+    src = Path(__file__).resolve().parent / "data" / "runs" / "20261122-074634-h100_cuda_train"
+    if not src.is_dir():
+        pytest.skip("tests/data/runs/ has no recorded run")
+    import shutil
+
+    run = tmp_path / "runs" / src.name
+    shutil.copytree(src, run)
+    meta = json.loads((run / "meta.json").read_text())
+    meta["name"], meta["command"] = "\x1b[2Jname", ["python", "\x1b]0;owned\x07train.py"]
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert main(["runs", str(tmp_path / "runs"), "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    _no_controls(out)
+    assert "\\x1b[2Jname" in out
+
+
+def test_error_line_shows_escapes_in_a_file_name(tmp_path, capsys):
+    p = tmp_path / "bad\x1b[31m\nname.json"
+    p.write_text("{")
+    assert main(["analyze", str(p)]) == 2
+    err = capsys.readouterr().err
+    _no_controls(err)
+    assert len(err.strip().splitlines()) == 1, err
+
+
+# --- a damaged clock: one event decades away from the rest ---------------------------------------
+
+
+def _gemm_doc() -> dict:
+    import gzip
+
+    return json.loads(gzip.decompress(_need(DATA / "healthy_bf16_gemm.pt.trace.json.gz").read_bytes()))
+
+
+def test_events_at_time_zero_cost_no_more_than_the_rest(tmp_path):
+    """Fuzz case kineto_json-2199: a real H100 trace (timestamps ~4.5e15 ns) whose events lost
+    their ts (read as 0). The window is 51 days long, and cutting it into 100 ms buckets
+    took 13 s and 2.7 GiB before the bucket count was bounded."""
+    import resource
+
+    from fuzzing import Builder
+    from proflab import analyze, load
+
+    if not (DATA / "healthy_bf16_gemm.pt.trace.json.gz").is_file():
+        pytest.skip("healthy_bf16_gemm is not in tests/data/kineto/")
+    case = Builder(tmp_path).build("kineto_json", 2199)
+    assert case.what.endswith("no ts"), case.what
+    t0, rss0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = analyze(load(case.paths[0], cache=False))
+    assert time.perf_counter() - t0 < 10.0
+    assert (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) < (500 << 10)  # KiB
+    assert report.summary["wall_ms"] > 0
+
+
+def test_centuries_long_event_is_a_refusal_naming_the_file(tmp_path, capsys):
+    doc = _gemm_doc()
+    next(e for e in doc["traceEvents"] if e.get("cat") == "cpu_op")["dur"] = 2**53 + 1
+    p = tmp_path / "long.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    rc = main(["analyze", str(p), "--no-cache"])
+    if rc == 0:  # read and analysed soundly is as good as a refusal
+        return
+    assert rc == 2
+    assert str(p) in _one_line(capsys.readouterr().err)
