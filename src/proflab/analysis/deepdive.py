@@ -106,9 +106,9 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
     if trace is None:
         return _standalone(profile, vs)
     from proflab.analysis.context import Context
-    # the timeline report is the top-level assembly's (api.report_for); imported here, at
+    # the timeline report is the top-level assembly's (report.assemble.report_for); imported here, at
     # call time, since the api imports the analysis layer
-    from proflab.api import report_for
+    from proflab.report.assemble import report_for
 
     ctx = Context(trace)
     base = report_for(ctx, top_kernels=top_kernels)

@@ -37,7 +37,8 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     """Read one rank's trace, analyse it, reduce it. Runs in a Dask worker or here."""
     from proflab.analysis.context import Context
     from proflab.analysis.ranks import rank_summary
-    from proflab.api import load, report_for
+    from proflab.api import load
+    from proflab.report.assemble import report_for
     from proflab.model.job import rank_of
 
     trace = load(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"))
@@ -151,7 +152,7 @@ def analyze_processes(trace, *, top_kernels: int = 15, bare_step_ms: float | Non
     its GPU index, and the report says so."""
     from proflab.analysis.context import Context
     from proflab.analysis.ranks import rank_summary
-    from proflab.api import report_for
+    from proflab.report.assemble import report_for
     from proflab.model.job import split_processes
 
     parts = split_processes(trace)

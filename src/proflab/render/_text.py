@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from proflab.analysis.kernels import kernel_label  # the renderers' label for a kernel name

@@ -1,0 +1,293 @@
+"""Report assembly: every analysis and rule over one analysis context, into a :class:`Report`.
+
+``report_for(ctx)`` is what ``proflab.analyze`` returns, and what the kernel deep dive and the
+job report build on for each trace.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from proflab import __version__
+from proflab.analysis.context import Context
+from proflab.analysis.devices import datasheet_peaks
+from proflab.analysis.gaps import CAUSES
+from proflab.model import Trace
+from proflab.report import Report
+from proflab.rules import run_rules
+from proflab.rules._common import ms, us
+
+__all__ = ["report_for"]
+
+_GPU_SKIPPED = (
+    "GPU busy/idle breakdown",
+    "idle-gap causes",
+    "hot kernels",
+    "memcpy analysis",
+    "launch statistics",
+    "tensor-core check",
+)
+
+
+def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
+    """The report over an analysis context that callers may go on using (its cached tables
+    are built once)."""
+    trace = ctx.trace
+    if not trace.has_gpu:
+        ctx.note_missing(
+            "GPU activity",
+            "the trace has no kernel, memcpy or memset events (CPU-only profile, or CUDA activity not recorded)",
+            *_GPU_SKIPPED,
+        )
+    findings = run_rules(trace, ctx)
+    if trace.has_gpu and trace.devices.height == 0:
+        ctx.note_missing("device properties", "the trace lists no deviceProperties", "datasheet peaks")
+    elif trace.has_gpu and (name := (ctx.device_info or {}).get("name")) and datasheet_peaks(name) is None:
+        ctx.note_missing("datasheet peaks", f"no datasheet figures are known for {name}", "peak-relative figures")
+    if trace.steps.height == 0:
+        ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
+    return Report(
+        source=_source(trace),
+        device=_device(ctx),
+        summary=_summary(ctx),
+        findings=tuple(findings),
+        kernels=tuple(_kernels(ctx, top_kernels)),
+        steps=tuple(_steps(ctx)),
+        memcpy=tuple(_memcpy(ctx)),
+        launch=_launch(ctx),
+        idle=_idle(ctx),
+        host_ops=tuple(_host_ops(trace)),
+        ranges=tuple(_ranges(ctx)),
+        missing=ctx.missing,
+        notes=trace.meta.notes,
+    )
+
+
+def _source(trace: Trace) -> dict[str, Any]:
+    m = trace.meta
+    return {
+        "inputs": [
+            {
+                "path": m.source,
+                "format": m.format,
+                "format_version": m.format_version,
+                "size_bytes": m.size_bytes,
+                "events": m.event_count,
+                "with_stack": m.with_stack,
+                "record_shapes": m.record_shapes,
+                "versions": m.versions,
+            }
+        ],
+        "tool": {"name": "proflab", "version": __version__},
+        "distributed": m.distributed,
+    }
+
+
+def _device(ctx: Context) -> dict[str, Any]:
+    info = ctx.device_info
+    if not info:
+        return {"name": None}
+    peaks = datasheet_peaks(info.get("name"))
+    cc = info.get("compute_major")
+    out: dict[str, Any] = {
+        "id": info.get("device"),
+        "name": info.get("name"),
+        "sm_count": info.get("sm_count"),
+        "compute_capability": None if cc is None else f"{cc}.{info.get('compute_minor')}",
+        "memory_gib": None if info.get("total_memory_bytes") is None else round(info["total_memory_bytes"] / 2**30, 1),
+    }
+    if peaks:
+        out.update(
+            peak_source=f"datasheet ({peaks.model})",
+            peak_hbm_gbps=peaks.hbm_gbps,
+            peak_fp32_tflops=peaks.fp32_tflops,
+            peak_tf32_tflops=peaks.tf32_tflops,
+            peak_bf16_tflops=peaks.bf16_tflops,
+        )
+    return out
+
+
+def _summary(ctx: Context) -> dict[str, Any]:
+    lo, hi = ctx.window
+    out: dict[str, Any] = {"wall_ms": ms(hi - lo), "window_start_ns": lo, "window_end_ns": hi}
+    per_device = []
+    for device, b in ctx.device_breakdowns.items():
+        per_device.append(
+            {
+                "device": device,
+                "gpu_busy_pct": round(b.busy_pct, 2),
+                "breakdown_ms": {
+                    "compute": ms(b.compute_ns),
+                    "communication": ms(b.communication_ns),
+                    "memcpy": ms(b.memcpy_ns),
+                    "memset": ms(b.memset_ns),
+                    "idle": ms(b.idle_ns),
+                },
+            }
+        )
+    out["devices"] = per_device
+    if per_device:
+        n = len(per_device)
+        out["gpu_busy_pct"] = round(sum(d["gpu_busy_pct"] for d in per_device) / n, 2)
+        out["breakdown_ms"] = {
+            k: round(sum(d["breakdown_ms"][k] for d in per_device) / n, 3) for k in per_device[0]["breakdown_ms"]
+        }
+    else:
+        out["gpu_busy_pct"] = None
+        out["breakdown_ms"] = None
+    m = ctx.memcpy_table
+    out["memcpy_by_direction_ms"] = (
+        {str(k): ms(v) for k, v in m.group_by("copy_kind").agg(pl.col("time_ns").sum()).sort("copy_kind").iter_rows()}
+        if m.height
+        else {}
+    )
+    st = ctx.step_table
+    out["step_count"] = ctx.trace.steps.height
+    if st.height:
+        # Step time is what the GPU experiences (GPU-side windows, see analysis.steps); the
+        # host's ProfilerStep ranges go beside it, since they differ when the host runs ahead.
+        d = st["dur_ns"].cast(pl.Float64)
+        sides = set(st["side"].cast(pl.String).unique().to_list())
+        out["step_side"] = "gpu" if sides == {"gpu"} else ("host" if sides == {"host"} else "mixed")
+        out["median_step_ms"] = ms(d.median())
+        out["median_cpu_step_ms"] = ms(st["cpu_dur_ns"].cast(pl.Float64).median())
+        out["step_spread_ms"] = {
+            "min": ms(d.min()),
+            "p10": ms(d.quantile(0.1, "linear")),
+            "p90": ms(d.quantile(0.9, "linear")),
+            "max": ms(d.max()),
+        }
+    else:
+        out["step_side"] = None
+        out["median_step_ms"] = None
+        out["median_cpu_step_ms"] = None
+        out["step_spread_ms"] = None
+    obs = ctx.observer if ctx.trace.has_gpu else None
+    out["observer"] = obs.to_dict() if obs else None
+    return out
+
+
+def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
+    t = ctx.hot_kernels(top)
+    rows = []
+    for r in t.iter_rows(named=True):
+        rows.append(
+            {
+                "name": r["name"],
+                "count": r["count"],
+                "total_ms": ms(r["total_ns"]),
+                "mean_us": us(r["mean_ns"]),
+                "median_us": us(r["median_ns"]),
+                "max_us": us(r["max_ns"]),
+                "share_pct": round(r["share_pct"], 2),
+                "devices": r["devices"],
+                "grid": r["grid"],
+                "block": r["block"],
+                "registers": r["registers"],
+                "shared_mem_bytes": r["shared_mem_bytes"],
+                "tensor_cores": "yes" if r["tensor_cores"] else ("no" if r["is_gemm"] else None),
+                "is_gemm": r["is_gemm"],
+                "is_comm": r["is_comm"],
+                "op": r["op"],
+                "source": r["source"],
+            }
+        )
+    return rows
+
+
+def _steps(ctx: Context) -> list[dict[str, Any]]:
+    t = ctx.step_table
+    if not ctx.trace.has_gpu:  # missing is not zero: no GPU columns at all
+        return [{"step": r["step"], "device": None, "side": "host", "dur_ms": ms(r["dur_ns"])} for r in t.iter_rows(named=True)]
+    return [
+        {
+            "step": r["step"],
+            "device": r["device"],
+            "side": str(r["side"]),
+            "dur_ms": ms(r["dur_ns"]),
+            "cpu_dur_ms": ms(r["cpu_dur_ns"]),
+            "gpu_busy_pct": round(r["busy_pct"], 2),
+            "compute_ms": ms(r["compute_ns"]),
+            "communication_ms": ms(r["communication_ns"]),
+            "memcpy_ms": ms(r["memcpy_ns"]),
+            "memset_ms": ms(r["memset_ns"]),
+            "idle_ms": ms(r["idle_ns"]),
+        }
+        for r in t.iter_rows(named=True)
+    ]
+
+
+def _memcpy(ctx: Context) -> list[dict[str, Any]]:
+    return [
+        {
+            "direction": str(r["copy_kind"]),
+            "memory": f"{r['src_kind']} -> {r['dst_kind']}",
+            "pageable": r["pageable"],
+            "count": r["count"],
+            "bytes": r["bytes"],
+            "time_ms": ms(r["time_ns"]),
+            "achieved_gbps": None if r["bytes"] is None else round(r["gbps"], 2),
+        }
+        for r in ctx.memcpy_table.iter_rows(named=True)
+    ]
+
+
+def _launch(ctx: Context) -> dict[str, Any]:
+    if not ctx.trace.has_gpu:
+        return {}
+    s = ctx.launch_stats
+    return {
+        "kernels": s.kernel_count,
+        "median_kernel_us": us(s.median_kernel_ns),
+        "kernels_under_5us_pct": None if s.short_kernel_pct is None else round(s.short_kernel_pct, 1),
+        "launch_calls": s.launch_calls,
+        "median_launch_call_us": us(s.median_launch_call_ns),
+        "median_launch_to_start_us": us(s.median_delay_ns),
+        "p90_launch_to_start_us": us(s.p90_delay_ns),
+        "launches_per_step": s.launches_per_step,
+    }
+
+
+def _idle(ctx: Context) -> dict[str, Any]:
+    if not ctx.trace.has_gpu:
+        return {}
+    g = ctx.gaps
+    by = g.group_by("cause").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
+    got = {str(r["cause"]): r for r in by.iter_rows(named=True)}
+    n = max(len(ctx.busy), 1)
+    # per device on average, like summary.breakdown_ms, so the causes add up to its idle
+    return {
+        "by_cause_ms": {c: ms(got[c]["ns"] / n) if c in got else 0.0 for c in CAUSES},
+        "gaps_by_cause": {c: got[c]["n"] if c in got else 0 for c in CAUSES},
+        "devices": len(ctx.busy),
+        "note": f"idle ms averaged over {n} devices; gap counts summed" if n > 1 else None,
+    }
+
+
+def _ranges(ctx: Context, top: int = 15) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": r["name"],
+            "device": r["device"],
+            "ranges": r["ranges"],
+            "host_ms": ms(r["host_ns"]),
+            "gpu_ms": ms(r["gpu_ns"]),
+            "launches": r["launches"],
+        }
+        for r in ctx.range_table.head(top).iter_rows(named=True)
+    ]
+
+
+def _host_ops(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
+    ops = trace.cpu.select("cat", "name", "dur_ns").filter(pl.col("cat") == "cpu_op")
+    if ops.height == 0:
+        return []
+    t = (
+        ops.group_by("name")
+        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .sort("total_ns", "name", descending=[True, False])
+        .head(top)
+    )
+    return [{"name": r["name"], "count": r["count"], "total_ms": ms(r["total_ns"])} for r in t.iter_rows(named=True)]
