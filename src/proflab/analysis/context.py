@@ -107,7 +107,7 @@ class Context:
 
     @cached_property
     def gaps(self) -> pl.DataFrame:
-        return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches, self.step_table)
+        return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches, self.step_table, self.blocking)
 
     @property
     def has_launch_links(self) -> bool:

@@ -127,9 +127,11 @@ def idle_gaps(
     window: tuple[int, int],
     launches: pl.DataFrame,
     step_table: pl.DataFrame | None = None,
+    blocking: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Every idle gap inside the window on every active device, with its cause (see module
-    doc) and the step it falls in (the step windows of ``step_table``, GPU-side where known)."""
+    doc) and the step it falls in (the step windows of ``step_table``, GPU-side where known).
+    ``blocking`` is ``blocking_calls(trace)`` when the caller has it already."""
     lo, hi = window
     rows = []
     for device, sets in busy.items():
@@ -155,7 +157,7 @@ def idle_gaps(
     # The blocking call the launching thread was in when the GPU went idle: the latest one
     # that started before the gap (a pageable copy and the stream sync after it both block;
     # the first is the one that waited for the GPU).
-    sync = blocking_calls(trace).drop_nulls("tid").sort("sync_start_ns")
+    sync = (blocking if blocking is not None else blocking_calls(trace)).drop_nulls("tid").sort("sync_start_ns")
     gaps = (
         gaps.with_columns(pl.col("tid").fill_null(-1))
         .sort("start_ns")

@@ -137,7 +137,7 @@ def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, laun
     python = per_step(cats == "python_function")
     launch_n = np.bincount(_step_of(launches["launch_start_ns"].to_numpy(), lo, hi), minlength=n + 1)[:n]
 
-    blocked = _blocked_ns(trace, blocking, launches, lo, hi)
+    blocked = _blocked_ns(blocking, launches, lo, hi)
     host_work = np.maximum((hi - lo) - blocked, 0) / 1e6
     floor = (events * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
     cost_lo = (events * EVENT_COST_US[0] + python * PYTHON_COST_US[0]) / 1e3
@@ -167,7 +167,7 @@ def _step_of(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return np.where(ok, k, len(lo))
 
 
-def _blocked_ns(trace: Trace, blocking: pl.DataFrame, launches: pl.DataFrame, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _blocked_ns(blocking: pl.DataFrame, launches: pl.DataFrame, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Host time per step spent waiting on the GPU: blocking calls (syncs, blocking copies),
     and launch calls held up on a full queue (the part beyond _BLOCKED_FACTOR x median).
     Waits on different threads at once are counted once (a union per step)."""
