@@ -6,6 +6,7 @@ Public API (everything else is internal)::
     report = proflab.analyze(trace)                  # Report: summary, findings, kernels
     report.to_dict()                                 # the proflab.report/1 JSON contract
     proflab.compare("before/", "after/")             # Comparison: verdict, tables (polars)
+    proflab.energy("proflab-runs/RUN")               # energy per GPU / window / step, power & thermal findings
 
     with proflab.profile("train", wait=2, active=5) as run:   # a run directory, analysed
         for batch in data:
@@ -33,6 +34,7 @@ __all__ = [
     "load",
     "analyze",
     "compare",
+    "energy",
     "Trace",
     "Report",
     "Finding",
@@ -50,7 +52,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from proflab.api import analyze, compare, load
+    from proflab.api import analyze, compare, energy, load
     from proflab.collect.api import annotate, capture, profile, record, step
     from proflab.collect.callbacks import ProfCallback
     from proflab.collect.events import DetailedProfiler
@@ -64,6 +66,7 @@ _LAZY = {
     "load": ("proflab.api", "load"),
     "analyze": ("proflab.api", "analyze"),
     "compare": ("proflab.api", "compare"),
+    "energy": ("proflab.api", "energy"),
     "Trace": ("proflab.model", "Trace"),
     "Report": ("proflab.report", "Report"),
     "Finding": ("proflab.report", "Finding"),

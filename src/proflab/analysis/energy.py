@@ -127,6 +127,16 @@ def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None) -> dic
         "power_limit_w": _r(power_limit_w),
         **counter_resolution(d),
     }
+    # what the throttle signal said (null column: the GPU did not report it; missing, not none)
+    if "throttle_mask" in d.columns and d["throttle_mask"].null_count() < d.height:
+        from proflab.collect.monitor import throttle_names
+
+        seen = 0
+        for m in d["throttle_mask"].drop_nulls().unique().to_list():
+            seen |= int(m)
+        out["throttle_reasons_seen"] = throttle_names(seen)
+    else:
+        out["throttle_reasons_seen"] = None
     # idle: intervals between two samples that both saw no kernel running (util_gpu_pct == 0)
     out.update(idle_power_w=None, idle_s=None, energy_idle_j=None, idle_energy_pct=None, idle_source=None)
     if "util_gpu_pct" in d.columns and d["util_gpu_pct"].null_count() < d.height and ctr.height >= 2:
@@ -156,6 +166,8 @@ class EnergyAnalysis:
     windows: list[dict[str, Any]]
     alignment: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # rules.energy: Finding
+    missing: list = field(default_factory=list)  # rules.energy: Missing
     monitor: pl.DataFrame | None = None
     meta: dict[str, Any] | None = None
 
@@ -172,8 +184,18 @@ class EnergyAnalysis:
             "devices": self.devices,
             "windows": self.windows,
             "alignment": self.alignment,
+            "findings": [f.to_dict() for f in self.findings],
+            "missing": [m.to_dict() for m in self.missing],
             "notes": self.notes,
         }
+
+    @property
+    def power_limits_w(self) -> dict[int, float]:
+        return {d["device"]: d["power_limit_w"] for d in self.devices if d.get("power_limit_w") is not None}
+
+    @property
+    def idle_power_w(self) -> dict[int, float | None]:
+        return {d["device"]: d.get("idle_power_w") for d in self.devices}
 
 
 def _meta(run_dir: Path) -> dict[str, Any]:
