@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from proflab.errors import InputError, InputNotFound
+from proflab.errors import CorruptInput, EmptyTrace, InputError, InputNotFound, SchemaError
 
 __all__ = ["EnergyAnalysis", "ENERGY_SCHEMA_ID", "analyze_energy", "counter_resolution", "device_energy",
            "load_monitor", "span_energy_j"]
@@ -49,16 +49,16 @@ def load_monitor(run_dir: str | Path) -> pl.DataFrame:
     """``monitor.parquet`` of a run directory; one clear error when it is absent or unreadable."""
     p = Path(run_dir) / "monitor.parquet"
     if not p.is_file():
-        raise InputNotFound(f"{run_dir}: no monitor.parquet (run without the GPU monitor, or not a proflab run directory)")
+        raise InputNotFound(run_dir, "no monitor.parquet (run without the GPU monitor, or not a proflab run directory)")
     try:
         df = pl.read_parquet(p)
     except Exception as e:  # truncated or not parquet
-        raise InputError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
+        raise CorruptInput(p, f"not a readable parquet file ({type(e).__name__})") from None
     lacking = [c for c in _NEEDED if c not in df.columns]
     if lacking:
-        raise InputError(f"{p}: not GPU monitor samples (no column {', '.join(lacking)})")
+        raise SchemaError(p, f"not GPU monitor samples (no column {', '.join(lacking)})")
     if df.height == 0:
-        raise InputError(f"{p}: holds no samples")
+        raise EmptyTrace(p, "holds no GPU monitor samples")
     return df.sort("device", "time_ns")
 
 
@@ -221,7 +221,7 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> Energy
     step, where the counter resolves them. ``traces``: already loaded ``Trace`` objects."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise InputNotFound(f"{run_dir}: not a directory (proflab energy takes a run directory)")
+        raise InputNotFound(run_dir, "not a directory (proflab energy takes a run directory)")
     mon = load_monitor(run_dir)
     meta = _meta(run_dir)
     limits = _limits(meta)
