@@ -13,6 +13,7 @@ Public API (everything else is internal)::
             with proflab.annotate("forward"): ...    # NVTX range + record_function
             proflab.step()                           # advances the step window
     with proflab.GPUMonitor() as mon: ...            # NVML power, energy, clocks, GPM
+    with proflab.measure_energy() as m: ...          # time (s) and energy (J) of a block, every GPU
     proflab.auto_profile, proflab.capture, proflab.record, proflab.DetailedProfiler,
     proflab.ProfCallback (Lightning / Hugging Face Trainer)
 
@@ -46,6 +47,7 @@ __all__ = [
     "record",
     "profile",
     "GPUMonitor",
+    "measure_energy",
     "auto_profile",
     "DetailedProfiler",
     "ProfCallback",
@@ -56,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from proflab.collect.api import annotate, capture, profile, record, step
     from proflab.collect.callbacks import ProfCallback
     from proflab.collect.events import DetailedProfiler
+    from proflab.collect.measure import measure_energy
     from proflab.collect.monitor import GPUMonitor
     from proflab.collect.timing import auto_profile
     from proflab.errors import ProflabError
@@ -78,6 +81,7 @@ _LAZY = {
     "record": ("proflab.collect.api", "record"),
     "profile": ("proflab.collect.api", "profile"),
     "GPUMonitor": ("proflab.collect.monitor", "GPUMonitor"),
+    "measure_energy": ("proflab.collect.measure", "measure_energy"),
     "auto_profile": ("proflab.collect.timing", "auto_profile"),
     "DetailedProfiler": ("proflab.collect.events", "DetailedProfiler"),
     "ProfCallback": ("proflab.collect.callbacks", "ProfCallback"),
