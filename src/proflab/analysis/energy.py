@@ -35,7 +35,7 @@ import polars as pl
 from proflab.errors import CorruptInput, EmptyTrace, InputError, InputNotFound, SchemaError
 
 __all__ = ["EnergyAnalysis", "ENERGY_SCHEMA_ID", "analyze_energy", "counter_resolution", "device_energy",
-           "load_monitor", "span_energy_j"]
+           "energy_of", "energy_per_step", "load_monitor", "span_energy_j"]
 
 ENERGY_SCHEMA_ID = "proflab.energy/1"
 _NEEDED = ("device", "time_ns", "power_w", "energy_j")
@@ -223,13 +223,22 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> Energy
     if not run_dir.is_dir():
         raise InputNotFound(run_dir, "not a directory (proflab energy takes a run directory)")
     mon = load_monitor(run_dir)
-    meta = _meta(run_dir)
-    limits = _limits(meta)
-    per_dev = {int(k[0]): g for k, g in mon.group_by("device", maintain_order=True)}
-    devices = [device_energy(g, power_limit_w=limits.get(dev)) for dev, g in sorted(per_dev.items())]
     notes: list[str] = []
     if traces is None:
         traces = _load_traces(run_dir, notes)
+    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes)
+
+
+def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, label: str = "",
+              notes: list[str] | None = None) -> EnergyAnalysis:
+    """:func:`analyze_energy` on what is already read: monitor samples, ``meta.json`` (for
+    the power limits; may be empty) and the run's traces."""
+    meta = meta or {}
+    notes = list(notes or [])
+    mon = mon.sort("device", "time_ns")
+    limits = _limits(meta)
+    per_dev = {int(k[0]): g for k, g in mon.group_by("device", maintain_order=True)}
+    devices = [device_energy(g, power_limit_w=limits.get(dev)) for dev, g in sorted(per_dev.items())]
     windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes) for tr in traces]
     alignment = {
         "method": "trace wall clock = baseTimeNanoseconds + event timestamp; monitor time_ns is the wall clock "
@@ -240,7 +249,18 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> Energy
     if windows:
         notes.append("a trace's CUDA device index is taken as the NVML index (true unless CUDA_VISIBLE_DEVICES reorders GPUs)")
     notes.append("TFLOPS/W: missing — the trace model keeps operator dtypes, not input shapes, so GEMM FLOPs are unknown")
-    return EnergyAnalysis(str(run_dir), devices, windows, alignment, notes, monitor=mon, meta=meta)
+    return EnergyAnalysis(label, devices, windows, alignment, notes, monitor=mon, meta=meta)
+
+
+def energy_per_step(a: EnergyAnalysis) -> tuple[float | None, str]:
+    """Energy (J) per GPU-side step of the job: each profiled trace's (rank's) energy per
+    step on its GPU, summed over ranks; None and why when any rank's is refused."""
+    if not a.windows:
+        return None, "no profiled trace to take steps from"
+    for w in a.windows:
+        if w["energy_per_step_j"] is None:
+            return None, f"{w['trace']}: {w['refused'] or 'no GPU-side steps'}"
+    return _r(sum(w["energy_per_step_j"] for w in a.windows), 4), ""
 
 
 def _load_traces(run_dir: Path, notes: list[str]) -> list:
