@@ -265,3 +265,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, says):
 def test_not_a_directory(tmp_path, capsys):
     assert main(["energy", str(tmp_path / "nope")]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_analyze_ddp_run_dir_markdown_has_the_energy_section(capsys):
+    assert main(["analyze", str(DDP), "-f", "md"]) == 0
+    out = capsys.readouterr().out
+    assert "## Energy" in out and "rank 0" in out and "rank 1" in out
+
+
+def test_analyze_survives_a_broken_monitor_file(tmp_path, capsys):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(H100, run)
+    (run / "monitor.parquet").write_bytes(b"PAR1 truncated")
+    assert main(["analyze", str(run)]) == 0  # the trace analysis stands; energy says why it is absent
+    out = capsys.readouterr().out
+    assert "Energy: not analysed" in out and "not a readable parquet" in out

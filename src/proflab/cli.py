@@ -192,7 +192,7 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
     text = render(reports, fmt, width=width, color=color)
     if getattr(args, "command", None) == "analyze" and fmt in ("term", "md"):
-        text += _energy_section(args.paths, fmt, traces)
+        text += _energy_section(args.paths, fmt, traces, width)
     if args.output:
         _write_atomic(Path(args.output), text)
     else:
@@ -200,7 +200,7 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     return 0
 
 
-def _energy_section(paths: list[str], fmt: str, traces: list | None) -> str:
+def _energy_section(paths: list[str], fmt: str, traces: list | None, width: int = 80) -> str:
     """The energy section of ``analyze RUN_DIR`` (empty unless one run directory with
     monitor.parquet is analysed; its failure is one line, never the analysis's)."""
     if len(paths) != 1 or not (Path(paths[0]) / "monitor.parquet").is_file():
@@ -209,7 +209,7 @@ def _energy_section(paths: list[str], fmt: str, traces: list | None) -> str:
     from proflab.render.energy import render_energy
 
     try:
-        return render_energy(energy(paths[0], traces=traces).to_dict(), fmt, heading=False)
+        return render_energy(energy(paths[0], traces=traces).to_dict(), fmt, heading=False, width=width)
     except ProflabError as e:
         return f"\nEnergy: not analysed ({e})\n"
 

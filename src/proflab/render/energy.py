@@ -47,8 +47,9 @@ def _window_lines(w: dict[str, Any]) -> list[str]:
     return out
 
 
-def render_energy(d: dict[str, Any], fmt: str = "term", *, heading: bool = True) -> str:
-    """``d`` is ``EnergyReport.to_dict()``. ``heading``: False inside another report."""
+def render_energy(d: dict[str, Any], fmt: str = "term", *, heading: bool = True, width: int = 80) -> str:
+    """``d`` is ``EnergyAnalysis.to_dict()``. ``heading``: False inside another report;
+    ``width``: terminal columns."""
     body: list[str] = [f"energy: {_n(d['energy_j'], 'J')} on {len(d['devices'])} GPU(s)"]
     for dev in d["devices"]:
         body += _device_lines(dev)
@@ -69,4 +70,13 @@ def render_energy(d: dict[str, Any], fmt: str = "term", *, heading: bool = True)
     if fmt == "md":
         lines = (["# proflab energy", ""] if heading else ["## Energy", ""]) + ["```text", *body, "```"]
         return "\n".join(lines) + "\n"
+    body = [_wrap(line, width) for line in body]
     return ("\n".join(["ENERGY", *body]) if heading else "\n".join(["", "Energy", *body])) + "\n"
+
+
+def _wrap(line: str, width: int) -> str:
+    """One line wrapped to ``width``, continuation lines indented under its own indent + 2."""
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()))
+    return "\n".join(textwrap.wrap(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False)) or line
