@@ -282,3 +282,9 @@ def test_analyze_survives_a_broken_monitor_file(tmp_path, capsys):
     assert main(["analyze", str(run)]) == 0  # the trace analysis stands; energy says why it is absent
     out = capsys.readouterr().out
     assert "Energy: not analysed" in out and "not a readable parquet" in out
+
+
+def test_a_monitor_without_throttle_columns_is_missing_not_unthrottled():
+    d = _simulated_throttle(0x4).drop("throttle_mask", "throttle")
+    f, missing = energy_rules(d)
+    assert f == [] and [m.signal for m in missing] == ["throttle_reasons"]

@@ -41,6 +41,9 @@ def energy_rules(monitor: pl.DataFrame, *, power_limits_w: dict[int, float] | No
     idle = idle_power_w or {}
     for (dev,), d in monitor.sort("device", "time_ns").group_by("device", maintain_order=True):
         dev = int(dev)
+        for col in ("throttle_mask", "sm_clock_mhz", "util_gpu_pct"):
+            if col not in d.columns:
+                d = d.with_columns(pl.lit(None, pl.Float64 if col != "throttle_mask" else pl.UInt64).alias(col))
         if d["throttle_mask"].null_count() == d.height:
             missing.append(Missing("throttle_reasons", f"GPU {dev} reported no clock-event (throttle) reasons",
                                    ("power_capped", "thermal_throttled")))
@@ -52,12 +55,13 @@ def energy_rules(monitor: pl.DataFrame, *, power_limits_w: dict[int, float] | No
         t = d["time_ns"].to_numpy().astype(np.float64) / 1e9
         dt = np.diff(t, append=t[-1])  # each sample stands for the interval after it
         mask = d["throttle_mask"].fill_null(0).to_numpy().astype(np.int64)
-        util = d["util_gpu_pct"].to_numpy().astype(np.float64) if "util_gpu_pct" in d.columns else None
-        if util is None or np.isnan(util).all():
+        util = d["util_gpu_pct"].cast(pl.Float64).fill_null(float("nan")).to_numpy()
+        if np.isnan(util).all():
             missing.append(Missing("util_gpu_pct", f"GPU {dev} reported no utilisation: busy time unknown",
                                    ("power_capped", "thermal_throttled")))
             continue
-        busy = np.nan_to_num(util) > 0
+        known = d["throttle_mask"].is_not_null().to_numpy()
+        busy = (np.nan_to_num(util) > 0) & known  # a sample with no throttle reading is not judged
         busy_s = float(dt[busy].sum())
         if busy_s <= 0:
             continue
