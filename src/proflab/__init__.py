@@ -6,12 +6,14 @@ Public API (everything else is internal)::
     report = proflab.analyze(trace)                  # Report: summary, findings, kernels
     report.to_dict()                                 # the proflab.report/1 JSON contract
     proflab.compare("before/", "after/")             # Comparison: verdict, tables (polars)
+    proflab.energy("proflab-runs/RUN")               # energy per GPU / window / step, power & thermal findings
 
     with proflab.profile("train", wait=2, active=5) as run:   # a run directory, analysed
         for batch in data:
             with proflab.annotate("forward"): ...    # NVTX range + record_function
             proflab.step()                           # advances the step window
     with proflab.GPUMonitor() as mon: ...            # NVML power, energy, clocks, GPM
+    with proflab.measure_energy() as m: ...          # time (s) and energy (J) of a block, every GPU
     proflab.auto_profile, proflab.capture, proflab.record, proflab.DetailedProfiler,
     proflab.ProfCallback (Lightning / Hugging Face Trainer)
 
@@ -33,6 +35,7 @@ __all__ = [
     "load",
     "analyze",
     "compare",
+    "energy",
     "Trace",
     "Report",
     "Finding",
@@ -44,16 +47,18 @@ __all__ = [
     "record",
     "profile",
     "GPUMonitor",
+    "measure_energy",
     "auto_profile",
     "DetailedProfiler",
     "ProfCallback",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from proflab.api import analyze, compare, load
+    from proflab.api import analyze, compare, energy, load
     from proflab.collect.api import annotate, capture, profile, record, step
     from proflab.collect.callbacks import ProfCallback
     from proflab.collect.events import DetailedProfiler
+    from proflab.collect.measure import measure_energy
     from proflab.collect.monitor import GPUMonitor
     from proflab.collect.timing import auto_profile
     from proflab.errors import ProflabError
@@ -64,6 +69,7 @@ _LAZY = {
     "load": ("proflab.api", "load"),
     "analyze": ("proflab.api", "analyze"),
     "compare": ("proflab.api", "compare"),
+    "energy": ("proflab.api", "energy"),
     "Trace": ("proflab.model", "Trace"),
     "Report": ("proflab.report", "Report"),
     "Finding": ("proflab.report", "Finding"),
@@ -75,6 +81,7 @@ _LAZY = {
     "record": ("proflab.collect.api", "record"),
     "profile": ("proflab.collect.api", "profile"),
     "GPUMonitor": ("proflab.collect.monitor", "GPUMonitor"),
+    "measure_energy": ("proflab.collect.measure", "measure_energy"),
     "auto_profile": ("proflab.collect.timing", "auto_profile"),
     "DetailedProfiler": ("proflab.collect.events", "DetailedProfiler"),
     "ProfCallback": ("proflab.collect.callbacks", "ProfCallback"),

@@ -13,7 +13,7 @@ from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageErr
 from proflab.report import Report
 from proflab.report.assemble import report_for
 
-__all__ = ["load", "analyze", "compare"]
+__all__ = ["load", "analyze", "compare", "energy"]
 
 def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None) -> Trace:
     """Read a trace file (Kineto JSON or JSON.gz, Nsight Systems export) into the columnar model.
@@ -61,6 +61,20 @@ def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_
     read = load_trace or load
     return _compare(_side(before, "before", read, top_kernels), _side(after, "after", read, top_kernels), threshold_pct=threshold_pct,
                     unprofiled_steps_ms=unprofiled_steps_ms)
+
+
+def energy(run_dir: str | Path, *, traces: list | None = None):
+    """Energy of a ``proflab run`` directory (``proflab.energy/1``): per GPU from the NVML
+    energy counter, per profiled window and step where the counter resolves them, and the
+    ``power_capped`` / ``thermal_throttled`` findings. Returns an
+    :class:`proflab.analysis.energy.EnergyAnalysis`."""
+    from proflab.analysis.energy import analyze_energy
+    from proflab.rules.energy import energy_rules
+
+    a = analyze_energy(run_dir, traces=traces)
+    a.findings, a.missing = energy_rules(a.monitor, power_limits_w=a.power_limits_w, idle_power_w=a.idle_power_w)
+    a.findings.sort(key=lambda f: -f.est_gain_ms)
+    return a
 
 
 def _side(what: Any, tag: str, read: Any, top_kernels: int):

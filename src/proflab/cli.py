@@ -107,6 +107,21 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
     sc.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     sc.set_defaults(func=cmd_scaling)
+    en = sub.add_parser(
+        "energy",
+        help="energy of a proflab run: joules per GPU, per profiled window and step, power cap and thermal throttling",
+        description=(
+            "Reads RUN_DIR's monitor.parquet (NVML samples) and traces: energy per GPU from the NVML energy counter "
+            "(integrated power as the cross-check), idle power and the energy spent idle, the energy of each trace's "
+            "profiled window and per GPU-side step where the counter resolves them, and power_capped / "
+            "thermal_throttled findings."
+        ),
+        epilog="example: proflab energy proflab-runs/20260101-120000-train -f json",
+    )
+    en.add_argument("run_dir", metavar="RUN_DIR", help="a proflab run directory with monitor.parquet")
+    en.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    en.set_defaults(func=cmd_energy)
     _run_parser(sub)
     rs = sub.add_parser(
         "runs",
@@ -168,14 +183,52 @@ def _report_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
 
 
-def _emit_reports(args: argparse.Namespace, reports: list, fmt: str) -> int:
-    """Render ``reports`` as ``fmt`` to -o (atomically) or stdout."""
+def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: list | None = None) -> int:
+    """Render ``reports`` as ``fmt`` to -o (atomically) or stdout; for ``analyze`` of a run
+    directory with GPU monitor samples, its energy section follows (terminal and Markdown)."""
     from proflab.render import render
 
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
     text = render(reports, fmt, width=width, color=color)
+    if getattr(args, "command", None) == "analyze" and fmt in ("term", "md"):
+        text += _energy_section(args.paths, fmt, traces, width)
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _energy_section(paths: list[str], fmt: str, traces: list | None, width: int = 80) -> str:
+    """The energy section of ``analyze RUN_DIR`` (empty unless one run directory with
+    monitor.parquet is analysed; its failure is one line, never the analysis's)."""
+    if len(paths) != 1 or not (Path(paths[0]) / "monitor.parquet").is_file():
+        return ""
+    from proflab.api import energy
+    from proflab.render.energy import render_energy
+
+    try:
+        return render_energy(energy(paths[0], traces=traces).to_dict(), fmt, heading=False, width=width)
+    except ProflabError as e:
+        return f"\nEnergy: not analysed ({e})\n"
+
+
+def cmd_energy(args: argparse.Namespace) -> int:
+    from proflab.api import energy
+    from proflab.render import format_for_path
+
+    fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
+    rep = energy(args.run_dir).to_dict()
+    if fmt == "json":
+        import json
+
+        text = json.dumps(rep, indent=2) + "\n"
+    else:
+        from proflab.render.energy import render_energy
+
+        text = render_energy(rep, fmt)
     if args.output:
         _write_atomic(Path(args.output), text)
     else:
@@ -354,6 +407,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p))
             for p, t in zip(paths, traces)
         ]
+        return _emit_reports(args, reports, fmt, traces=traces)
     return _emit_reports(args, reports, fmt)
 
 

@@ -543,16 +543,17 @@ class Comparison:
 
     @cached_property
     def energy(self) -> dict[str, Any] | None:
-        """Energy per step (J) when both sides have monitor data: the run's mean GPU power
-        while the GPU was busy (NVML, summed over GPUs) times the median step. The monitor
-        samples every 0.1 s, longer than a step, so this is an estimate, not a per-step
-        reading."""
-        eb, ea = _energy(self.before, self.step_time["before"]), _energy(self.after, self.step_time["after"])
+        """Energy per GPU-side step (J) when both sides are run directories with monitor
+        samples: the NVML energy counter over each rank's profiled steps, summed over ranks
+        (``analysis.energy``). A side whose steps span less than the counter's resolution gets
+        null and ``refused`` says why (missing, not an estimate)."""
+        eb, ea = _energy(self.before), _energy(self.after)
         if eb is None or ea is None:
             return None
-        d = None if not eb["energy_per_step_j"] else (ea["energy_per_step_j"] / eb["energy_per_step_j"] - 1) * 100
+        b, a = eb["energy_per_step_j"], ea["energy_per_step_j"]
+        d = None if not b or a is None else (a / b - 1) * 100
         return {"before": eb, "after": ea, "delta_pct": _r(d, 2),
-                "method": "mean power of the samples with the GPU busy x median GPU-side step"}
+                "method": "NVML energy counter over the profiled GPU-side steps, per step, summed over ranks"}
 
     # -- output --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -670,17 +671,15 @@ def _environment(side: Side) -> dict[str, str | None]:
     return env
 
 
-def _energy(side: Side, step_ms: float | None) -> dict[str, Any] | None:
+def _energy(side: Side) -> dict[str, Any] | None:
     mon = side.monitor
-    if mon is None or step_ms is None or mon.height == 0 or "power_w" not in mon.columns:
+    if mon is None or mon.height == 0 or not {"device", "time_ns", "energy_j"} <= set(mon.columns):
         return None
-    busy = mon.filter(pl.col("util_gpu_pct") > 0) if "util_gpu_pct" in mon.columns else mon
-    busy = busy if busy.height else mon
-    # power summed over the GPUs at each tick, then averaged over ticks
-    p = busy.group_by("time_ns" if "time_ns" in busy.columns else "elapsed_s").agg(pl.col("power_w").sum())["power_w"].mean()
-    if p is None:
-        return None
-    return {"mean_power_w": _r(p, 1), "samples": busy.height, "energy_per_step_j": _r(p * step_ms / 1e3, 4)}
+    from proflab.analysis.energy import energy_of, energy_per_step
+
+    a = energy_of(mon, side.run, [c.trace for c in side.contexts])
+    e, why = energy_per_step(a)
+    return {"energy_per_step_j": e, "refused": why or None, "run_energy_j": a.energy_j}
 
 
 def _side_dict(side: Side) -> dict[str, Any]:

@@ -131,7 +131,7 @@ def render_compare_markdown(comparison) -> str:
                      + ("n/a" if wci is None else f"[{wci[0]:+.1f}, {wci[1]:+.1f}] %") + " |")
     e = d.get("energy")
     if e:
-        lines.append(f"| energy J/step (estimate) | {fmt_num(e['before']['energy_per_step_j'])} | {fmt_num(e['after']['energy_per_step_j'])} | {_pct(e['delta_pct'])} | |")
+        lines.append(f"| energy J/step (NVML counter) | {fmt_num(e['before']['energy_per_step_j'])} | {fmt_num(e['after']['energy_per_step_j'])} | {_pct(e['delta_pct'])} | |")
     from proflab.render.terminal import _unprofiled
 
     if (u := _unprofiled(d)) is not None:

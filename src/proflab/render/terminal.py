@@ -292,7 +292,10 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out.append(_line(f"unprofiled step ({u[0]}): {u[1]} -> {u[2]} ms"))
     e = d.get("energy")
     if e:
-        out.append(_line(f"energy per step (estimate): {fmt_num(e['before']['energy_per_step_j'])} -> {fmt_num(e['after']['energy_per_step_j'])} J, {pct(e['delta_pct'])}"))
+        out.append(_line(f"energy per step (NVML counter): {fmt_num(e['before']['energy_per_step_j'])} -> {fmt_num(e['after']['energy_per_step_j'])} J, {pct(e['delta_pct'])}"))
+        for side in ("before", "after"):
+            if e[side].get("refused"):
+                out.append(_line(f"  {side}: no energy per step: {e[side]['refused']}"))
     out.append(_line(f"{d['verdict_reason']} (floor: {d['noise_floor_source']})"))
     unit = "ms/step" if d["per"] == "step" else "ms"
     rows = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]

@@ -1,0 +1,345 @@
+"""Energy of a run directory: the NVML total-energy counter, aligned to the profiled window.
+
+Sources, in order of trust:
+
+- **The counter** (``energy_j``: ``nvmlDeviceGetTotalEnergyConsumption`` differenced from the
+  monitor's start). Energy over a span is the counter's difference across it, linearly
+  interpolated between samples. Integrated ``power_w`` (a trapezoid; on A100/H100 ``power_w``
+  is itself a one-second average) is only the cross-check, or the source where the device has
+  no counter (said in ``energy_source``).
+- **The counter's resolution**: how often ``energy_j`` actually changes in the recorded
+  samples (median time between changes). When it changes at every sample, the true update
+  interval is hidden below the sampling period, and the sampling period is the resolution.
+  No energy is attributed to a span shorter than that resolution: it is refused, with the
+  numbers, rather than guessed from a power reading.
+
+Alignment: the monitor stamps samples with the wall clock (``time_ns``, Unix epoch ns, taken
+right after the reads of a device, so a sample's energy is up to one read's cost older than its
+stamp). A Kineto trace's timestamps are relative to its ``baseTimeNanoseconds``; base + ts is
+the same wall clock on the same host. The alignment is accepted only when the trace's window,
+so placed, lies inside the monitor's span; otherwise window and per-step energy are refused.
+A trace's CUDA device index is taken to be the NVML index (true unless CUDA_VISIBLE_DEVICES
+reorders GPUs; said in the notes).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from proflab.errors import CorruptInput, EmptyTrace, InputError, InputNotFound, SchemaError
+
+__all__ = ["EnergyAnalysis", "ENERGY_SCHEMA_ID", "analyze_energy", "counter_resolution", "device_energy",
+           "energy_of", "energy_per_step", "load_monitor", "span_energy_j"]
+
+ENERGY_SCHEMA_ID = "proflab.energy/1"
+_NEEDED = ("device", "time_ns", "power_w", "energy_j")
+
+
+def _r(v, nd=3):
+    return None if v is None or (isinstance(v, float) and not np.isfinite(v)) else round(float(v), nd)
+
+
+def load_monitor(run_dir: str | Path) -> pl.DataFrame:
+    """``monitor.parquet`` of a run directory; one clear error when it is absent or unreadable."""
+    p = Path(run_dir) / "monitor.parquet"
+    if not p.is_file():
+        raise InputNotFound(run_dir, "no monitor.parquet (run without the GPU monitor, or not a proflab run directory)")
+    try:
+        df = pl.read_parquet(p)
+    except Exception as e:  # truncated or not parquet
+        raise CorruptInput(p, f"not a readable parquet file ({type(e).__name__})") from None
+    lacking = [c for c in _NEEDED if c not in df.columns]
+    if lacking:
+        raise SchemaError(p, f"not GPU monitor samples (no column {', '.join(lacking)})")
+    if df.height == 0:
+        raise EmptyTrace(p, "holds no GPU monitor samples")
+    return df.sort("device", "time_ns")
+
+
+def counter_resolution(d: pl.DataFrame) -> dict[str, Any]:
+    """How finely one device's energy counter resolves time, from its recorded samples.
+
+    ``counter_update_s``: median time between samples at which ``energy_j`` changed;
+    ``sample_period_s``: median time between samples; ``resolution_s``: the larger, the
+    shortest span energy is attributed to. ``resolved``: False when the counter changed at
+    (nearly) every sample, so its own interval is at most the sampling period."""
+    t = d["time_ns"].to_numpy().astype(np.float64) / 1e9
+    e = d["energy_j"].to_numpy()
+    ok = ~np.isnan(e.astype(np.float64)) if e.dtype != object else np.array([v is not None for v in e])
+    t, e = t[ok], e[ok].astype(np.float64)
+    if len(t) < 3:
+        return {"counter_update_s": None, "sample_period_s": None, "resolution_s": None, "resolved": False,
+                "changes": 0, "samples": int(len(t))}
+    period = float(np.median(np.diff(t)))
+    changed = np.flatnonzero(np.diff(e) != 0) + 1
+    upd = float(np.median(np.diff(t[changed]))) if len(changed) >= 2 else None
+    every = len(changed) >= 0.9 * (len(t) - 1)
+    res = max(period, upd or 0.0)
+    return {"counter_update_s": _r(upd, 4), "sample_period_s": _r(period, 4), "resolution_s": _r(res, 4),
+            "resolved": not every, "changes": int(len(changed)), "samples": int(len(t))}
+
+
+def span_energy_j(d: pl.DataFrame, t0_ns: int, t1_ns: int) -> float | None:
+    """Counter energy (J) of one device between two wall-clock instants, interpolated between
+    samples; None when the span is outside the samples."""
+    s = d.drop_nulls("energy_j")
+    t = s["time_ns"].to_numpy()
+    if not len(t) or t0_ns < t[0] or t1_ns > t[-1]:
+        return None
+    e = s["energy_j"].to_numpy().astype(np.float64)
+    tf = (t - t[0]).astype(np.float64)
+    a, b = np.interp([t0_ns - t[0], t1_ns - t[0]], tf, e)
+    return float(b - a)
+
+
+def _trapezoid(p: np.ndarray, t_s: np.ndarray) -> float:
+    return float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(t_s)))
+
+
+def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None) -> dict[str, Any]:
+    """One device over the monitored run: energy (counter, integrated-power cross-check),
+    mean/peak power, idle power and the energy spent idle."""
+    dev = int(d["device"][0])
+    t = d["time_ns"].to_numpy().astype(np.float64) / 1e9
+    pw = d.select("time_ns", "power_w").drop_nulls()
+    integrated = _trapezoid(pw["power_w"].to_numpy(), pw["time_ns"].to_numpy() / 1e9) if pw.height >= 2 else None
+    ctr = d.drop_nulls("energy_j")
+    counter = float(ctr["energy_j"][-1] - ctr["energy_j"][0]) if ctr.height >= 2 else None
+    energy, source = (counter, "counter") if counter is not None else (integrated, "integrated power" if integrated is not None else "none")
+    duration = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+    out: dict[str, Any] = {
+        "device": dev,
+        "samples": d.height,
+        "duration_s": _r(duration),
+        "energy_j": _r(energy),
+        "energy_source": source,
+        "energy_integrated_j": _r(integrated),
+        "counter_vs_integrated_pct": _r((integrated / counter - 1) * 100, 2) if counter and integrated is not None else None,
+        "mean_power_w": _r(energy / duration) if energy is not None and duration > 0 else None,
+        "peak_power_w": _r(d["power_w"].max()),
+        "peak_power_instant_w": _r(d["power_instant_w"].max()) if "power_instant_w" in d.columns else None,
+        "power_limit_w": _r(power_limit_w),
+        **counter_resolution(d),
+    }
+    # what the throttle signal said (null column: the GPU did not report it; missing, not none)
+    if "throttle_mask" in d.columns and d["throttle_mask"].null_count() < d.height:
+        from proflab.collect.monitor import throttle_names
+
+        seen = 0
+        for m in d["throttle_mask"].drop_nulls().unique().to_list():
+            seen |= int(m)
+        out["throttle_reasons_seen"] = throttle_names(seen)
+    else:
+        out["throttle_reasons_seen"] = None
+    # idle: intervals between two samples that both saw no kernel running (util_gpu_pct == 0)
+    out.update(idle_power_w=None, idle_s=None, energy_idle_j=None, idle_energy_pct=None, idle_source=None)
+    if "util_gpu_pct" in d.columns and d["util_gpu_pct"].null_count() < d.height and ctr.height >= 2:
+        s = ctr.drop_nulls("util_gpu_pct")
+        idle = (s["util_gpu_pct"] == 0).to_numpy()
+        both = idle[1:] & idle[:-1]
+        ts = s["time_ns"].to_numpy().astype(np.float64) / 1e9
+        de = np.diff(s["energy_j"].to_numpy().astype(np.float64))
+        dt = np.diff(ts)
+        idle_s, idle_j = float(dt[both].sum()), float(de[both].sum())
+        out.update(
+            idle_s=_r(idle_s), energy_idle_j=_r(idle_j),
+            idle_power_w=_r(idle_j / idle_s) if idle_s > 0 else None,
+            idle_energy_pct=_r(100 * idle_j / energy, 1) if energy else None,
+            idle_source="counter over intervals whose both samples had util_gpu_pct == 0",
+        )
+    return out
+
+
+@dataclass
+class EnergyAnalysis:
+    """Energy of one run directory: per device, per profiled trace (rank), and notes on what
+    was refused and why. ``to_dict()`` is the ``proflab.energy/1`` document."""
+
+    run_dir: str
+    devices: list[dict[str, Any]]
+    windows: list[dict[str, Any]]
+    alignment: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # rules.energy: Finding
+    missing: list = field(default_factory=list)  # rules.energy: Missing
+    monitor: pl.DataFrame | None = None
+    meta: dict[str, Any] | None = None
+
+    @property
+    def energy_j(self) -> float | None:
+        vals = [d["energy_j"] for d in self.devices]
+        return None if not vals or any(v is None for v in vals) else _r(sum(vals))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": ENERGY_SCHEMA_ID,
+            "run_dir": self.run_dir,
+            "energy_j": self.energy_j,
+            "devices": self.devices,
+            "windows": self.windows,
+            "alignment": self.alignment,
+            "findings": [f.to_dict() for f in self.findings],
+            "missing": [m.to_dict() for m in self.missing],
+            "notes": self.notes,
+        }
+
+    @property
+    def power_limits_w(self) -> dict[int, float]:
+        return {d["device"]: d["power_limit_w"] for d in self.devices if d.get("power_limit_w") is not None}
+
+    @property
+    def idle_power_w(self) -> dict[int, float | None]:
+        return {d["device"]: d.get("idle_power_w") for d in self.devices}
+
+
+def _meta(run_dir: Path) -> dict[str, Any]:
+    p = run_dir / "meta.json"
+    if not p.is_file():
+        return {}
+    try:
+        m = json.loads(p.read_text())
+    except (OSError, ValueError):
+        return {}
+    return m if isinstance(m, dict) else {}
+
+
+def _limits(meta: dict[str, Any]) -> dict[int, float]:
+    gpus = ((meta.get("gpu") or {}).get("gpus")) or []
+    return {int(g["index"]): float(g["power_limit_w"]) for g in gpus
+            if isinstance(g, dict) and g.get("index") is not None and g.get("power_limit_w") is not None}
+
+
+def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> EnergyAnalysis:
+    """Energy of ``run_dir`` (a ``proflab run`` directory with ``monitor.parquet``): per GPU,
+    and for each trace under ``traces/`` the energy of its profiled window and per GPU-side
+    step, where the counter resolves them. ``traces``: already loaded ``Trace`` objects."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputNotFound(run_dir, "not a directory (proflab energy takes a run directory)")
+    mon = load_monitor(run_dir)
+    notes: list[str] = []
+    if traces is None:
+        traces = _load_traces(run_dir, notes)
+    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes)
+
+
+def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, label: str = "",
+              notes: list[str] | None = None) -> EnergyAnalysis:
+    """:func:`analyze_energy` on what is already read: monitor samples, ``meta.json`` (for
+    the power limits; may be empty) and the run's traces."""
+    meta = meta or {}
+    notes = list(notes or [])
+    mon = mon.sort("device", "time_ns")
+    limits = _limits(meta)
+    per_dev = {int(k[0]): g for k, g in mon.group_by("device", maintain_order=True)}
+    devices = [device_energy(g, power_limit_w=limits.get(dev)) for dev, g in sorted(per_dev.items())]
+    windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes) for tr in traces]
+    alignment = {
+        "method": "trace wall clock = baseTimeNanoseconds + event timestamp; monitor time_ns is the wall clock "
+                  "(Unix epoch ns) on the same host; accepted when the trace window lies inside the monitor's span",
+        "aligned": [w["aligned"] for w in windows],
+        "sample_stamp_lag_ms": _r((meta.get("monitor") or {}).get("mean_sample_cost_ms")),
+    }
+    if windows:
+        notes.append("a trace's CUDA device index is taken as the NVML index (true unless CUDA_VISIBLE_DEVICES reorders GPUs)")
+    notes.append("TFLOPS/W: missing — the trace model keeps operator dtypes, not input shapes, so GEMM FLOPs are unknown")
+    return EnergyAnalysis(label, devices, windows, alignment, notes, monitor=mon, meta=meta)
+
+
+def energy_per_step(a: EnergyAnalysis) -> tuple[float | None, str]:
+    """Energy (J) per GPU-side step of the job: each profiled trace's (rank's) energy per
+    step on its GPU, summed over ranks; None and why when any rank's is refused."""
+    if not a.windows:
+        return None, "no profiled trace to take steps from"
+    for w in a.windows:
+        if w["energy_per_step_j"] is None:
+            return None, f"{w['trace']}: {w['refused'] or 'no GPU-side steps'}"
+    return _r(sum(w["energy_per_step_j"] for w in a.windows), 4), ""
+
+
+def _load_traces(run_dir: Path, notes: list[str]) -> list:
+    from proflab.api import load
+
+    tdir = run_dir / "traces"
+    paths = sorted(p for p in tdir.glob("*.pt.trace.json*")) if tdir.is_dir() else []
+    out = []
+    for p in paths:
+        try:
+            out.append(load(p))
+        except InputError as e:
+            notes.append(f"{p.name}: not read ({e}); its window has no energy")
+    if not paths:
+        notes.append("no torch.profiler trace in traces/: energy of the run only, no window or per-step energy")
+    return out
+
+
+def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str]) -> dict[str, Any]:
+    from proflab.analysis import Context
+
+    dist = trace.meta.distributed or {}
+    rank = dist.get("rank") if isinstance(dist, dict) else None
+    gdev = trace.gpu["device"].drop_nulls().unique().to_list()
+    device = int(gdev[0]) if len(gdev) == 1 else None
+    w: dict[str, Any] = {
+        "trace": Path(trace.meta.source).name, "rank": rank, "device": device, "aligned": False,
+        "window_s": None, "window_energy_j": None, "window_mean_power_w": None,
+        "steps": 0, "median_step_ms": None, "steps_span_s": None, "energy_per_step_j": None,
+        "steps_with_energy": 0, "steps_refused": 0, "tflops_per_w": None, "refused": None,
+    }
+    base = trace.meta.base_time_ns
+    if device is None or device not in per_dev:
+        w["refused"] = f"the trace's GPU work is on devices {gdev}, not one monitored device"
+        return w
+    if base is None or not trace.has_gpu:
+        w["refused"] = "the trace has no baseTimeNanoseconds (or no GPU work): its clock cannot be placed on the monitor's"
+        return w
+    d = per_dev[device]
+    res = devs[device]["resolution_s"]
+    t0, t1 = trace.window_ns
+    a0, a1 = base + t0, base + t1
+    m0, m1 = int(d["time_ns"].min()), int(d["time_ns"].max())
+    w["window_s"] = _r((t1 - t0) / 1e9, 4)
+    if not (m0 <= a0 and a1 <= m1):
+        w["refused"] = (f"the trace window placed by its base time falls outside the monitor's span "
+                        f"({(a0 - m0) / 1e9:+.3f} s from its start, {(a1 - m1) / 1e9:+.3f} s from its end): not aligned")
+        return w
+    w["aligned"] = True
+    w["window_offset_s"] = _r((a0 - m0) / 1e9)
+    ctx = Context(trace)
+    gs = ctx.gpu_steps
+    gs = gs.filter(pl.col("device") == device) if gs.height else gs
+    w["steps"] = gs.height
+    if gs.height:
+        w["median_step_ms"] = _r(gs["dur_ns"].median() / 1e6)
+        s0, s1 = int(gs["start_ns"].min()), int(gs["end_ns"].max())
+        w["steps_span_s"] = _r((s1 - s0) / 1e9, 4)
+    if res is None:
+        w["refused"] = "the device's energy counter has too few samples to estimate its resolution"
+        return w
+    if (t1 - t0) / 1e9 < res:
+        w["refused"] = (f"the profiled window ({(t1 - t0) / 1e6:.1f} ms) is shorter than the energy counter's "
+                        f"resolution ({res * 1e3:.0f} ms): no energy attributed to it or to its steps")
+    else:
+        e = span_energy_j(d, a0, a1)
+        w["window_energy_j"] = _r(e)
+        w["window_mean_power_w"] = _r(e / ((t1 - t0) / 1e9)) if e is not None else None
+    if gs.height:
+        durs = gs["dur_ns"].to_numpy() / 1e9
+        ok = durs >= res
+        w["steps_with_energy"] = int(ok.sum())
+        w["steps_refused"] = int((~ok).sum())
+        span = (s1 - s0) / 1e9
+        if span >= res:
+            e = span_energy_j(d, base + s0, base + s1)
+            w["energy_per_step_j"] = _r(e / gs.height, 4) if e is not None else None
+        elif w["refused"] is None:
+            w["refused"] = (f"the {gs.height} GPU-side steps span {span * 1e3:.1f} ms, shorter than the counter's "
+                            f"resolution ({res * 1e3:.0f} ms): no per-step energy")
+    w["tflops_per_w"] = None
+    return w
