@@ -183,6 +183,15 @@ def _report_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
 
 
+def _write_out(args: argparse.Namespace, text: str) -> int:
+    """``text`` to -o (atomically) or stdout."""
+    if args.output:
+        _write_atomic(Path(args.output), text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: list | None = None) -> int:
     """Render ``reports`` as ``fmt`` to -o (atomically) or stdout; for ``analyze`` of a run
     directory with GPU monitor samples, its energy section follows (terminal and Markdown)."""
@@ -194,11 +203,7 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     text = render(reports, fmt, width=width, color=color)
     if getattr(args, "command", None) == "analyze" and fmt in ("term", "md"):
         text += _energy_section(args.paths, fmt, traces, width)
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _write_out(args, text)
 
 
 def _energy_section(paths: list[str], fmt: str, traces: list | None, width: int = 80) -> str:
@@ -229,11 +234,7 @@ def cmd_energy(args: argparse.Namespace) -> int:
         from proflab.render.energy import render_energy
 
         text = render_energy(rep, fmt)
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _write_out(args, text)
 
 
 def _compare_parser(sub) -> None:
@@ -456,11 +457,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         from proflab.render.scaling import render_scaling
 
         text = render_scaling(rep, fmt)
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _write_out(args, text)
 
 
 def _job_or_reports(args: argparse.Namespace, paths: list[Path]):
@@ -861,11 +858,7 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
 
 
 def _emit(args: argparse.Namespace, text: str) -> int:
-    if args.output:
-        _write_atomic(Path(args.output), text)
-    else:
-        sys.stdout.write(text)
-    return 0
+    return _write_out(args, text)
 
 
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
