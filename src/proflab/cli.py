@@ -732,14 +732,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
             raise UsageError("--tables takes no query")
         df = sql.catalog(load(args.trace) if args.trace else None)
         if fmt == "table":
-            return _emit(args, _catalog_text(df, _sql_width(args)))
+            return _write_out(args, _catalog_text(df, _sql_width(args)))
         return _emit_frame(args, df, fmt)
     if not args.trace or not args.query:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
     df = sql.query(load(args.trace), args.query)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
-        return _emit(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
+        return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
     return _emit_frame(args, df.head(limit) if limit else df, fmt)
 
 
@@ -857,9 +857,6 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
     return text
 
 
-def _emit(args: argparse.Namespace, text: str) -> int:
-    return _write_out(args, text)
-
 
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
     """CSV, JSON (an array of row objects) or Parquet: every row given, to -o or stdout."""
@@ -871,7 +868,7 @@ def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:
         text = _flat(df).write_csv()
     else:
         text = df.write_json() + "\n"
-    return _emit(args, text)
+    return _write_out(args, text)
 
 
 def _write_atomic(path: Path, text: str) -> None:
