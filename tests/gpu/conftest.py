@@ -37,3 +37,23 @@ def recorder():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _busy_gpu(seconds: float) -> None:
+    """Keep GPU 0 busy with bf16 matmuls for about ``seconds`` (synchronised every 10)."""
+    import time
+
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            a = (a @ a).clamp_(-1, 1)
+        torch.cuda.synchronize()
+
+
+@pytest.fixture
+def busy_gpu():
+    """The matmul load the monitor and energy tests measure (see ``_busy_gpu``)."""
+    return _busy_gpu

@@ -14,24 +14,13 @@ import proflab
 pytestmark = pytest.mark.gpu
 
 
-def _busy(seconds: float) -> None:
-    import torch
-
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(10):
-            a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
-
-
-def test_measure_energy_of_a_matmul_loop_against_the_monitor():
+def test_measure_energy_of_a_matmul_loop_against_the_monitor(busy_gpu):
     import torch
 
     torch.cuda.init()
     with proflab.GPUMonitor(period_s=0.1, devices=[0]) as mon:
         with proflab.measure_energy(devices=[0]) as m:
-            _busy(4.0)
+            busy_gpu(4.0)
     r = m.result
     d = mon.summary().devices[0]
     print(json.dumps({"time_s": r.time_s, "energy_j": r.energy_j, "mean_power_w": r.mean_power_w,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,21 +23,10 @@ pytestmark = pytest.mark.gpu
 ENERGY_TOLERANCE = 0.15
 
 
-def _busy_gpu(seconds: float) -> None:
-    import torch
-
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(10):
-            a = (a @ a).clamp_(-1, 1)
-        torch.cuda.synchronize()
-
-
-def test_monitor_during_a_cuda_loop():
+def test_monitor_during_a_cuda_loop(busy_gpu):
     assert monitor.available(), monitor.available().reason
     with proflab.GPUMonitor(period_s=0.1, devices=[0]) as mon:
-        _busy_gpu(5.0)
+        busy_gpu(5.0)
     s = mon.summary()
     df = mon.samples
     assert df.height >= 40, df.height  # ~50 ticks in 5 s at 100 ms
@@ -53,13 +41,13 @@ def test_monitor_during_a_cuda_loop():
     print(json.dumps(s.to_dict(), indent=1))
 
 
-def test_gpm_metrics_on_hopper():
+def test_gpm_metrics_on_hopper(busy_gpu):
     import torch
 
     if torch.cuda.get_device_capability(0)[0] < 9:
         pytest.skip("GPM needs Hopper or later")
     with proflab.GPUMonitor(period_s=0.1, devices=[0]) as mon:
-        _busy_gpu(3.0)
+        busy_gpu(3.0)
     df = mon.samples.slice(1)  # the first row is taken before any GPM interval exists
     for col in ("gpm_sm_active_pct", "gpm_sm_occupancy_pct", "gpm_tensor_active_pct", "gpm_dram_bw_util_pct",
                 "gpm_pcie_tx_mibps", "gpm_pcie_rx_mibps"):  # fmt: skip

@@ -22,7 +22,6 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     given.clear()
     if not parts:
         return pl.DataFrame(schema=schema)
-    height = sum(p.height for p in parts)
     empty = [c for c in schema if c != "start_ns" and all(p.get_column(c).null_count() == p.height for p in parts)]
     parts = [p.drop(empty) for p in parts]
     if len(parts) == 1 and parts[0]["start_ns"].is_sorted():
