@@ -24,6 +24,7 @@ import numpy as np
 _LOAD = """
 import time, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16); c = torch.empty_like(a)
+torch.mm(a, a, out=c); torch.cuda.synchronize(); print("ready", flush=True)
 t0 = time.perf_counter()
 while time.perf_counter() - t0 < {seconds}:
     for _ in range(20):
@@ -94,9 +95,11 @@ def main() -> int:
                "method": "tight-loop polling of nvmlDeviceGetTotalEnergyConsumption, nvmlDeviceGetPowerUsage and "
                          "field NVML_FI_DEV_POWER_INSTANT; intervals between the polls at which each value changed",
                "idle": poll(pynvml, h, args.seconds)}
-        load = subprocess.Popen([sys.executable, "-c", _LOAD.format(seconds=args.seconds + 4.0)])
+        load = subprocess.Popen([sys.executable, "-c", _LOAD.format(seconds=args.seconds + 2.0)], stdout=subprocess.PIPE, text=True)
         try:
-            time.sleep(2.5)  # CUDA start and the power ramp
+            if load.stdout.readline().strip() != "ready":
+                raise SystemExit("the load process did not start")
+            time.sleep(1.0)  # the power ramp
             res["load"] = poll(pynvml, h, args.seconds)
             res["load"]["workload"] = "bf16 torch.mm 8192x8192 in a child process"
         finally:

@@ -341,7 +341,12 @@ def _load_traces(run_dir: Path, notes: list[str]) -> list:
 # How often NVML's total-energy counter really updates, measured by tight-loop polling
 # (benchmarks/probe_energy_counter.py; data in tests/data/energy/). Keyed by a substring of
 # the GPU's name. A device not listed falls back on the interval seen in its own samples.
-COUNTER_UPDATE_S: dict[str, tuple[float, str]] = {}
+COUNTER_UPDATE_S: dict[str, tuple[float, str]] = {
+    # 2026-11, driver 580.159.04: median 100.0 ms, longest 102.4 ms between changes, idle
+    # (76 W) and under a bf16 GEMM load (698 W) alike
+    "H100": (0.103, "measured by polling NVML: longest interval between changes, idle and under load "
+                    "(tests/data/energy/nvml_counter_h100.json)"),
+}
 
 
 def _floor(d: dict[str, Any], name: str | None = None) -> tuple[float | None, str]:
@@ -374,7 +379,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         "trace": Path(trace.meta.source).name, "rank": rank, "device": device, "aligned": False,
         "window_s": None, "window_energy_j": None, "window_mean_power_w": None,
         "steps": 0, "median_step_ms": None, "steps_span_s": None, "energy_per_step_j": None,
-        "steps_energy_j": None, "steps_energy_integrated_j": None, "steps_mean_power_w": None,
+        "energy_per_step_source": None, "steps_energy_j": None, "steps_energy_integrated_j": None, "steps_mean_power_w": None,
         "steps_with_energy": 0, "steps_refused": 0,
         "flop": None, "flop_per_step": None, "flop_source": None, "flop_missing": None,
         "tflops": None, "tflops_per_w": None, "tflops_per_w_integrated": None, "energy_to_solution_j": None,
@@ -432,13 +437,14 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
             w["steps_energy_integrated_j"] = _r(ei)
             w["steps_mean_power_w"] = _r(e / span) if e is not None else None
             w["energy_per_step_j"] = _r(e / gs.height, 4) if e is not None else None
+            w["energy_per_step_source"] = "steps' span energy / steps"
             if e and w["flop_per_step"] is not None:
                 fl = w["flop_per_step"] * gs.height if w["flop_source"] == "user" else _step_flops(w, gs)
                 if fl:
                     w["flop"] = int(fl)
                     w["tflops"] = _r(fl / span / 1e12, 2)
-                    w["tflops_per_w"] = _r(fl / e / 1e12, 4)
-                    w["tflops_per_w_integrated"] = _r(fl / ei / 1e12, 4) if ei else None
+                    w["tflops_per_w"] = _r(fl / e / 1e12, 6)
+                    w["tflops_per_w_integrated"] = _r(fl / ei / 1e12, 6) if ei else None
                     w["energy_to_solution_j"] = _r(e)
         elif w["refused"] is None:
             w["refused"] = (f"the {gs.height} GPU-side steps span {span * 1e3:.1f} ms, shorter than the counter's "
@@ -451,6 +457,12 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
             rows.append({"step": st, "start_s": _r((base + a - m0) / 1e9, 4), "dur_ms": _r(dur / 1e6),
                          "energy_j": _r(e, 4), "flop": per.get(st)})
         w["step_energy"] = rows
+        got = [r["energy_j"] for r in rows if r["energy_j"] is not None]
+        if got and len(rows) == gs.height and w["steps_with_energy"] < gs.height:
+            # some steps too short for the counter (the last step's window is only its own
+            # work): the steps that have energy speak for a step, not the span / all steps
+            w["energy_per_step_j"] = _r(sum(got) / len(got), 4)
+            w["energy_per_step_source"] = f"mean of the {len(got)} steps at least the attribution floor long"
     w.pop("_flop_by_step", None)
     if w["tflops_per_w"] is None and w["flop_missing"] is None and w["flop_per_step"] is not None:
         w["flop_missing"] = "the steps got no energy (see refused), so no TFLOPS/W"
