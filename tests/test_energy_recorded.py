@@ -98,7 +98,7 @@ def test_membound_and_idle_have_energy_but_no_flops(runs, bare):
     (w,) = runs["idle"].windows
     assert (w["steps_with_energy"], w["steps_refused"]) == (11, 1)
     assert w["step_energy"][-1]["energy_j"] is None
-    assert "mean of the 11 steps" in w["energy_per_step_source"]
+    assert "mean of the first 11 steps" in w["energy_per_step_source"]
     (d,) = runs["idle"].devices
     assert d["idle_energy_pct"] > 95 and 100 < d["idle_power_w"] < 130
 
@@ -160,3 +160,22 @@ def test_analyze_json_carries_the_energy_and_a_timeline_with_steps(capsys):
     # the steps sit where the power is high: at the limit during the GEMM steps
     mid = [(s["start_s"] + s["end_s"]) / 2 for s in tl["steps"]]
     assert all(dev["t_s"][0] < m < dev["t_s"][-1] for m in mid)
+
+
+def test_ncu_results_in_the_run_directory_are_the_fallback_flop_source(tmp_path):
+    import gzip
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(_run("membound"), run)
+    (run / "ncu").mkdir()
+    ncu = Path(__file__).parent / "data" / "ncu"
+    # another program's ncu results (the train step's): none of its kernels is this run's,
+    # so ncu gives no count either, and both reasons are said
+    (run / "ncu" / "raw.csv").write_bytes(gzip.decompress((ncu / "train_step_raw.csv.gz").read_bytes()))
+    (w,) = proflab.energy(run).windows
+    assert w["tflops_per_w"] is None
+    assert "no matrix-multiply operator" in w["flop_missing"] and "ncu counted FLOPs for 0 of" in w["flop_missing"]
+    (run / "ncu" / "raw.csv").write_text("not,a,report\n")
+    a = proflab.energy(run)
+    assert any(n.startswith("ncu/raw.csv: not read") for n in a.notes)

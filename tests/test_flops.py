@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import gzip
+import dataclasses
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 import proflab
@@ -73,3 +74,50 @@ def test_recorded_mlp_step_flops():
     fc = gemm_flops(tr)
     assert fc.per_step.height == 5
     assert set(fc.per_step["flop"].to_list()) == {5 * 2 * 256 * 2048 * 4096}
+
+
+NCU = Path(__file__).parent / "data" / "ncu"
+
+
+@pytest.fixture(scope="module")
+def ncu_step():
+    from proflab.readers.ncu import load as load_ncu
+
+    return load_ncu([NCU / "train_step_raw.csv.gz", NCU / "train_step_details.csv.gz"]), proflab.load(NCU / "train_step.pt.trace.json.gz")
+
+
+def test_ncu_flops_refused_when_ncu_measured_only_some_kernels(ncu_step):
+    from proflab.analysis.flops import ncu_flops
+
+    prof, tr = ncu_step
+    fc = ncu_flops(prof, tr)
+    # ncu profiled a sample of the step's kernels: a count over them would understate the work
+    assert fc.flop is None and "ncu counted FLOPs for 11 of the 83 kernels" in fc.missing
+
+
+def test_ncu_flops_per_launch_summed_per_step(ncu_step):
+    """The real training step's timeline kept to the kernels ncu measured (SIMULATED: a
+    timeline whose every kernel was profiled), so each launch gets its kernel's ncu count."""
+    from proflab.analysis.deepdive import _grid, match_kernels
+    from proflab.analysis.flops import ncu_flops
+    from proflab.analysis.verdicts import verdicts
+
+    prof, tr = ncu_step
+    vs = [v for v in verdicts(prof) if v.roofline is not None and v.roofline.flop]
+    rows = tr.kernels.with_columns(
+        pl.concat_str([pl.col("grid_x"), pl.col("grid_y"), pl.col("grid_z")], separator="x").alias("grid"),
+        pl.concat_str([pl.col("block_x"), pl.col("block_y"), pl.col("block_z")], separator="x").alias("block"),
+    ).select("name", "grid", "block", "correlation").to_dicts()
+    flop_of = {}
+    for v in vs:
+        for r in match_kernels(v, rows):
+            if (r["grid"], r["block"]) == (_grid(v.grid), _grid(v.block)):
+                flop_of.setdefault(r["correlation"], v.roofline.total_flop)
+    kept = tr.gpu.filter((pl.col("kind") != "kernel") | pl.col("correlation").is_in(list(flop_of)))
+    fc = ncu_flops(prof, dataclasses.replace(tr, gpu=kept))
+    assert fc.missing == "" and fc.source.startswith("ncu")
+    assert fc.per_step.height == tr.steps.height == 3
+    assert fc.flop == pytest.approx(sum(flop_of.values()), rel=1e-6)  # every kept launch lies in a step
+    # the bf16 GEMM (nvjet) is the bulk: its tensor ops dominate the count
+    gemm = sum(f for c, f in flop_of.items() if f >= 1e9)
+    assert gemm / fc.flop > 0.9

@@ -24,6 +24,7 @@ reorders GPUs; said in the notes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,11 +283,28 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None, flops_per
     notes: list[str] = []
     if traces is None:
         traces = _load_traces(run_dir, notes)
-    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes, flops_per_step=flops_per_step)
+    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes, flops_per_step=flops_per_step,
+                     ncu=_ncu(run_dir, notes))
+
+
+def _ncu(run_dir: Path, notes: list[str]):
+    """The run's Nsight Compute results (``proflab kernels`` writes ``ncu/raw.csv``), for
+    FLOPs when the trace has no GEMM shapes; None when absent or unreadable (said)."""
+    raw = run_dir / "ncu" / "raw.csv"
+    if not raw.is_file():
+        return None
+    from proflab.readers.ncu import load as load_ncu
+
+    det = run_dir / "ncu" / "details.csv"
+    try:
+        return load_ncu([raw] + ([det] if det.is_file() else []))
+    except InputError as e:
+        notes.append(f"ncu/raw.csv: not read ({e}); no FLOPs from ncu")
+        return None
 
 
 def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, label: str = "",
-              notes: list[str] | None = None, flops_per_step: float | None = None) -> EnergyAnalysis:
+              notes: list[str] | None = None, flops_per_step: float | None = None, ncu=None) -> EnergyAnalysis:
     """:func:`analyze_energy` on what is already read: monitor samples, ``meta.json`` (for
     the power limits; may be empty) and the run's traces."""
     meta = meta or {}
@@ -299,7 +317,7 @@ def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, l
     for d in devices:
         d["gpu_name"] = names.get(d["device"])
         d["attribution_floor_s"], d["attribution_floor_source"] = _floor(d, d["gpu_name"])
-    windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes, flops_per_step) for tr in traces]
+    windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes, flops_per_step, ncu) for tr in traces]
     alignment = {
         "method": "trace wall clock = baseTimeNanoseconds + event timestamp; monitor time_ns is the wall clock "
                   "(Unix epoch ns) on the same host; accepted when the trace window lies inside the monitor's span",
@@ -368,7 +386,7 @@ _MAX_STEP_ROWS = 2000
 
 
 def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str],
-            flops_per_step: float | None = None) -> dict[str, Any]:
+            flops_per_step: float | None = None, ncu=None) -> dict[str, Any]:
     from proflab.analysis import Context
 
     dist = trace.meta.distributed or {}
@@ -385,7 +403,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         "tflops": None, "tflops_per_w": None, "tflops_per_w_integrated": None, "energy_to_solution_j": None,
         "step_energy": [], "ranges": [], "refused": None,
     }
-    _flops(trace, w, flops_per_step)
+    _flops(trace, w, flops_per_step, ncu)
     base = trace.meta.base_time_ns
     if device is None or device not in per_dev:
         w["refused"] = f"the trace's GPU work is on devices {gdev}, not one monitored device"
@@ -457,26 +475,32 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
             rows.append({"step": st, "start_s": _r((base + a - m0) / 1e9, 4), "dur_ms": _r(dur / 1e6),
                          "energy_j": _r(e, 4), "flop": per.get(st)})
         w["step_energy"] = rows
-        got = [r["energy_j"] for r in rows if r["energy_j"] is not None]
-        if got and len(rows) == gs.height and w["steps_with_energy"] < gs.height:
-            # some steps too short for the counter (the last step's window is only its own
-            # work): the steps that have energy speak for a step, not the span / all steps
+        got = [r["energy_j"] for r in rows[:-1] if r["energy_j"] is not None]
+        if len(rows) == gs.height >= 3 and rows[-1]["energy_j"] is None and len(got) == gs.height - 1:
+            # only the last step is too short for the counter: its GPU window ends with its own
+            # work (no next step bounds it), so it lacks the host time the others include. The
+            # others, all of them, speak for a step (no selection of the long ones).
             w["energy_per_step_j"] = _r(sum(got) / len(got), 4)
-            w["energy_per_step_source"] = f"mean of the {len(got)} steps at least the attribution floor long"
+            w["energy_per_step_source"] = (f"mean of the first {len(got)} steps (the last step's GPU window, "
+                                           "only its own work, is below the attribution floor)")
     w.pop("_flop_by_step", None)
     if w["tflops_per_w"] is None and w["flop_missing"] is None and w["flop_per_step"] is not None:
         w["flop_missing"] = "the steps got no energy (see refused), so no TFLOPS/W"
     return w
 
 
-def _flops(trace, w: dict[str, Any], user: float | None) -> None:
-    """FLOPs of the window: given by the user (per step), else from the recorded GEMM shapes."""
+def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> None:
+    """FLOPs of the window: given by the user (per step), else from the recorded GEMM shapes,
+    else from the run's Nsight Compute counts."""
     if user is not None:
         w.update(flop_per_step=float(user), flop_source="user")
         return
-    from proflab.analysis.flops import gemm_flops
+    from proflab.analysis.flops import gemm_flops, ncu_flops
 
     fc = gemm_flops(trace)
+    if fc.flop is None and ncu is not None:
+        alt = ncu_flops(ncu, trace)
+        fc = alt if alt.flop is not None else dataclasses.replace(fc, missing=f"{fc.missing}; {alt.missing}")
     if fc.flop is None:
         w["flop_missing"] = fc.missing
         return
