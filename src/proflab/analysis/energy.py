@@ -403,7 +403,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         "tflops": None, "tflops_per_w": None, "tflops_per_w_integrated": None, "energy_to_solution_j": None,
         "step_energy": [], "ranges": [], "refused": None,
     }
-    _flops(trace, w, flops_per_step, ncu)
+    flop_by_step = _flops(trace, w, flops_per_step, ncu)
     base = trace.meta.base_time_ns
     if device is None or device not in per_dev:
         w["refused"] = f"the trace's GPU work is on devices {gdev}, not one monitored device"
@@ -457,8 +457,10 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
             w["energy_per_step_j"] = _r(e / gs.height, 4) if e is not None else None
             w["energy_per_step_source"] = "steps' span energy / steps"
             if e and w["flop_per_step"] is not None:
-                fl = w["flop_per_step"] * gs.height if w["flop_source"] == "user" else _step_flops(w, gs)
-                if fl:
+                fl = w["flop_per_step"] * gs.height if w["flop_source"] == "user" else _step_flops(flop_by_step, gs)
+                if not fl:
+                    w["flop_missing"] = "FLOPs were not counted for every GPU-side step"
+                else:
                     w["flop"] = int(fl)
                     w["tflops"] = _r(fl / span / 1e12, 2)
                     w["tflops_per_w"] = _r(fl / e / 1e12, 6)
@@ -467,13 +469,12 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         elif w["refused"] is None:
             w["refused"] = (f"the {gs.height} GPU-side steps span {span * 1e3:.1f} ms, shorter than the counter's "
                             f"resolution ({res * 1e3:.0f} ms): no per-step energy")
-        per = w.pop("_flop_by_step", None) or {}
         rows = []
         for st, a, dur, good in zip(gs["step"].to_list()[:_MAX_STEP_ROWS], gs["start_ns"].to_list(),
                                     gs["dur_ns"].to_list(), ok.tolist()):
             e = span_energy_j(d, base + a, base + a + dur) if good else None
             rows.append({"step": st, "start_s": _r((base + a - m0) / 1e9, 4), "dur_ms": _r(dur / 1e6),
-                         "energy_j": _r(e, 4), "flop": per.get(st)})
+                         "energy_j": _r(e, 4), "flop": flop_by_step.get(st)})
         w["step_energy"] = rows
         got = [r["energy_j"] for r in rows[:-1] if r["energy_j"] is not None]
         if len(rows) == gs.height >= 3 and rows[-1]["energy_j"] is None and len(got) == gs.height - 1:
@@ -483,18 +484,18 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
             w["energy_per_step_j"] = _r(sum(got) / len(got), 4)
             w["energy_per_step_source"] = (f"mean of the first {len(got)} steps (the last step's GPU window, "
                                            "only its own work, is below the attribution floor)")
-    w.pop("_flop_by_step", None)
     if w["tflops_per_w"] is None and w["flop_missing"] is None and w["flop_per_step"] is not None:
         w["flop_missing"] = "the steps got no energy (see refused), so no TFLOPS/W"
     return w
 
 
-def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> None:
+def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, int]:
     """FLOPs of the window: given by the user (per step), else from the recorded GEMM shapes,
-    else from the run's Nsight Compute counts."""
+    else from the run's Nsight Compute counts. Returns the FLOPs per host step (by step
+    number) where counted."""
     if user is not None:
         w.update(flop_per_step=float(user), flop_source="user")
-        return
+        return {}
     from proflab.analysis.flops import gemm_flops, ncu_flops
 
     fc = gemm_flops(trace)
@@ -503,17 +504,16 @@ def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> None:
         fc = alt if alt.flop is not None else dataclasses.replace(fc, missing=f"{fc.missing}; {alt.missing}")
     if fc.flop is None:
         w["flop_missing"] = fc.missing
-        return
+        return {}
     if fc.per_step.height == 0:
         w["flop_missing"] = "no host steps to divide the counted FLOPs among"
-        return
+        return {}
     w["flop_source"] = fc.source
     w["flop_per_step"] = _r(float(fc.per_step["flop"].median()), 0)
-    w["_flop_by_step"] = dict(zip(fc.per_step["step"].to_list(), fc.per_step["flop"].to_list()))
+    return dict(zip(fc.per_step["step"].to_list(), fc.per_step["flop"].to_list()))
 
 
-def _step_flops(w: dict[str, Any], gs: pl.DataFrame) -> int | None:
-    per = w.get("_flop_by_step") or {}
+def _step_flops(per: dict[int, int], gs: pl.DataFrame) -> int | None:
     vals = [per.get(s) for s in gs["step"].to_list()]
     return None if any(v is None for v in vals) else int(sum(vals))
 
