@@ -113,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Reads RUN_DIR's monitor.parquet (NVML samples) and traces: energy per GPU from the NVML energy counter "
             "(integrated power as the cross-check), idle power and the energy spent idle, the energy of each trace's "
-            "profiled window and per GPU-side step where the counter resolves them, and power_capped / "
+            "profiled window, GPU-side step and user range where the counter resolves them, TFLOPS/W where the "
+            "FLOPs are known (GEMM shapes of a --record-shapes trace, or --flops-per-step), and power_capped / "
             "thermal_throttled findings."
         ),
         epilog="example: proflab energy proflab-runs/20260101-120000-train -f json",
@@ -121,6 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument("run_dir", metavar="RUN_DIR", help="a proflab run directory with monitor.parquet")
     en.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    en.add_argument("--flops-per-step", type=float, metavar="FLOP",
+                    help="FLOPs of one step of one rank, when known (default: from the GEMM shapes the trace recorded)")
     en.set_defaults(func=cmd_energy)
     _run_parser(sub)
     rs = sub.add_parser(
@@ -200,24 +203,33 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+    doc = _run_energy(args.paths, traces) if getattr(args, "command", None) == "analyze" else None
+    if doc is not None and fmt == "json" and isinstance(reports, list):
+        import dataclasses
+
+        kw = {"energy": doc} if "error" not in doc else None
+        reports = [dataclasses.replace(r, **(kw or {"notes": (*r.notes, f"energy: not analysed ({doc['error']})")}))
+                   if hasattr(r, "energy") else r for r in reports]
     text = render(reports, fmt, width=width, color=color)
-    if getattr(args, "command", None) == "analyze" and fmt in ("term", "md"):
-        text += _energy_section(args.paths, fmt, traces, width)
+    if doc is not None and fmt in ("term", "md"):
+        from proflab.render.energy import render_energy
+
+        text += (f"\nEnergy: not analysed ({doc['error']})\n" if "error" in doc
+                 else render_energy(doc, fmt, heading=False, width=width))
     return _write_out(args, text)
 
 
-def _energy_section(paths: list[str], fmt: str, traces: list | None, width: int = 80) -> str:
-    """The energy section of ``analyze RUN_DIR`` (empty unless one run directory with
-    monitor.parquet is analysed; its failure is one line, never the analysis's)."""
+def _run_energy(paths: list[str], traces: list | None) -> dict | None:
+    """The energy document of ``analyze RUN_DIR`` (None unless one run directory with
+    monitor.parquet is analysed; its failure is ``{"error": ...}``, never the analysis's)."""
     if len(paths) != 1 or not (Path(paths[0]) / "monitor.parquet").is_file():
-        return ""
+        return None
     from proflab.api import energy
-    from proflab.render.energy import render_energy
 
     try:
-        return render_energy(energy(paths[0], traces=traces).to_dict(), fmt, heading=False, width=width)
+        return energy(paths[0], traces=traces).to_dict()
     except ProflabError as e:
-        return f"\nEnergy: not analysed ({e})\n"
+        return {"error": str(e)}
 
 
 def cmd_energy(args: argparse.Namespace) -> int:
@@ -225,7 +237,9 @@ def cmd_energy(args: argparse.Namespace) -> int:
     from proflab.render import format_for_path
 
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
-    rep = energy(args.run_dir).to_dict()
+    if args.flops_per_step is not None and not args.flops_per_step > 0:
+        raise UsageError("--flops-per-step must be > 0")
+    rep = energy(args.run_dir, flops_per_step=args.flops_per_step).to_dict()
     if fmt == "json":
         import json
 

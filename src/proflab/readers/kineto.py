@@ -140,6 +140,7 @@ class _Args(Struct, frozen=True, gc=False):
     # Kept raw (a slice of the input, not parsed): only matmul/conv operators need their
     # dtypes, and building strings for every operator's inputs costs more than the rest.
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
+    input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())  # same ops: FLOPs from shapes
     # torch.distributed's record_param_comms (and, from 2.x, the NCCL kernels) describe the
     # collective: what it is, its message sizes, dtype and process group
     collective: str | None = field(name="Collective name", default=None)
@@ -702,6 +703,13 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
         ],
         dtype=pl.String,
     )
+    dims = pl.Series(
+        [
+            _dims(raw) if raw and (name in _DTYPE_OPS or name.startswith(_DTYPE_OP_PREFIXES)) else None
+            for name, raw in zip(map(get("name"), evs), map(get("input_dims"), args))
+        ],
+        dtype=pl.String,
+    )
     return pl.DataFrame(
         {
             "cat": pl.Series([_CPU_CATS[c] for c in map(get("cat"), evs)], dtype=CPU_SCHEMA["cat"]),
@@ -710,6 +718,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
             "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
             "input_types": types,
+            "input_dims": dims,
         }
     ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
 
@@ -748,6 +757,15 @@ _DTYPE_OP_PREFIXES = ("aten::conv", "aten::_conv", "aten::cudnn_conv", "aten::mi
 _DTYPES_DECODER = msgspec.json.Decoder(list[Any])
 
 
+def _dims(raw: msgspec.Raw) -> str | None:
+    """The operator's input shapes as compact JSON (``[[m,k],[k,n]]``), or None when malformed."""
+    try:
+        dims = _DTYPES_DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return msgspec.json.encode(dims).decode() if isinstance(dims, list) else None
+
+
 def _dtypes(raw: msgspec.Raw) -> str | None:
     try:
         types = _DTYPES_DECODER.decode(raw)
@@ -767,7 +785,7 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
             "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
         }
-    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types")).select(list(CPU_SCHEMA))
+    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types", "input_dims")).select(list(CPU_SCHEMA))
 
 
 # deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them
