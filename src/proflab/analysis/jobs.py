@@ -41,15 +41,27 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     from proflab.report.assemble import report_for
     from proflab.model.job import rank_of
 
+    from proflab.collect.rundir import step_times_of
+
     trace = load(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"))
     rank = rank_of(trace.meta.distributed, trace.meta.source)
-    ctx = Context(trace, bare_step_ms=options.get("bare_step_ms"))
+    # a rank trace of a `proflab run` directory: the step times its own process measured
+    # without the profiler (processes/<pid>.json) judge that rank's verdicts
+    timed = step_times_of(path) or {}
+    bare = options.get("bare_step_ms") or timed.get("bare_ms")
+    ctx = Context(trace, bare_step_ms=bare)
     report = report_for(ctx, top_kernels=options.get("top_kernels", 15))
-    return rank_summary(ctx, -1 if rank is None else rank, report=report)
+    summary = rank_summary(ctx, -1 if rank is None else rank, report=report)
+    summary.stats["bare_step_ms"] = float(timed["bare_ms"]) if timed else None
+    prof = timed.get("profiled_ms")
+    summary.stats["profiled_step_ms"] = float(prof) if isinstance(prof, (int, float)) and prof > 0 else None
+    return summary
 
 
-def _run_tasks(paths: list[str], options: dict[str, Any], scheduler: str | None, workers: int | None) -> tuple[list[RankSummary], str]:
-    if scheduler is None and len(paths) < DASK_FROM_RANKS and not workers:
+def _run_tasks(
+    paths: list[str], options: dict[str, Any], scheduler: str | None, workers: int | None, in_process: bool = False
+) -> tuple[list[RankSummary], str]:
+    if in_process or (scheduler is None and len(paths) < DASK_FROM_RANKS and not workers):
         return [rank_task(p, options) for p in paths], "in process"
     try:
         from dask.distributed import Client, LocalCluster
@@ -81,15 +93,17 @@ def analyze_job(
     cache: bool | None = None,
     steps: str | None = None,
     window: str | None = None,
+    in_process: bool = False,
 ) -> JobReport:
     """The job report over one trace per rank (files, folders or a run directory: see
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
-    Dask workers (default: one per core)."""
+    Dask workers (default: one per core); ``in_process``: every rank here, whatever their
+    number (no Dask)."""
     from proflab.model.job import Job
 
     files = [str(p) for p in paths]
     options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
-    summaries, engine = _run_tasks(files, options, scheduler, workers)
+    summaries, engine = _run_tasks(files, options, scheduler, workers, in_process)
     from proflab.errors import UsageError
 
     try:
@@ -133,6 +147,15 @@ def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | 
         "engine": engine,
     }
     missing = [Missing(m.split(":")[0], m.split(": ", 1)[-1], ("bus bandwidth",) if "size" in m or "bytes" in m else ()) for m in tables.missing]
+    link = link_reference(device)
+    if link is None and coll.height and coll["busbw_gbps"].is_not_null().any():
+        missing.append(
+            Missing(
+                "link peak bandwidth",
+                f"{device or 'the device'} is not in proflab's table of GPU links and the trace does not record the topology",
+                ("bus bandwidth against the link",),
+            )
+        )
     return JobReport(
         source={"inputs": [s.source for s in summaries], "ranks": list(job.ranks)},
         summary=summary,
@@ -140,7 +163,7 @@ def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | 
         collectives=tuple(_collective_rows(coll)),
         findings=tuple(findings),
         reports=tuple(s.report for s in summaries),
-        link=link_reference(device),
+        link=link,
         missing=tuple(missing),
         notes=tuple(notes),
     )

@@ -242,7 +242,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
     idle_by_cause: dict[str, int] | None = None
     if side == "gpu":
         g = ctx.gaps.filter(pl.col("device") == dev).group_by("cause").agg(pl.col("dur_ns").sum())
-        idle_by_cause = {str(c): int(v) for c, v in g.iter_rows()}
+        idle_by_cause = {str(c): int(v) for c, v in sorted(g.iter_rows(), key=lambda r: (-r[1], str(r[0])))}
     info = ctx.device_info or {}
     stats = {
         "device": dev,
@@ -255,7 +255,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
         "comm_ns": comm.total_ns,
         "idle_by_cause_ns": idle_by_cause,
         "idle_ns": None if side != "gpu" else int(ctx.device_breakdowns[dev].idle_ns),
-        "step_side": "gpu" if side == "gpu" and ctx.gpu_steps.height else "host",
+        "step_side": "gpu" if side == "gpu" and steps_win is not host_steps else "host",
         "world_size": (trace.meta.distributed or {}).get("world_size"),
         "backend": (trace.meta.distributed or {}).get("backend"),
     }
@@ -495,6 +495,12 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
                 "device_name": st.get("device_name"),
                 "steps": st["steps"],
                 "step_ms": None if st["step_ns_median"] is None else st["step_ns_median"] / 1e6,
+                # "gpu": step_ms is the GPU-side step (first kernel to last); "host": the loop's
+                "step_side": st.get("step_side"),
+                # measured by `proflab run` in the rank's own process (processes/<pid>.json):
+                # the loop's median step without the profiler, and while it recorded
+                "bare_step_ms": st.get("bare_step_ms"),
+                "profiled_step_ms": st.get("profiled_step_ms"),
                 "window_ms": st["window_ns"] / 1e6,
                 "compute_ms": st["compute_ns"] / 1e6,
                 "comm_ms": comm / 1e6,

@@ -11,6 +11,7 @@ __all__ = ["render_job_terminal", "render_job_markdown"]
 _RANK_COLS = (
     ("rank", "rank"),
     ("step_ms", "step ms"),
+    ("bare_step_ms", "bare"),
     ("compute_ms", "compute"),
     ("comm_ms", "comm"),
     ("wait_ms", "wait"),
@@ -30,6 +31,23 @@ _COLL_COLS = (
     ("transfer_median_ms", "xfer ms"),
     ("busbw_gbps", "busbw GB/s"),
 )
+
+
+# shown only when some rank has them (the unprofiled step: runs of `proflab run`)
+_OPTIONAL = ("bare_step_ms",)
+
+
+def _rank_cols(rows: list[dict]):
+    return tuple((k, h) for k, h in _RANK_COLS if k not in _OPTIONAL or any(r.get(k) is not None for r in rows))
+
+
+def _step_legend(rows: list[dict]) -> str:
+    sides = {r.get("step_side") for r in rows}
+    side = "GPU-side (start of a step's first GPU work to the next's)" if sides == {"gpu"} else "host-side (ProfilerStep)" if sides == {"host"} else "per rank's side"
+    out = f"step ms: median step, {side}"
+    if any(r.get("bare_step_ms") is not None for r in rows):
+        out += "; bare: median step without the profiler, measured in the rank's own process"
+    return out
 
 
 def _idle(row: dict) -> str:
@@ -64,8 +82,9 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
     d = job.to_dict()
     lines = _header(d) + [""]
     lines.append("Per rank (ms over the window; wait: collective time before the last rank arrived;")
-    lines.append("exp.xfer: transfer no compute hid; late: how much later than all others it arrived)")
-    lines += ["  " + x for x in _table(d["ranks"], _RANK_COLS)]
+    lines.append("exp.xfer: transfer no compute hid; late: how much later than all others it arrived;")
+    lines.append(_step_legend(d["ranks"]) + ")")
+    lines += ["  " + x for x in _table(d["ranks"], _rank_cols(d["ranks"]))]
     for r in d["ranks"]:
         if _idle(r):
             lines.append(f"  rank {r['rank']} GPU idle by cause (ms): {_idle(r)}")
@@ -95,10 +114,13 @@ def render_job_markdown(job) -> str:
 
     d = job.to_dict()
     lines = ["# proflab job report", ""] + [f"- {esc(x)}" for x in _header(d)] + ["", "## Ranks", ""]
-    hdr = [h for _, h in _RANK_COLS]
-    lines += ["| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
+    cols = _rank_cols(d["ranks"])
+    hdr = [h for _, h in cols]
+    lines += [esc(_step_legend(d["ranks"])) + ".", "", "| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
     for r in d["ranks"]:
-        lines.append("| " + " | ".join(fmt_num(r.get(k)) for k, _ in _RANK_COLS) + " |")
+        lines.append("| " + " | ".join(fmt_num(r.get(k)) for k, _ in cols) + " |")
+    idle = [f"- rank {r['rank']} GPU idle by cause (ms): {esc(_idle(r))}" for r in d["ranks"] if _idle(r)]
+    lines += [""] + idle if idle else []
     if d["collectives"]:
         hdr = [h for _, h in _COLL_COLS]
         lines += ["", "## Collectives", "", "| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
