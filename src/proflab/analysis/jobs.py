@@ -18,7 +18,7 @@ import polars as pl
 from proflab.analysis.ranks import RankSummary, job_tables, link_reference
 from proflab.report import JobReport, Missing
 
-__all__ = ["analyze_job", "analyze_processes", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
+__all__ = ["analyze_job", "analyze_processes", "rank_summaries", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
 
 
 class NotAJob(Exception):
@@ -99,12 +99,21 @@ def analyze_job(
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
     Dask workers (default: one per core); ``in_process``: every rank here, whatever their
     number (no Dask)."""
+    options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
+    summaries, engine, world = rank_summaries(paths, options, scheduler=scheduler, workers=workers, in_process=in_process)
+    return _job_report(summaries, engine, world_size=world)
+
+
+def rank_summaries(
+    paths: list[str | Path], options: dict[str, Any], *, scheduler: str | None = None, workers: int | None = None, in_process: bool = False
+) -> tuple[list[RankSummary], str, int | None]:
+    """Every rank's summary in rank order, the engine that made them, and the job's declared
+    world size. ``options``: rank_task's. Raises NotAJob when the traces are not one rank each."""
+    from proflab.errors import UsageError
     from proflab.model.job import Job
 
     files = [str(p) for p in paths]
-    options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
     summaries, engine = _run_tasks(files, options, scheduler, workers, in_process)
-    from proflab.errors import UsageError
 
     try:
         job = Job.from_ranks(
@@ -113,8 +122,7 @@ def analyze_job(
     except UsageError as e:
         raise NotAJob(str(e), summaries) from None
     by_source = {s.source: s for s in summaries}
-    job = Job(job.ranks, tuple(by_source[x] for x in job.traces), job.world_size)
-    return _job_report(list(job.traces), engine, world_size=job.world_size)
+    return [by_source[x] for x in job.traces], engine, job.world_size
 
 
 def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | None = None, extra_notes: list[str] = ()) -> JobReport:
