@@ -91,6 +91,10 @@ def test_the_run_summary_is_the_job_report_naming_the_straggler(straggler):
     assert (run / "summary.txt").read_text().endswith(out[out.index("proflab job") :])
     doc = json.loads((run / "analysis.json").read_text())
     assert doc["schema"] == "proflab.job/1" and doc["source"]["ranks"] == [0, 1]
+    jsonschema = pytest.importorskip("jsonschema")
+    import proflab
+
+    jsonschema.validate(doc, json.loads((Path(proflab.__file__).parent / "schema" / "job.schema.json").read_text()))
     li = _finding(doc, "load_imbalance")
     assert li is not None and li["id"] == "load_imbalance", doc["findings"]
     assert li["evidence"]["slow_rank"] == 1 and li["evidence"]["cause"] == "host"

@@ -168,7 +168,7 @@ def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | 
         source={"inputs": [s.source for s in summaries], "ranks": list(job.ranks)},
         summary=summary,
         ranks=tuple(_round_row(r) for r in tables.ranks.to_dicts()),
-        collectives=tuple(_collective_rows(coll)),
+        collectives=tuple(_collective_rows(coll, link)),
         findings=tuple(findings),
         reports=tuple(s.report for s in summaries),
         link=link,
@@ -204,8 +204,10 @@ def _round_row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
 
 
-def _collective_rows(coll: pl.DataFrame) -> list[dict[str, Any]]:
-    """Per group, collective and message size: how many, the arrival skew, transfer, bus bandwidth."""
+def _collective_rows(coll: pl.DataFrame, link: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per group, collective and message size: how many, the arrival skew, transfer, bus
+    bandwidth, and that bandwidth as a share of the link's datasheet peak (null when the
+    link is not known)."""
     if coll.height == 0:
         return []
     t = (
@@ -220,4 +222,6 @@ def _collective_rows(coll: pl.DataFrame) -> list[dict[str, Any]]:
         )
         .sort("group", "collective", "bytes", nulls_last=True)
     )
+    peak = None if link is None else link["gbps_per_direction"]
+    t = t.with_columns((pl.col("busbw_gbps") / peak * 100 if peak else pl.lit(None, pl.Float64)).alias("busbw_of_link_pct"))
     return [_round_row(r) for r in t.to_dicts()]

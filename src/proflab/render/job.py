@@ -14,7 +14,7 @@ _RANK_COLS = (
     ("bare_step_ms", "bare"),
     ("compute_ms", "compute"),
     ("comm_ms", "comm"),
-    ("wait_ms", "wait"),
+    ("exposed_wait_ms", "exp.wait"),
     ("exposed_transfer_ms", "exp.xfer"),
     ("overlap_pct", "ovl %"),
     ("late_ms", "late"),
@@ -30,6 +30,7 @@ _COLL_COLS = (
     ("most_often_last_rank", "last"),
     ("transfer_median_ms", "xfer ms"),
     ("busbw_gbps", "busbw GB/s"),
+    ("busbw_of_link_pct", "% link"),
 )
 
 
@@ -39,6 +40,11 @@ _OPTIONAL = ("bare_step_ms",)
 
 def _rank_cols(rows: list[dict]):
     return tuple((k, h) for k, h in _RANK_COLS if k not in _OPTIONAL or any(r.get(k) is not None for r in rows))
+
+
+def _coll_cols(d: dict):
+    """The collectives' columns; "% link" only when the link's peak is known."""
+    return tuple((k, h) for k, h in _COLL_COLS if k != "busbw_of_link_pct" or d.get("link"))
 
 
 def _step_legend(rows: list[dict]) -> str:
@@ -81,15 +87,20 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
 
     d = job.to_dict()
     lines = _header(d) + [""]
-    lines.append("Per rank (ms over the window; wait: collective time before the last rank arrived;")
-    lines.append("exp.xfer: transfer no compute hid; late: how much later than all others it arrived;")
-    lines.append(_step_legend(d["ranks"]) + ")")
+    import textwrap
+
+    legend = (
+        "Per rank (ms over the window; comm: in collectives; exp.wait: waiting in them for the last rank and "
+        "exp.xfer: transferring after it, with no compute underneath; ovl %: collective time under compute; "
+        f"late: how much later than all others it arrived; {_step_legend(d['ranks'])})"
+    )
+    lines += textwrap.wrap(legend, width=max(60, min(width or 80, 100)))
     lines += ["  " + x for x in _table(d["ranks"], _rank_cols(d["ranks"]))]
     for r in d["ranks"]:
         if _idle(r):
             lines.append(f"  rank {r['rank']} GPU idle by cause (ms): {_idle(r)}")
     if d["collectives"]:
-        lines += ["", "Collectives across ranks"] + ["  " + x for x in _table(d["collectives"], _COLL_COLS)]
+        lines += ["", "Collectives across ranks"] + ["  " + x for x in _table(d["collectives"], _coll_cols(d))]
     lines += ["", "Job findings, largest estimated gain first"]
     if not d["findings"]:
         lines.append("  none: no straggler and no exposed communication worth a finding")
@@ -122,10 +133,11 @@ def render_job_markdown(job) -> str:
     idle = [f"- rank {r['rank']} GPU idle by cause (ms): {esc(_idle(r))}" for r in d["ranks"] if _idle(r)]
     lines += [""] + idle if idle else []
     if d["collectives"]:
-        hdr = [h for _, h in _COLL_COLS]
+        cols = _coll_cols(d)
+        hdr = [h for _, h in cols]
         lines += ["", "## Collectives", "", "| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
         for r in d["collectives"]:
-            lines.append("| " + " | ".join(esc(r[k]) if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in _COLL_COLS) + " |")
+            lines.append("| " + " | ".join(esc(r[k]) if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in cols) + " |")
     lines += ["", "## Job findings", ""]
     if not d["findings"]:
         lines.append("No job findings.")
