@@ -9,7 +9,8 @@ Layout of ``proflab-runs/<YYYYmmdd-HHMMSS>-<name>/``::
     monitor.parquet    GPU monitor samples (see proflab.collect.monitor for the columns)
     events.jsonl       DetailedProfiler / proflab.record events, one JSON object a line
     processes/         one JSON per profiled process: torch version, steps seen, the window
-    analysis.json      the proflab.report/1 analysis of the trace(s)
+    analysis.json      the proflab.report/1 analysis of the trace(s); a torchrun job's
+                       proflab.job/1 job report (its ranks' reports inside)
     summary.txt        the terminal summary printed at the end of the run
 
 Every file is written through a temporary file and a rename, so a reader never sees half a
