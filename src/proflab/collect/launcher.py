@@ -409,8 +409,9 @@ def analyze_run(
             shown = job if job is not None else reports
             rundir.write_text(run_dir / "analysis.json", render(shown, "json"))
             body = render(shown, "term", width=width or 80, color=color)
-            # the job's own findings first (a straggler, exposed communication), else rank 0's
-            f = (job.findings or reports[0].findings) if job is not None else reports[0].findings
+            # the job's own findings that claim a gain first (a straggler, exposed
+            # communication), else rank 0's
+            f = ([x for x in job.findings if x.est_gain_ms > 0] if job is not None else []) or reports[0].findings
             meta["analysis"] = {
                 "reports": len(reports),
                 "job": job is not None,
