@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog='example: proflab sql run.pt.trace.json.gz "SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name"',
     )
-    q.add_argument("trace", nargs="?", metavar="TRACE", help="a trace file")
+    q.add_argument("trace", nargs="?", metavar="TRACE",
+                   help="a trace file; or a run directory or folder of rank traces: the job's tables")  # fmt: skip
     q.add_argument("query", nargs="?", metavar="SQL", help="the query; quote it")
     q.add_argument("--tables", action="store_true", help="list every table with its columns and types, then exit")
     q.add_argument("-f", "--format", choices=SQL_FORMATS, help="output format (default: table, or from -o suffix)")
@@ -741,16 +742,33 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from proflab import sql
 
     load = _loader(args, show_progress=fmt == "table")
+    # a folder or run directory of several rank traces: the job's tables
+    ranks = None
+    if args.trace and Path(args.trace).is_dir():
+        from proflab.readers import expand_paths
+
+        found = expand_paths([args.trace])
+        if args.output and any(Path(args.output).resolve() == f.resolve() for f in found):
+            raise UsageError(f"{args.output}: refusing to overwrite an input trace")
+        ranks, args.trace = (found, None) if len(found) >= 2 else (None, str(found[0]))
+    reading = {"cache": args.cache, "steps": args.steps, "window": args.window}
     if args.tables:
         if args.query:
             raise UsageError("--tables takes no query")
-        df = sql.catalog(load(args.trace) if args.trace else None)
+        if ranks:
+            df = sql.job_catalog(ranks, **reading)
+        elif args.trace:
+            df = sql.catalog(load(args.trace))
+        else:
+            import polars as pl
+
+            df = pl.concat([sql.catalog(), sql.job_catalog()])
         if fmt == "table":
             return _write_out(args, _catalog_text(df, _sql_width(args)))
         return _emit_frame(args, df, fmt)
-    if not args.trace or not args.query:
+    if not (args.trace or ranks) or not args.query:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
-    df = sql.query(load(args.trace), args.query)
+    df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(load(args.trace), args.query)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
         return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
