@@ -101,6 +101,90 @@ def test_current_pytorch_cpu_trace_is_read_and_says_what_it_holds(capsys):
     assert rc == 0 and out.splitlines()[2].startswith("> the trace holds host events only"), out[:400]
 
 
+def test_pytorch_2_0_cpu_trace_is_read_with_its_steps():
+    """Recorded here with torch 2.0.1 (record_cpu.py, in a throwaway environment): its
+    ``deviceProperties`` is an empty list and its steps are ``user_annotation`` spans."""
+    path = COMPAT / "torch2.0.1_cpu_mlp.pt.trace.json.gz"
+    raw = _raw(path)
+    assert raw["deviceProperties"] == []
+    t = proflab.load(path)
+    steps = [e for e in _x(raw, "user_annotation") if e["name"].startswith("ProfilerStep#")]
+    assert t.steps["step"].to_list() == [1, 2, 3] == sorted(int(e["name"].split("#")[1]) for e in steps)
+    first = min(steps, key=lambda e: e["ts"])
+    assert t.steps["start_ns"][0] == round(first["ts"] * 1000)
+    assert t.gpu.height == 0 and t.devices.height == 0
+    assert t.cpu.filter(pl.col("cat") == "cpu_op").height == len(_x(raw, "cpu_op")) == 324
+    assert t.meta.notes[0].startswith("the trace holds host events only")
+
+
+def test_real_mi300x_rocm7_trace_is_read_with_hip_launches_and_its_device(capsys):
+    """A real MI300X trace (rocprofiler-sdk era, ROCm 7 HIP runtime) from TraceLens's
+    evaluation set: ``hipLaunchKernel`` calls, ``[clone .kd]`` kernel names,
+    ``hipDeviceSynchronize``, float timestamps with ``baseTimeNanoseconds``, eight
+    ``AMD Instinct MI300X`` devices with 304 CUs. Its device has datasheet peaks."""
+    path = COMPAT / "tracelens_mi300x_rocm7_elementwise_hiplaunchkernel.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    kernels = _x(raw, "kernel")
+    assert t.kernels.height == len(kernels) == 10
+    assert t.kernels["correlation"].to_list() == [k["args"]["correlation"] for k in kernels]
+    assert set(t.kernels["name"]) == {kernels[0]["name"]} and kernels[0]["name"].endswith("[clone .kd]")
+    launches = t.cpu.filter(pl.col("cat") == "cuda_runtime")
+    assert launches.filter(pl.col("name") == "hipLaunchKernel").height == 10
+    assert launches.filter(pl.col("name") == "hipDeviceSynchronize").height == 2
+    assert t.devices.height == 8 and set(t.devices["name"]) == {"AMD Instinct MI300X"} and t.devices["sm_count"][0] == 304
+    assert t.steps.height == 0  # recorded without prof.step()
+    assert t.meta.notes == ()
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["launch"]["launch_calls"] == 10 and r["launch"]["kernels"] == 10
+    assert r["device"]["name"] == "AMD Instinct MI300X" and r["device"]["peak_source"] == "datasheet (MI300X)"
+    assert r["device"]["peak_hbm_gbps"] == 5300 and r["device"]["peak_bf16_tflops"] == 1307.4
+    assert "datasheet peaks" not in {m["signal"] for m in r["missing"]}
+    busy = sum(k["dur"] for k in kernels)  # one stream, no overlap: busy time is the kernels' sum
+    assert r["summary"]["breakdown_ms"]["compute"] == pytest.approx(busy / 1000, abs=0.002)
+
+
+def test_real_mi300x_roctracer_trace_links_kernels_to_launches_through_flows(capsys):
+    """A real MI300X BF16 GEMM trace from TraceLens's evaluation set, of the earlier ROCm
+    layout: ``hipExtModuleLaunchKernel`` with ``"stream": "0x0"`` (text), ``grid dim``/``block
+    dim``, kernels that carry only an ``External id`` and no correlation or device, and no
+    ``deviceProperties``. Kernels are tied to their launches through the ``ac2g`` flows."""
+    path = COMPAT / "tracelens_mi300x_rocm_gemm_hipextmodulelaunchkernel.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    kernels = _x(raw, "kernel")
+    assert t.kernels.height == len(kernels) == 20 and all("correlation" not in k["args"] for k in kernels)
+    # the flow ending at each kernel carries the id of the flow starting at its launch call
+    assert t.kernels["correlation"].to_list() == [k["args"]["External id"] for k in kernels]
+    launch = t.cpu.filter(pl.col("name") == "hipExtModuleLaunchKernel")
+    assert launch.height == 20 and set(launch["correlation"]) == set(t.kernels["correlation"])
+    assert set(t.kernels["device"]) == {2}  # from the kernel's pid: the trace names no device
+    assert t.devices.height == 0
+    assert "args.stream: 20 values were strings, read as an integer" in t.meta.notes
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["launch"]["launch_calls"] == 20 and r["launch"]["median_launch_to_start_us"] is not None
+    missing = {m["signal"] for m in r["missing"]}
+    assert "device properties" in missing and "host launch calls" not in missing
+
+
+def test_amd_peaks_only_for_a_whole_device():
+    """Datasheet figures hold for the whole device: a partition (fewer CUs) or a die of a
+    two-die MI250X gets none, and the report says why."""
+    from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
+
+    assert datasheet_peaks("AMD Instinct MI300X", 304).bf16_tflops == 1307.4
+    assert datasheet_peaks("AMD Instinct MI300X", 38) is None
+    assert "38 compute units, not the 304" in peaks_missing_reason("AMD Instinct MI300X", 38)
+    assert datasheet_peaks("AMD Instinct MI250X / MI250", 104) is None
+    assert datasheet_peaks("NVIDIA H100 80GB HBM3", 132).model == "H100 SXM"  # NVIDIA: no CU check
+
+
 @pytest.mark.parametrize("path", sorted(KINETO.glob("*.pt.trace.json.gz")), ids=lambda p: p.name.split(".")[0])
 def test_recorded_pytorch_2_11_gpu_traces_read_without_coercion(path):
     """The GPU traces recorded for the rules (PyTorch 2.11, H100) decode on the strict path:
