@@ -101,10 +101,11 @@ def test_current_pytorch_cpu_trace_is_read_and_says_what_it_holds(capsys):
     assert rc == 0 and out.splitlines()[2].startswith("> the trace holds host events only"), out[:400]
 
 
-def test_pytorch_2_0_cpu_trace_is_read_with_its_steps():
-    """Recorded here with torch 2.0.1 (record_cpu.py, in a throwaway environment): its
-    ``deviceProperties`` is an empty list and its steps are ``user_annotation`` spans."""
-    path = COMPAT / "torch2.0.1_cpu_mlp.pt.trace.json.gz"
+@pytest.mark.parametrize("version, ops", [("1.13.1", 360), ("2.0.1", 324)])
+def test_older_pytorch_cpu_traces_are_read_with_their_steps(version, ops):
+    """Recorded here with torch 1.13.1 and 2.0.1 (record_cpu.py, each in a throwaway
+    environment): ``deviceProperties`` is an empty list, steps are ``user_annotation`` spans."""
+    path = COMPAT / f"torch{version}_cpu_mlp.pt.trace.json.gz"
     raw = _raw(path)
     assert raw["deviceProperties"] == []
     t = proflab.load(path)
@@ -113,7 +114,7 @@ def test_pytorch_2_0_cpu_trace_is_read_with_its_steps():
     first = min(steps, key=lambda e: e["ts"])
     assert t.steps["start_ns"][0] == round(first["ts"] * 1000)
     assert t.gpu.height == 0 and t.devices.height == 0
-    assert t.cpu.filter(pl.col("cat") == "cpu_op").height == len(_x(raw, "cpu_op")) == 324
+    assert t.cpu.filter(pl.col("cat") == "cpu_op").height == len(_x(raw, "cpu_op")) == ops
     assert t.meta.notes[0].startswith("the trace holds host events only")
 
 
