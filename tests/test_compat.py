@@ -146,6 +146,8 @@ def test_real_mi300x_rocm7_trace_is_read_with_hip_launches_and_its_device(capsys
     assert "datasheet peaks" not in {m["signal"] for m in r["missing"]}
     busy = sum(k["dur"] for k in kernels)  # one stream, no overlap: busy time is the kernels' sum
     assert r["summary"]["breakdown_ms"]["compute"] == pytest.approx(busy / 1000, abs=0.002)
+    assert main(["analyze", str(path), "--width", "120"]) == 0
+    assert "AMD Instinct MI300X (304 CUs)" in capsys.readouterr().out.splitlines()[0]
 
 
 def test_real_mi300x_roctracer_trace_links_kernels_to_launches_through_flows(capsys):
