@@ -101,16 +101,18 @@ def test_current_pytorch_cpu_trace_is_read_and_says_what_it_holds(capsys):
     assert rc == 0 and out.splitlines()[2].startswith("> the trace holds host events only"), out[:400]
 
 
-@pytest.mark.parametrize("version, ops", [("1.13.1", 360), ("2.0.1", 324)])
-def test_older_pytorch_cpu_traces_are_read_with_their_steps(version, ops):
-    """Recorded here with torch 1.13.1 and 2.0.1 (record_cpu.py, each in a throwaway
-    environment): ``deviceProperties`` is an empty list, steps are ``user_annotation`` spans."""
+@pytest.mark.parametrize("version, ops, numbers", [("1.13.1", 360, [1, 2, 3]), ("2.0.1", 324, [1, 2, 3]), ("2.4.1", 324, [2, 3, 4])])
+def test_older_pytorch_cpu_traces_are_read_with_their_steps(version, ops, numbers):
+    """Recorded here with torch 1.13.1, 2.0.1 and 2.4.1 (record_cpu.py, each in a throwaway
+    environment): ``deviceProperties`` is an empty list, steps are ``user_annotation`` spans
+    (2.4 numbers the same schedule's steps from 2, and adds ``fwdbwd`` flows and
+    ``baseTimeNanoseconds``)."""
     path = COMPAT / f"torch{version}_cpu_mlp.pt.trace.json.gz"
     raw = _raw(path)
     assert raw["deviceProperties"] == []
     t = proflab.load(path)
     steps = [e for e in _x(raw, "user_annotation") if e["name"].startswith("ProfilerStep#")]
-    assert t.steps["step"].to_list() == [1, 2, 3] == sorted(int(e["name"].split("#")[1]) for e in steps)
+    assert t.steps["step"].to_list() == numbers == sorted(int(e["name"].split("#")[1]) for e in steps)
     first = min(steps, key=lambda e: e["ts"])
     assert t.steps["start_ns"][0] == round(first["ts"] * 1000)
     assert t.gpu.height == 0 and t.devices.height == 0
