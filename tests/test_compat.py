@@ -190,6 +190,76 @@ def test_amd_peaks_only_for_a_whole_device():
     assert datasheet_peaks("NVIDIA H100 80GB HBM3", 132).model == "H100 SXM"  # NVIDIA: no CU check
 
 
+# Recorded on the H100 with PyTorch 2.11 (record_gpu.py): one bf16 MLP forward in each form a
+# trace takes. name -> (step numbers, launch calls by name, kernel-name prefixes)
+_H100 = {
+    "compiled_max_autotune": (
+        [0, 1, 2],
+        {"cuLaunchKernel": 2, "cudaGraphLaunch": 3, "cudaLaunchKernel": 5},
+        {"triton_tem_fused_gelu_mm_0", "triton_tem_fused_gelu_mm_1"},
+    ),
+    "compiled_no_cudagraphs": ([0, 1, 2], {"cuLaunchKernel": 6}, {"triton_tem_fused_gelu_mm_0", "triton_tem_fused_gelu_mm_1"}),
+    "eager_cudagraph": ([1, 2, 3], {"cudaGraphLaunch": 3}, {"nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_H100))
+def test_pytorch_2_11_h100_traces_read_with_steps_kernels_launches_and_device(name):
+    """torch.compile(max-autotune) records a CUDA graph in its first profiled step (the Triton
+    kernels launched through cuLaunchKernel while capturing) and replays it (cudaGraphLaunch);
+    without CUDA graphs every Triton kernel comes from cuLaunchKernel; an eager forward captured
+    into torch.cuda.CUDAGraph replays through cudaGraphLaunch. Each kernel is tied to the call
+    that launched it, graph replays included."""
+    numbers, launches, kernel_names = _H100[name]
+    path = COMPAT / f"torch2.11_h100_{name}.pt.trace.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    assert t.steps["step"].to_list() == numbers
+    assert t.kernels.height == len(_x(raw, "kernel")) and kernel_names <= set(t.kernels["name"])
+    assert t.devices["name"][0] == "NVIDIA H100 80GB HBM3"
+    calls = t.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    for call, n in launches.items():
+        assert calls.filter(pl.col("name") == call).height == n, call
+    # every kernel has a launch call with its correlation id
+    assert set(t.kernels["correlation"]) <= set(calls["correlation"].drop_nulls())
+    assert t.meta.notes == ()
+    assert proflab.analyze(t).launch["launch_calls"] == sum(launches.values())
+
+
+def test_export_chrome_trace_plain_json_is_read(tmp_path):
+    """The eager forward written by prof.export_chrome_trace (plain JSON, kept gzip-compressed
+    here): read from a plain .json file as written, cuLaunchKernelEx (cuBLAS's nvjet kernels)
+    and cudaLaunchKernel both count; no schedule, so no ProfilerStep and the report says so."""
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.decompress((COMPAT / "torch2.11_h100_eager_export_chrome_trace.json.gz").read_bytes()))
+    raw = json.loads(plain.read_text())
+    t = proflab.load(plain)
+    assert t.kernels.height == len(_x(raw, "kernel")) == 9 and t.steps.height == 0
+    calls = t.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    assert calls.filter(pl.col("name") == "cuLaunchKernelEx").height == 6
+    assert set(t.kernels["correlation"]) <= set(calls["correlation"].drop_nulls())
+    assert main(["analyze", str(plain), "-f", "json"]) == 0
+
+
+def test_single_process_nccl_trace_keeps_its_collectives(capsys):
+    """all_reduce and all_gather_into_tensor over a one-process NCCL group (world size 1, the
+    only NCCL group one GPU allows): NCCL runs no kernel for one rank (the gather is a
+    device-to-device copy, the all_reduce nothing), so the trace's collectives are the host's
+    record_param_comms calls, which proflab keeps with their sizes."""
+    path = COMPAT / "torch2.11_h100_nccl_world1.pt.trace.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    assert t.steps["step"].to_list() == [1, 2, 3] and t.kernels.height == 0
+    assert t.comms["collective"].to_list() == ["allreduce", "_allgather_base"] * 3
+    assert set(t.comms["in_nelems"]) == {1 << 20} and set(t.comms["group_size"]) == {1}
+    copy = _x(raw, "gpu_memcpy")
+    assert t.memcpy.height == len(copy) == 3 and set(t.memcpy["copy_kind"].cast(pl.String)) == {"DtoD"}
+    assert t.memcpy["bytes"].to_list() == [4 << 20] * 3
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize("path", sorted(KINETO.glob("*.pt.trace.json.gz")), ids=lambda p: p.name.split(".")[0])
 def test_recorded_pytorch_2_11_gpu_traces_read_without_coercion(path):
     """The GPU traces recorded for the rules (PyTorch 2.11, H100) decode on the strict path:

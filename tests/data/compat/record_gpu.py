@@ -17,11 +17,13 @@ forms a trace can take:
 - ``eager_chrome``: plain eager, written by ``prof.export_chrome_trace`` (plain JSON), not
   by ``tensorboard_trace_handler``.
 - ``nccl_world1``: ``all_reduce`` (and ``all_gather_into_tensor``) over a one-process NCCL
-  group (``init_process_group`` with a ``file://`` store), for NCCL's kernel names.
+  group (``init_process_group`` with a ``file://`` store). NCCL runs no kernel for a single
+  rank (the gather becomes a device-to-device copy), so this trace holds the collectives'
+  host calls, not NCCL's kernel names: those need two GPUs.
 
 Each trace is written gzip-compressed as OUT_DIR/<name>.pt.trace.json.gz. OUT_DIR/bare.json
-records, per workload, the bare (unprofiled) median step time measured with CUDA events over
-20 steps, and the versions. A workload that fails is recorded there with its error; one that
+records, per workload, the bare (unprofiled) median step time (``bare_ms``) measured with CUDA
+events over 20 steps, and the versions. A workload that fails is recorded there with its error; one that
 would start past the time budget is skipped, so the run ends on time.
 """
 
@@ -87,7 +89,7 @@ def profiled(step, out: Path, name: str, *, chrome: bool = False, warmup: int = 
             return
         with profile(
             activities=acts,
-            schedule=schedule(wait=0, warmup=warmup, active=ACTIVE),
+            schedule=schedule(wait=0, warmup=warmup, active=ACTIVE, repeat=1),  # one cycle: one trace
             on_trace_ready=tensorboard_trace_handler(tmp, use_gzip=True),
         ) as prof:
             for _ in range(warmup + ACTIVE):
@@ -106,7 +108,7 @@ def eager(out: Path) -> dict:
     torch.cuda.synchronize()
     ms = bare_ms(step)
     profiled(step, out, "eager_chrome", chrome=True)
-    return {"bare_step_ms": ms}
+    return {"bare_ms": ms}
 
 
 def eager_cudagraph(out: Path) -> dict:
@@ -123,7 +125,7 @@ def eager_cudagraph(out: Path) -> dict:
     step = graph.replay
     ms = bare_ms(step)
     profiled(step, out, "eager_cudagraph")
-    return {"bare_step_ms": ms}
+    return {"bare_ms": ms}
 
 
 def compiled(out: Path, mode: str, name: str) -> dict:
@@ -138,7 +140,7 @@ def compiled(out: Path, mode: str, name: str) -> dict:
         # warmup step, which would take the recording), the next ones replay it
         profiled(lambda: f(x), out, name, warmup=0)
         ms = bare_ms(lambda: f(x))
-    return {"bare_step_ms": ms, "compile_s": compile_s}
+    return {"bare_ms": ms, "compile_s": compile_s}
 
 
 def nccl(out: Path) -> dict:
@@ -159,7 +161,7 @@ def nccl(out: Path) -> dict:
         torch.cuda.synchronize()
         ms = bare_ms(step)
         profiled(step, out, "nccl_world1")
-        return {"bare_step_ms": ms, "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))}
+        return {"bare_ms": ms, "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))}
     finally:
         dist.destroy_process_group()
 
