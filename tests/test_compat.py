@@ -152,9 +152,9 @@ def test_real_mi300x_rocm7_trace_is_read_with_hip_launches_and_its_device(capsys
     assert "AMD Instinct MI300X (304 CUs)" in capsys.readouterr().out.splitlines()[0]
 
 
-def test_real_mi300x_roctracer_trace_links_kernels_to_launches_through_flows(capsys):
-    """A real MI300X BF16 GEMM trace from TraceLens's evaluation set, of the earlier ROCm
-    layout: ``hipExtModuleLaunchKernel`` with ``"stream": "0x0"`` (text), ``grid dim``/``block
+def test_real_mi300x_hip6_trace_links_kernels_to_launches_through_flows(capsys):
+    """A real MI300X BF16 GEMM trace from TraceLens's evaluation set, of an earlier ROCm
+    layout (HIP 6): ``hipExtModuleLaunchKernel`` with ``"stream": "0x0"`` (text), ``grid dim``/``block
     dim``, kernels that carry only an ``External id`` and no correlation or device, and no
     ``deviceProperties``. Kernels are tied to their launches through the ``ac2g`` flows."""
     path = COMPAT / "tracelens_mi300x_rocm_gemm_hipextmodulelaunchkernel.json.gz"

@@ -341,8 +341,8 @@ _FLOW_CATS = {"ac2g", "async"}
 
 
 def _link_by_flows(events: list, gpu_evs: list, gpu: pl.DataFrame, ops: list, cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Correlation ids from the launch flows, for traces whose kernels carry none (ROCm's
-    roctracer-era traces keep only the flow): Kineto starts a flow (ph "s") where the runtime
+    """Correlation ids from the launch flows, for traces whose kernels carry none (some ROCm
+    traces keep only the flow): Kineto starts a flow (ph "s") where the runtime
     call starts and ends it (ph "f") where the kernel starts, with the correlation id as the
     flow id. Only runs when some GPU activity lacks a correlation id."""
     ends: dict[tuple, int] = {}
