@@ -376,3 +376,25 @@ def test_chrome_array_form_and_step_in_gpu_user_annotation(tmp_path, form, capsy
     if form == "object":
         assert t.meta.base_time_ns == 17  # numeric text, read as a number, and said so
         assert "baseTimeNanoseconds: 1 value was a string, read as an integer" in t.meta.notes
+
+
+def test_flows_fill_only_missing_correlation_ids(tmp_path):
+    """SYNTHETIC: a kernel with its own correlation id keeps it when a flow says otherwise; one
+    without gets the id of the flow ending on it, and its launch the id of the flow starting on
+    it. A flow whose id is not an integer links nothing."""
+    host, gpu = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
+    ev = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", **host, "ts": 10, "dur": 2, "args": {}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 5, **host, "ts": 10},
+        {"ph": "X", "cat": "kernel", "name": "a", **gpu, "ts": 20, "dur": 5, "args": {}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 5, "bp": "e", **gpu, "ts": 20},
+        {"ph": "X", "cat": "kernel", "name": "b", **gpu, "ts": 30, "dur": 5, "args": {"correlation": 9}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 6, "bp": "e", **gpu, "ts": 30},
+        {"ph": "X", "cat": "kernel", "name": "c", **gpu, "ts": 40, "dur": 5, "args": {}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1.5, "bp": "e", **gpu, "ts": 40},
+    ]
+    p = tmp_path / "flows.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = proflab.load(p)
+    assert t.kernels["correlation"].to_list() == [5, 9, None]
+    assert t.cpu.filter(pl.col("name") == "hipLaunchKernel")["correlation"].to_list() == [5]
