@@ -68,6 +68,7 @@ class LooseEvent(Struct, gc=False):
     ts: Any = 0.0
     dur: Any = 0.0
     args: LooseArgs | None = None  # sanitize() puts _NO_ARGS in its place
+    id: Any = None  # flow events; only an integer id is used
 
 
 LOOSE_EVENTS = msgspec.json.Decoder(list[LooseEvent])

@@ -163,6 +163,7 @@ class _Event(Struct, gc=False):
     ts: _US = 0.0
     dur: _US = 0.0
     args: _Args = _NO_ARGS
+    id: int | str | None = None  # flow events (ph s/f): Kineto's flow id is the launch's correlation id
 
 
 class _DocFields(Struct, gc=False, kw_only=True):
@@ -329,9 +330,39 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
     gpu_evs = [e for e in events if e.cat in _GPU_CATS] if counts.keys() & _GPU_CATS.keys() else []
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
-    cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
+    gpu, cpu_ops = _gpu_table(gpu_evs), _cpu_table(ops)
+    if gpu.height and gpu.get_column("correlation").null_count() and counts.keys() & _FLOW_CATS:
+        gpu, cpu_ops = _link_by_flows(events, gpu_evs, gpu, ops, cpu_ops)
+    cpu = pl.concat([cpu_ops, _frame_table(frames)]) if frames else cpu_ops
     comms = _comm_table([e for e in ops if e.args.collective is not None and e.name == "record_param_comms"])
-    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems or Counter(), comms)
+    return _Tables(gpu, cpu, unknown, len(events), problems or Counter(), comms)
+
+
+_FLOW_CATS = {"ac2g", "async"}
+
+
+def _link_by_flows(events: list, gpu_evs: list, gpu: pl.DataFrame, ops: list, cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Correlation ids from the launch flows, for traces whose kernels carry none (some ROCm
+    traces keep only the flow): Kineto starts a flow (ph "s") where the runtime
+    call starts and ends it (ph "f") where the kernel starts, with the correlation id as the
+    flow id. Only runs when some GPU activity lacks a correlation id."""
+    ends: dict[tuple, int] = {}
+    for e in events:
+        if e.cat in _FLOW_CATS and type(e.id) is int and e.ph in ("s", "f"):
+            ends[e.ph, e.pid, e.tid, e.ts] = e.id
+    if not ends:
+        return gpu, cpu
+    got = ends.get
+    gpu = gpu.with_columns(
+        pl.col("correlation").fill_null(pl.Series([got(("f", e.pid, e.tid, e.ts)) for e in gpu_evs], dtype=pl.Int64))
+    )
+    launch = ("cuda_runtime", "Runtime", "hip_runtime", "cuda_driver", "Driver", "hip_driver")
+    cpu = cpu.with_columns(
+        pl.col("correlation").fill_null(
+            pl.Series([got(("s", e.pid, e.tid, e.ts)) if e.cat in launch else None for e in ops], dtype=pl.Int64)
+        )
+    )
+    return gpu, cpu
 
 
 _CHUNK_BYTES = 32 << 20
