@@ -124,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     en.set_defaults(func=cmd_energy)
     _run_parser(sub)
+    _doctor_parser(sub)
     rs = sub.add_parser(
         "runs",
         help="list past runs of proflab run (time, name, command, exit status, duration, top finding)",
@@ -164,6 +165,38 @@ def _emit_perfetto(args: argparse.Namespace, trace, report) -> None:
     sliced = bool(getattr(args, "steps", None) or getattr(args, "window", None))
     write_perfetto(trace, report, args.perfetto, monitor=monitor, keep_original=not sliced)
     print(f"proflab: marked trace written to {args.perfetto} (open it in ui.perfetto.dev)", file=sys.stderr)
+
+
+def _doctor_parser(sub) -> None:
+    d = sub.add_parser(
+        "doctor",
+        help="what this machine can profile, and why not: torch/CUDA/CUPTI, GPUs, NVML/GPM, ncu/nsys, counter permission",
+        description=(
+            "One line per check (ok / MISSING / WARNING, with the reason and the fix): Python, torch and its CUDA build, "
+            "CUDA, CUPTI, NVML (driver), the GPUs, GPM, ncu and nsys with their versions, the GPU performance-counter "
+            "permission (ERR_NVGPUCTRPERM), write access to the run folder and its free disk."
+        ),
+        epilog=(
+            "exit status: 0 when torch.profiler can profile a GPU program here (torch imports, is a CUDA build, sees a "
+            "GPU, records CUDA activity through CUPTI, and the run folder is writable); 1 when it cannot; 2 on bad usage."
+        ),
+    )
+    d.add_argument("--dir", default=None, metavar="DIR", help="the run folder to check (default proflab-runs)")
+    d.add_argument("--python", default=None, metavar="PYTHON", help="the interpreter that runs your program (default: this one)")
+    d.add_argument("--ncu-probe", action="store_true", help="also profile one tiny kernel with ncu: the definitive counter-permission test")
+    d.add_argument("-f", "--format", choices=("term", "json"), default="term", help="output format (default term)")
+    d.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from proflab.collect.doctor import doctor
+    from proflab.collect.rundir import DEFAULT_ROOT
+    from proflab.render.doctor import render_doctor
+
+    rep = doctor(folder=args.dir or DEFAULT_ROOT, python=args.python, ncu_probe=args.ncu_probe)
+    _write_out(args, render_doctor(rep.to_dict(), args.format))
+    return 0 if rep.can_profile else 1
 
 
 def _reading_args(p: argparse.ArgumentParser) -> None:
