@@ -14,13 +14,14 @@ from pathlib import Path
 import pytest
 
 import tef_check
-from conftest import DATA_DIR, KINETO_DIR
 from proflab.analysis import Context
 from proflab.api import load
 from proflab.cli import main
 from proflab.render.perfetto import perfetto_events, write_perfetto
 from proflab.report.assemble import report_for
 
+DATA_DIR = Path(__file__).resolve().parent / "data"
+KINETO_DIR = DATA_DIR / "kineto"
 REALISTIC = DATA_DIR / "realistic"
 SYNC = REALISTIC / "lm_sync_drain.light.pt.trace.json.gz"
 RUN_DIR = DATA_DIR / "runs" / "20261122-074634-h100_cuda_train"
