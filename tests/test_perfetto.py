@@ -241,3 +241,25 @@ def test_perfettos_trace_processor_reads_the_marked_trace(tmp_path):
     assert values[1] >= 1
     assert values[2] == trace.kernels.height
     assert values[3] == 0, got.stdout
+
+
+H100 = DATA_DIR / "perfetto" / "h100_sync_loop.perfetto.json.gz"
+
+
+def test_the_marked_trace_written_on_the_h100_is_valid_and_marked():
+    """Written on the GPU machine by tests/gpu/test_doctor_gpu.py from a live `proflab run`
+    with the monitor on (tests/data/perfetto/README.md)."""
+    doc = tef_check.load(H100)
+    assert tef_check.check(doc) == []
+    report = json.loads(gzip.decompress((DATA_DIR / "perfetto" / "h100_sync_loop.analysis.json.gz").read_bytes()))
+    report = report[0] if isinstance(report, list) else report
+    sync = next(f for f in report["findings"] if f["id"] == "sync_bound")
+    slices = [e for e in _ours(doc, "proflab.finding.sync_bound") if e["args"]["finding"] == "sync_bound"]
+    assert len(slices) == sync["evidence"]["sync_gaps"]
+    gaps = {(e["ts"], e["dur"]) for e in _ours(doc, "proflab.gap") if e["name"].startswith("sync: ")}
+    assert {(e["ts"], e["dur"]) for e in slices} <= gaps
+    power = [e["args"]["power_w"] for e in doc["traceEvents"] if e.get("ph") == "C" and "power_w" in e["args"]]
+    assert len(power) >= 10 and all(50 <= p <= 750 for p in power)
+    busy = [e["args"]["busy_pct"] for e in doc["traceEvents"] if e.get("ph") == "C" and "busy_pct" in e["args"]]
+    assert busy and all(0 <= b <= 100 for b in busy)
+    assert len(_ours(doc, "proflab.step")) == len(report["steps"])
