@@ -17,7 +17,7 @@ import tef_check
 from proflab.analysis import Context
 from proflab.api import load
 from proflab.cli import main
-from proflab.render.perfetto import perfetto_events, write_perfetto
+from proflab.render.perfetto import write_perfetto
 from proflab.report.assemble import report_for
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
@@ -27,11 +27,12 @@ SYNC = REALISTIC / "lm_sync_drain.light.pt.trace.json.gz"
 RUN_DIR = DATA_DIR / "runs" / "20261122-074634-h100_cuda_train"
 
 
-def _marked(path: Path, **kw):
+def _marked(path: Path, tmp_path: Path, **kw):
     trace = load(path)
     ctx = Context(trace)
     report = report_for(ctx)
-    return trace, report, perfetto_events(trace, report, ctx=ctx, **kw)
+    out = write_perfetto(trace, report, tmp_path / "marked.json", ctx=ctx, **kw)
+    return trace, report, tef_check.load(out)
 
 
 def _ours(doc, cat_prefix):
@@ -91,8 +92,8 @@ def test_the_loader_refuses_nan(tmp_path):
 # -- the marked trace -----------------------------------------------------------------------
 
 
-def test_sync_bound_slices_lie_over_the_sync_gaps_it_names():
-    trace, report, doc = _marked(SYNC)
+def test_sync_bound_slices_lie_over_the_sync_gaps_it_names(tmp_path):
+    trace, report, doc = _marked(SYNC, tmp_path)
     assert tef_check.check(doc) == []
     sync = next(f for f in report.findings if f.id == "sync_bound")
     slices = [e for e in _ours(doc, "proflab.finding.sync_bound") if e["args"]["finding"] == "sync_bound"]
@@ -112,9 +113,9 @@ def test_sync_bound_slices_lie_over_the_sync_gaps_it_names():
         assert not any(_overlap(s["ts"] + 0.001, s["ts"] + s["dur"] - 0.001, k["ts"], k["ts"] + k["dur"]) for k in kernels)
 
 
-def test_the_original_events_are_kept_verbatim():
+def test_the_original_events_are_kept_verbatim(tmp_path):
     original = json.loads(gzip.decompress(SYNC.read_bytes()))
-    _, _, doc = _marked(SYNC)
+    _, _, doc = _marked(SYNC, tmp_path)
     n = len(original["traceEvents"])
     assert doc["traceEvents"][:n] == original["traceEvents"]
     assert doc["baseTimeNanoseconds"] == original["baseTimeNanoseconds"]
@@ -126,8 +127,8 @@ def test_the_original_events_are_kept_verbatim():
     assert not set(ours.values()) & {e.get("pid") for e in original["traceEvents"]}
 
 
-def test_gaps_steps_and_busy_counter_match_the_report():
-    _, report, doc = _marked(SYNC)
+def test_gaps_steps_and_busy_counter_match_the_report(tmp_path):
+    _, report, doc = _marked(SYNC, tmp_path)
     gaps = _ours(doc, "proflab.gap")
     assert len(gaps) == sum(report.idle["gaps_by_cause"].values())
     for cause, n in report.idle["gaps_by_cause"].items():
@@ -162,8 +163,8 @@ def test_every_recorded_trace_exports_a_valid_marked_trace(path, tmp_path):
     assert list(tmp_path.iterdir()) == [out]  # no temporary file left beside it
 
 
-def test_without_the_original_the_model_events_are_written_and_said():
-    trace, report, doc = _marked(SYNC, keep_original=False)
+def test_without_the_original_the_model_events_are_written_and_said(tmp_path):
+    trace, report, doc = _marked(SYNC, tmp_path, keep_original=False)
     assert tef_check.check(doc) == []
     assert doc["otherData"]["proflab"]["events"] == "model"
     assert doc["otherData"]["proflab"]["notes"]
@@ -222,9 +223,8 @@ def test_perfettos_trace_processor_reads_the_marked_trace(tmp_path):
     if tp is None:
         pytest.skip("Perfetto's trace_processor_shell is not here: no PyPI wheel ships it (the perfetto package "
                     "downloads it at run time) and this machine has no network; set PROFLAB_TRACE_PROCESSOR to one")
-    trace, report, doc = _marked(SYNC)
+    trace, report, _ = _marked(SYNC, tmp_path)
     out = tmp_path / "marked.json"
-    out.write_text(json.dumps(doc))
     query = tmp_path / "q.sql"
     query.write_text(
         "select (select count(*) from slice where name like 'sync_bound:%') as sync_slices, "
@@ -263,3 +263,21 @@ def test_the_marked_trace_written_on_the_h100_is_valid_and_marked():
     busy = [e["args"]["busy_pct"] for e in doc["traceEvents"] if e.get("ph") == "C" and "busy_pct" in e["args"]]
     assert busy and all(0 <= b <= 100 for b in busy)
     assert len(_ours(doc, "proflab.step")) == len(report["steps"])
+
+
+def test_bare_array_input_is_copied_and_a_mistyped_one_is_not(tmp_path):
+    """The Chrome "JSON array" form is copied verbatim; an input with an event a viewer would
+    reject (a string dur, which proflab's tolerant reader reads anyway) gets the model's events."""
+    events = json.loads(gzip.decompress(SYNC.read_bytes()))["traceEvents"]
+    bare = tmp_path / "bare.pt.trace.json"
+    bare.write_text(json.dumps(events))
+    _, _, doc = _marked(bare, tmp_path)
+    assert tef_check.check(doc) == [] and doc["traceEvents"][: len(events)] == events
+    k = next(i for i, e in enumerate(events) if e.get("cat") == "kernel")
+    events[k]["dur"] = str(events[k]["dur"])
+    bad = tmp_path / "mistyped.pt.trace.json"
+    bad.write_text(json.dumps({"traceEvents": events}))
+    _, _, doc = _marked(bad, tmp_path)
+    assert tef_check.check(doc) == []
+    assert doc["otherData"]["proflab"]["events"] == "model"
+    assert "a viewer would reject" in doc["otherData"]["proflab"]["notes"][0]

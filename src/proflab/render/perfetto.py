@@ -30,17 +30,19 @@ import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import polars as pl
 
 from proflab._io import atomic_path
 from proflab.errors import UsageError
 
-__all__ = ["write_perfetto", "perfetto_events", "MAX_PASSTHROUGH_BYTES", "BUSY_BINS"]
+__all__ = ["write_perfetto", "MAX_PASSTHROUGH_BYTES", "BUSY_BINS"]
 
-# Above this (on disk) the original events are not kept verbatim: decoding them as Python
-# objects costs ~10x their size in memory. The model's events are written instead.
-MAX_PASSTHROUGH_BYTES = 200 * 2**20
+# Above this much JSON (uncompressed) the original events are not copied verbatim: the copy
+# holds the whole document in memory once (never as Python objects). The model's events are
+# written instead, and the file says so.
+MAX_PASSTHROUGH_BYTES = 1 * 2**30
 BUSY_BINS = 1000  # busy-counter points per device over the analysed window (bins >= 10 us)
 _MIN_BIN_NS = 10_000
 MAX_SLICES_PER_FINDING = 20_000
@@ -301,81 +303,188 @@ def _model_events(trace) -> list[dict]:
     return out
 
 
-def _original(path: Path) -> dict | None:
-    """The Kineto file's document (events and top-level fields) as it is."""
-    import msgspec
-
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    try:
-        doc = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+def _original(path: Path, notes: list[str]) -> dict | None:
+    """The Kineto file's top-level fields as raw JSON bytes (``msgspec.Raw``): the events are
+    checked as JSON but never become Python objects, so the copy costs about the file's size
+    in memory, whatever the event count. None (and a note) where it cannot be copied."""
+    size = path.stat().st_size
+    raw_size = size
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+        if gz and size >= 4:
+            fh.seek(-4, 2)
+            raw_size = max(int.from_bytes(fh.read(4), "little"), size)  # gzip's ISIZE: the size mod 4 GiB
+    if raw_size > MAX_PASSTHROUGH_BYTES:
+        notes.append(f"the input holds {raw_size / 2**20:.0f} MiB of JSON, over {MAX_PASSTHROUGH_BYTES // 2**20} MiB: its events are "
+                     "written as proflab read them (kernels, copies, sets, operators, annotations, Python frames, runtime "
+                     "calls with their ids), not verbatim")
         return None
-    if isinstance(doc, list):
+    data = path.read_bytes()
+    if gz:
+        data = gzip.decompress(data)
+    bare = data[:4096].lstrip()[:1] == b"["
+    try:
+        doc = msgspec.json.decode(data, type=msgspec.Raw if bare else dict[str, msgspec.Raw])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        doc = None
+    if isinstance(doc, msgspec.Raw):  # the bare-array form: events only
         doc = {"traceEvents": doc}
-    return doc if isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list) else None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), msgspec.Raw) or \
+            not bytes(memoryview(doc["traceEvents"])[:64]).lstrip().startswith(b"["):
+        notes.append("the input is not strict JSON with a traceEvents list (proflab read it tolerantly): its events are "
+                     "written as proflab read them, not verbatim")
+        return None
+    why = _unsound(doc["traceEvents"])
+    if why:
+        notes.append(f"the input has events a viewer would reject ({why}): its events are written as proflab read them, "
+                     "not verbatim")
+        return None
+    return doc
 
 
-def perfetto_events(trace, report, *, ctx=None, monitor: str | Path | None = None, keep_original: bool = True) -> dict:
-    """The Trace Event Format document (see module doc). ``keep_original``: copy a Kineto
-    file's own events when it is small enough; otherwise the model's events."""
-    from proflab.analysis import Context
+class _Ev(msgspec.Struct):
+    ph: str
+    ts: float | None = None
+    dur: float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    name: str | None = None
+    args: msgspec.Raw = msgspec.Raw(b"null")
 
-    ctx = ctx or Context(trace)
-    notes: list[str] = []
-    doc: dict | None = None
-    src = Path(trace.meta.source)
-    if keep_original and trace.meta.format == "kineto" and src.is_file():
-        if src.stat().st_size <= MAX_PASSTHROUGH_BYTES:
-            doc = _original(src)
-        else:
-            notes.append(f"the input is over {MAX_PASSTHROUGH_BYTES // 2**20} MiB: its events are written as proflab read them "
-                         "(kernels, copies, sets, operators, annotations, Python frames, runtime calls), not verbatim")
-    if doc is None:
-        doc = {"traceEvents": _model_events(trace)}
-        events_from = "model"
-        if not notes:
-            notes.append("the events are written as proflab read them (kernels, copies, sets, operators, annotations, "
-                         "Python frames, runtime calls with their ids), not verbatim from the input")
-    else:
-        events_from = "original"
-    pids = [e.get("pid") for e in doc["traceEvents"] if isinstance(e, dict)]
-    int_pids = [p for p in pids if isinstance(p, int) and not isinstance(p, bool)]
-    base = max(int_pids + [0]) + 1000
-    tracks = _Tracks(base)
+
+_PHASES = frozenset("BEXiIbneSTpFsftPOND") | {"C", "M", "R", "c", "(", ")", "v", "V"}
+
+
+def _unsound(raw) -> str | None:
+    """Why the input's events are not all valid Trace Event Format, or None. Decoded into
+    slim structs (the fields a viewer checks; args stay raw), never into dicts."""
+    try:
+        events = msgspec.json.decode(raw, type=list[_Ev])
+    except (msgspec.ValidationError, msgspec.DecodeError) as e:
+        return str(e)
+    for i, e in enumerate(events):
+        if e.ph not in _PHASES:
+            return f"event {i}: unknown ph {e.ph!r}"
+        if e.ph != "M" and (e.ts is None or not math.isfinite(e.ts) or e.ts < 0):
+            return f"event {i}: ts {e.ts!r}"
+        if e.ph == "X" and (e.dur is None or not math.isfinite(e.dur) or e.dur < 0):
+            return f"event {i}: complete event with dur {e.dur!r}"
+        if e.ph == "C":
+            a = msgspec.json.decode(e.args)
+            if not isinstance(a, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in a.values()):
+                return f"event {i}: counter with non-numeric args"
+    return None
+
+
+def _our_pid_base(trace) -> int:
+    """A pid range no input process uses: above Linux's largest pid (2^22) and every pid
+    and device the trace holds."""
+    seen = [2**22]
+    for col, df in (("pid", trace.cpu), ("device", trace.gpu)):
+        v = df[col].max() if df.height else None
+        if v is not None:
+            seen.append(int(v))
+    return max(seen) + 1000
+
+
+def _added(trace, report, ctx, monitor, notes: list[str]) -> tuple[list[dict], list[dict]]:
+    """Our metadata and events (see module doc)."""
+    tracks = _Tracks(_our_pid_base(trace))
     added: list[dict] = []
     if trace.has_gpu:
         added += _gap_events(tracks, ctx.gaps)
         added += _busy_counters(tracks, ctx)
-    st = ctx.step_table
-    if st.height and trace.has_gpu:
-        added += _step_events(tracks, st)
+        st = ctx.step_table
+        if st.height:
+            added += _step_events(tracks, st)
     added += _finding_events(tracks, report.findings, ctx)
     if monitor is not None and Path(monitor).is_file():
         added += _power_counters(tracks, trace, Path(monitor), notes)
-    doc["traceEvents"] = doc["traceEvents"] + tracks.meta + added
-    other = doc.get("otherData") if isinstance(doc.get("otherData"), dict) else {}
-    other["proflab"] = {"events": events_from, "notes": notes, "findings": [f.id for f in report.findings],
-                        "source": str(src.name)}
-    doc["otherData"] = other
-    doc.setdefault("displayTimeUnit", "ms")
-    return doc
+    return tracks.meta, added
+
+
+def _dumps(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+
+
+_WS = b" \t\r\n"
+
+
+def _inside(mv: memoryview) -> memoryview | None:
+    """What lies between a JSON array's brackets (None when it is empty)."""
+    i, j = 0, len(mv) - 1
+    while mv[i] in _WS:
+        i += 1
+    while mv[j] in _WS:
+        j -= 1
+    k = i + 1
+    while k < j and mv[k] in _WS:
+        k += 1
+    return None if k >= j else mv[i + 1 : j]
+
+
+def _write_doc(fh, original: dict | None, model_events: list[dict] | None, ours: list[dict], other: dict) -> None:
+    """``{...the input's other fields, "otherData": ..., "traceEvents": [input's, ours]}``,
+    written piece by piece."""
+
+    fh.write(b"{")
+    for key, raw in (original or {}).items():
+        if key in ("traceEvents", "otherData"):
+            continue
+        fh.write(_dumps(key) + b":")
+        fh.write(memoryview(raw))
+        fh.write(b",")
+    if original and "otherData" in original:
+        try:
+            prior = msgspec.json.decode(bytes(original["otherData"]))
+        except msgspec.DecodeError:
+            prior = None
+        if isinstance(prior, dict):
+            other = {**prior, **other}
+    if not original or "displayTimeUnit" not in original:
+        fh.write(b'"displayTimeUnit":"ms",')
+    fh.write(b'"otherData":' + _dumps(other) + b',"traceEvents":[')
+    first = True
+    if original is not None:
+        body = _inside(memoryview(original["traceEvents"]))  # the array's inside, verbatim, not copied
+        if body is not None:
+            fh.write(body)
+            first = False
+    for e in (model_events or []) + ours:
+        fh.write(_dumps(e) if first else b"," + _dumps(e))
+        first = False
+    fh.write(b"]}")
 
 
 def write_perfetto(trace, report, out: str | Path, *, ctx=None, monitor: str | Path | None = None,
                    keep_original: bool = True) -> Path:
-    """Write the marked trace to ``out`` (atomically; gzip when it ends ``.gz``). Refuses to
+    """Write the marked trace to ``out`` (atomically; gzip when it ends ``.gz``); see the
+    module doc. ``keep_original``: copy a Kineto file's own events (when it is strict JSON of
+    at most ``MAX_PASSTHROUGH_BYTES``); otherwise, or for other inputs, the model's events.
+    ``monitor``: a ``monitor.parquet`` whose power samples become counters. Refuses to
     overwrite the input trace."""
+    from proflab.analysis import Context
+
     out = Path(out)
-    if out.exists() and Path(trace.meta.source).exists() and out.resolve() == Path(trace.meta.source).resolve():
+    src = Path(trace.meta.source)
+    if out.exists() and src.exists() and out.resolve() == src.resolve():
         raise UsageError(f"{out}: refusing to overwrite the input trace")
-    doc = perfetto_events(trace, report, ctx=ctx, monitor=monitor, keep_original=keep_original)
-    data = json.dumps(doc, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+    ctx = ctx or Context(trace)
+    notes: list[str] = []
+    original = None
+    if keep_original and trace.meta.format == "kineto" and src.is_file():
+        original = _original(src, notes)
+    elif keep_original and trace.meta.format == "kineto":
+        notes.append("the input file is not at hand: its events are written as proflab read them, not verbatim")
+    model_events = None if original is not None else _model_events(trace)
+    if original is None and not notes:
+        notes.append("the events are written as proflab read them (kernels, copies, sets, operators, annotations, "
+                     "Python frames, runtime calls with their ids), not verbatim from the input")
+    meta, ours = _added(trace, report, ctx, monitor, notes)
+    other = {"proflab": {"events": "original" if original is not None else "model", "notes": notes,
+                         "findings": [f.id for f in report.findings], "source": src.name}}
     with atomic_path(out) as tmp:
-        if out.name.endswith(".gz"):
-            with gzip.open(tmp, "wb", compresslevel=6) as fh:
-                fh.write(data)
-        else:
-            tmp.write_bytes(data)
+        opener = (lambda: gzip.open(tmp, "wb", compresslevel=6)) if out.name.endswith(".gz") else (lambda: open(tmp, "wb"))
+        with opener() as fh:
+            _write_doc(fh, original, model_events, meta + ours, other)
     return out
