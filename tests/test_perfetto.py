@@ -281,3 +281,12 @@ def test_bare_array_input_is_copied_and_a_mistyped_one_is_not(tmp_path):
     assert tef_check.check(doc) == []
     assert doc["otherData"]["proflab"]["events"] == "model"
     assert "a viewer would reject" in doc["otherData"]["proflab"]["notes"][0]
+
+
+def test_model_events_name_their_processes_and_streams(tmp_path):
+    trace, _, doc = _marked(SYNC, tmp_path, keep_original=False)
+    names = {(e["pid"], e.get("tid"), e["args"]["name"]) for e in doc["traceEvents"] if e.get("ph") == "M" and "name" in e["args"]}
+    for dev, stream in trace.gpu.select("device", "stream").unique().iter_rows():
+        assert (dev, stream, f"stream {stream}") in names
+    for pid in trace.cpu["pid"].unique().to_list():
+        assert (pid, 0, f"host process {pid}") in names

@@ -288,6 +288,10 @@ def _model_events(trace) -> list[dict]:
     gpu = trace.gpu
     for dev in gpu["device"].drop_nulls().unique().sort().to_list():
         out.append({"ph": "M", "name": "process_name", "pid": int(dev), "tid": 0, "args": {"name": f"GPU {dev}"}})
+    for dev, stream in gpu.select("device", "stream").unique().drop_nulls().sort("device", "stream").iter_rows():
+        out.append({"ph": "M", "name": "thread_name", "pid": int(dev), "tid": int(stream), "args": {"name": f"stream {stream}"}})
+    for pid in trace.cpu["pid"].drop_nulls().unique().sort().to_list():
+        out.append({"ph": "M", "name": "process_name", "pid": int(pid), "tid": 0, "args": {"name": f"host process {pid}"}})
     for r in gpu.iter_rows(named=True):
         args = {k: r[k] for k in ("correlation", "external_id", "bytes", "grid_x", "grid_y", "grid_z", "block_x", "block_y",
                                   "block_z", "registers", "shared_mem_bytes") if r[k] is not None}
