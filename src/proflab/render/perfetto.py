@@ -3,12 +3,14 @@
 Output: Trace Event Format JSON (gzip when the file name ends ``.gz``), written through a
 temporary file and a rename. It holds
 
-- the original events: a torch.profiler/Kineto trace's own ``traceEvents`` as they are in the
-  file (with its other top-level fields); for an Nsight Systems export, a sliced read
-  (``--steps``/``--window``) or a Kineto file over ``MAX_PASSTHROUGH_BYTES``, the events of
-  the model instead (every kernel, copy, set, operator, annotation, Python frame and runtime
-  call, with name, time, device/stream or process/thread and ids) — the ``proflab`` entry of
-  ``otherData`` says which;
+- the original events: a torch.profiler/Kineto trace's own ``traceEvents`` byte for byte
+  (with its other top-level fields), copied as raw JSON, never as Python objects; for an
+  Nsight Systems export, a sliced read (``--steps``/``--window``), a Kineto file of more than
+  ``MAX_PASSTHROUGH_BYTES`` of JSON, or one with events a viewer would reject (a mistyped
+  field proflab's tolerant reader got past), the events of the model instead (every kernel,
+  copy, set, operator, annotation, Python frame and runtime call, with name, time,
+  device/stream or process/thread and ids) — the ``proflab`` entry of ``otherData`` says
+  which, and why;
 - process ``proflab: idle gaps``: one thread per device, one slice per idle gap named by its
   cause (``sync: cudaStreamSynchronize``, ``host``, ``launch``, ``dependency``, ``unknown``);
 - process ``proflab: findings``: one thread per finding (and device, and lane where its
