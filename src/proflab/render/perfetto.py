@@ -506,7 +506,7 @@ def write_perfetto(trace, report, out: str | Path, *, ctx=None, monitor: str | P
     other = {"proflab": {"events": "original" if original is not None else "model", "notes": notes,
                          "findings": [f.id for f in report.findings], "source": src.name}}
     with atomic_path(out) as tmp:
-        opener = (lambda: gzip.open(tmp, "wb", compresslevel=6)) if out.name.endswith(".gz") else (lambda: open(tmp, "wb"))
+        opener = (lambda: gzip.open(tmp, "wb", compresslevel=3)) if out.name.endswith(".gz") else (lambda: open(tmp, "wb"))
         with opener() as fh:
             _write_doc(fh, original, model_events, meta + ours, other)
     return out
