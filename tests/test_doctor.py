@@ -107,3 +107,15 @@ def test_counter_permission(text, root, status):
     if status == "warning" and text and "AdminOnly: 1" in text:
         assert c.fix == PERMISSION_FIX and "NVreg_RestrictProfilingToAdminUsers=0" in c.fix and "ERR_NVGPUCTRPERM" in c.detail
     assert counter_permission(text, is_root=root, driver=False).status == "missing"
+
+
+def test_doctor_json_follows_its_schema(tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+
+    schema = json.loads(resources.files("proflab").joinpath("schema/doctor.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    main(["doctor", "-f", "json", "--dir", str(tmp_path)])
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, schema)
+    assert doc["can_profile"] == all(c["status"] == "ok" for c in doc["checks"] if c["required"])
