@@ -208,6 +208,9 @@ def test_cli_refuses_to_overwrite_the_input_and_keeps_old_output_on_failure(tmp_
     assert main(["analyze", str(bad), "--perfetto", str(out)]) == 2
     assert out.read_text() == "old"
     assert main(["analyze", str(SYNC), "--perfetto", str(tmp_path / "x.txt")]) == 2
+    assert main(["analyze", str(SYNC), "--perfetto", str(tmp_path / "y.json"), "-o", str(tmp_path / "y.json")]) == 2
+    assert main(["analyze", str(SYNC), str(SYNC), "--no-job", "--perfetto", str(tmp_path / "z.json")]) == 2
+    assert not (tmp_path / "y.json").exists() and not (tmp_path / "z.json").exists()
 
 
 def _trace_processor() -> str | None:

@@ -153,6 +153,8 @@ def _check_perfetto(args: argparse.Namespace, paths: list) -> None:
     out = Path(args.perfetto).resolve()
     if any(out == Path(p).resolve() for p in [*paths, *args.paths]):
         raise UsageError(f"{args.perfetto}: refusing to overwrite an input trace")
+    if args.output and Path(args.output).resolve() == out:
+        raise UsageError(f"{args.perfetto}: --perfetto and -o name the same file")
 
 
 def _emit_perfetto(args: argparse.Namespace, trace, report) -> None:
