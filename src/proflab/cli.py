@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--workers", type=int, default=None, metavar="N", help="analyse the ranks on a local Dask cluster of N worker processes")
     _reading_args(a)
     _report_output_args(a)
+    _perfetto_arg(a)
     a.set_defaults(func=cmd_analyze)
     q = sub.add_parser(
         "sql",
@@ -127,6 +128,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="FLOPs of one step of one rank, when known (default: from the GEMM shapes the trace recorded)")
     en.set_defaults(func=cmd_energy)
     _run_parser(sub)
+    _doctor_parser(sub)
     rs = sub.add_parser(
         "runs",
         help="list past runs of proflab run (time, name, command, exit status, duration, top finding)",
@@ -136,6 +138,71 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
     rs.set_defaults(func=cmd_runs)
     return p
+
+
+def _perfetto_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--perfetto", metavar="OUT.json", help=(
+        "also write the trace with the findings marked on it (idle gaps by cause, findings, GPU-side steps, "
+        "GPU busy and monitor power counters) for ui.perfetto.dev or chrome://tracing; gzip when OUT ends .gz"))
+
+
+def _check_perfetto(args: argparse.Namespace, paths: list) -> None:
+    """--perfetto: one trace, never written over an input."""
+    if not getattr(args, "perfetto", None):
+        return
+    if len(paths) != 1:
+        raise UsageError(f"--perfetto marks one trace; {len(paths)} were given")
+    if not args.perfetto.endswith((".json", ".json.gz")):
+        raise UsageError(f"{args.perfetto}: --perfetto writes Trace Event Format JSON: name it .json or .json.gz")
+    out = Path(args.perfetto).resolve()
+    if any(out == Path(p).resolve() for p in [*paths, *args.paths]):
+        raise UsageError(f"{args.perfetto}: refusing to overwrite an input trace")
+    if args.output and Path(args.output).resolve() == out:
+        raise UsageError(f"{args.perfetto}: --perfetto and -o name the same file")
+
+
+def _emit_perfetto(args: argparse.Namespace, trace, report) -> None:
+    """Write --perfetto (a run directory's monitor.parquet gives the power counters)."""
+    if not getattr(args, "perfetto", None):
+        return
+    from proflab.render.perfetto import write_perfetto
+
+    monitor = Path(args.paths[0]) / "monitor.parquet" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
+    sliced = bool(getattr(args, "steps", None) or getattr(args, "window", None))
+    write_perfetto(trace, report, args.perfetto, monitor=monitor, keep_original=not sliced)
+    print(f"proflab: marked trace written to {args.perfetto} (open it in ui.perfetto.dev)", file=sys.stderr)
+
+
+def _doctor_parser(sub) -> None:
+    d = sub.add_parser(
+        "doctor",
+        help="what this machine can profile, and why not: torch/CUDA/CUPTI, GPUs, NVML/GPM, ncu/nsys, counter permission",
+        description=(
+            "One line per check (ok / MISSING / WARNING, with the reason and the fix): Python, torch and its CUDA build, "
+            "CUDA, CUPTI, NVML (driver), the GPUs, GPM, ncu and nsys with their versions, the GPU performance-counter "
+            "permission (ERR_NVGPUCTRPERM), write access to the run folder and its free disk."
+        ),
+        epilog=(
+            "exit status: 0 when torch.profiler can profile a GPU program here (torch imports, is a CUDA build, sees a "
+            "GPU, records CUDA activity through CUPTI, and the run folder is writable); 1 when it cannot; 2 on bad usage."
+        ),
+    )
+    d.add_argument("--dir", default=None, metavar="DIR", help="the run folder to check (default proflab-runs)")
+    d.add_argument("--python", default=None, metavar="PYTHON", help="the interpreter that runs your program (default: this one)")
+    d.add_argument("--ncu-probe", action="store_true", help="also profile one tiny kernel with ncu: the definitive counter-permission test")
+    d.add_argument("-f", "--format", choices=("term", "json"), default="term", help="output format (default term)")
+    d.add_argument("-o", "--output", metavar="FILE", help="write here (atomically) instead of stdout")
+    d.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from proflab.collect.doctor import doctor
+    from proflab.collect.rundir import DEFAULT_ROOT
+    from proflab.render.doctor import render_doctor
+
+    rep = doctor(folder=args.dir or DEFAULT_ROOT, python=args.python, ncu_probe=args.ncu_probe)
+    _write_out(args, render_doctor(rep.to_dict(), args.format))
+    return 0 if rep.can_profile else 1
 
 
 def _reading_args(p: argparse.ArgumentParser) -> None:
@@ -397,6 +464,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
     if args.top < 0:
         raise UsageError("--top must be >= 0")
+    _check_perfetto(args, paths)
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
@@ -404,7 +472,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         from proflab.readers.ncu import load as load_ncu
 
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
-        reports = [deep_dive(load_ncu(pages), load(p), top_kernels=args.top) for p in paths]
+        traces = [load(p) for p in paths]
+        reports = [deep_dive(load_ncu(pages), t, top_kernels=args.top) for t in traces]
+        if args.perfetto:
+            _emit_perfetto(args, traces[0], reports[0])
     elif len(paths) >= 2 and args.job or args.scheduler or args.workers:
         return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
@@ -417,12 +488,16 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
             job = analyze_processes(traces[0], top_kernels=args.top, bare_step_ms=args.bare_step_ms)
             if job is not None:
+                if args.perfetto:
+                    raise UsageError(f"{paths[0]}: holds several ranks' processes; --perfetto marks one process's trace")
                 return _emit_reports(args, job, fmt)
         # a trace of a `proflab run` directory comes with the step time measured outside its window
         reports = [
             analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p))
             for p, t in zip(paths, traces)
         ]
+        if args.perfetto:
+            _emit_perfetto(args, traces[0], reports[0])
         return _emit_reports(args, reports, fmt, traces=traces)
     return _emit_reports(args, reports, fmt)
 

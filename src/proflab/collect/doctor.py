@@ -1,0 +1,342 @@
+"""``proflab doctor``: what this machine can profile, and why not.
+
+Each check is one :class:`Check`: a status (``ok``, ``missing`` or ``warning``), what was
+found, and the fix when it is not ok. The checks never raise: a probe that fails is a
+``missing`` or ``warning`` line with the reason.
+
+``required`` checks decide the exit status (:attr:`DoctorReport.can_profile`): profiling a
+program with torch.profiler works when torch imports, is built with CUDA, sees a GPU, its
+profiler can record CUDA activity (CUPTI), and the run folder can be written. The rest
+(NVML, GPM, ncu, nsys, the counter permission, free disk) are what the other commands need.
+
+torch is probed in a separate interpreter (``python``: the one that will run the program;
+default this one), so a broken CUDA install cannot take proflab down, and proflab itself
+never imports torch. Tools run as argument lists with timeouts, never through a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["Check", "DoctorReport", "doctor", "counter_permission", "PERMISSION_FIX", "LOW_DISK_BYTES"]
+
+Status = Literal["ok", "missing", "warning"]
+LOW_DISK_BYTES = 2 * 2**30  # a profiled window with stacks can write hundreds of MB per process
+TORCH_PROBE_TIMEOUT_S = 180.0  # a cold import of a CUDA torch reads ~2 GB of libraries
+TOOL_TIMEOUT_S = 60.0
+NCU_PROBE_TIMEOUT_S = 240.0
+PARAMS = Path("/proc/driver/nvidia/params")
+PERMISSION_FIX = (
+    "run the profiler as root (sudo -E ncu ...), or let every user read the counters: put "
+    "'options nvidia NVreg_RestrictProfilingToAdminUsers=0' in a file under /etc/modprobe.d/, then reload "
+    "the nvidia kernel module or reboot (in a container: --cap-add SYS_ADMIN); "
+    "see https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the doctor's report."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+    required: bool = False  # part of the exit-status rule
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    checks: tuple[Check, ...]
+    facts: dict[str, Any] = field(default_factory=dict)  # versions, GPUs, paths: what was found
+
+    @property
+    def can_profile(self) -> bool:
+        """torch.profiler can record a GPU program here: every required check is ok."""
+        return all(c.status == "ok" for c in self.checks if c.required)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "proflab.doctor/1",
+            "can_profile": self.can_profile,
+            "rule": "exit 0 when torch imports, is a CUDA build, sees a GPU, records CUDA activity (CUPTI) "
+            "and the run folder is writable; else exit 1",
+            "checks": [c.to_dict() for c in self.checks],
+            "facts": self.facts,
+        }
+
+
+# Run in the target interpreter; prints one JSON object. Static text: nothing from the user.
+_TORCH_PROBE = r"""
+import ctypes, glob, json, os, sys
+out = {"python": sys.version.split()[0], "executable": sys.executable}
+try:
+    import torch
+except Exception as e:
+    out["torch_error"] = f"{type(e).__name__}: {e}"
+    print(json.dumps(out)); raise SystemExit(0)
+out["torch"] = torch.__version__
+out["torch_cuda"] = getattr(torch.version, "cuda", None)
+out["torch_hip"] = getattr(torch.version, "hip", None)
+try:
+    ok = bool(torch.cuda.is_available())
+    out["cuda_available"] = ok
+    n = torch.cuda.device_count() if ok else 0
+    out["devices"] = [torch.cuda.get_device_name(i) for i in range(n)]
+except Exception as e:
+    out["cuda_available"] = False
+    out["cuda_error"] = f"{type(e).__name__}: {e}"
+try:
+    from torch.profiler import supported_activities
+    out["profiler_activities"] = sorted(a.name for a in supported_activities())
+except Exception as e:
+    out["profiler_error"] = f"{type(e).__name__}: {e}"
+roots = [os.path.dirname(torch.__file__)] + [p for p in sys.path if p and os.path.isdir(os.path.join(p, "nvidia"))]
+pats = []
+for r in roots:
+    pats += [os.path.join(r, "lib", "libcupti.so*"), os.path.join(r, "nvidia", "*", "lib", "libcupti.so*"),
+             os.path.join(r, "nvidia", "*", "*", "lib", "libcupti.so*")]
+home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+pats += [os.path.join(home, "extras", "CUPTI", "lib64", "libcupti.so*"), os.path.join(home, "lib64", "libcupti.so*")]
+found = sorted({p for pat in pats for p in glob.glob(pat)})
+out["cupti_files"] = found[:8]
+try:
+    with open("/proc/self/maps") as fh:
+        mapped = sorted({line.split()[-1] for line in fh if "libcupti" in line})
+    out["cupti_mapped"] = mapped
+except OSError:
+    out["cupti_mapped"] = None
+if found and not out.get("cupti_mapped"):
+    try:
+        ctypes.CDLL(found[0]); out["cupti_loaded"] = found[0]
+    except OSError as e:
+        out["cupti_load_error"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def _probe_torch(python: str) -> dict[str, Any]:
+    try:
+        got = subprocess.run([python, "-c", _TORCH_PROBE], capture_output=True, text=True,
+                             timeout=TORCH_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return {"probe_error": f"{python}: no such interpreter"}
+    except subprocess.TimeoutExpired:
+        return {"probe_error": f"{python} took over {TORCH_PROBE_TIMEOUT_S:.0f} s to import torch"}
+    except OSError as e:
+        return {"probe_error": f"{python}: {e}"}
+    for line in reversed(got.stdout.splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                break
+    tail = (got.stderr.strip().splitlines() or [f"exit status {got.returncode}"])[-1]
+    return {"probe_error": f"{python} could not run the torch probe ({tail})"}
+
+
+def _torch_checks(t: dict[str, Any]) -> list[Check]:
+    py = f"{t.get('executable', '?')}"
+    if "probe_error" in t:
+        return [Check("torch", "missing", t["probe_error"], "check the interpreter given with --python", True)]
+    if "torch_error" in t:
+        return [Check("torch", "missing", f"not importable in {py} ({t['torch_error']})",
+                      "install PyTorch in the environment that runs your program", True)]
+    out = [Check("torch", "ok", f"{t['torch']} in {py}", required=True)]
+    if t.get("torch_hip"):
+        out.append(Check("torch CUDA build", "warning", f"a ROCm build (HIP {t['torch_hip']}): proflab reads its traces, "
+                         "but CUPTI, NVML and ncu are NVIDIA's", "", True))
+    elif not t.get("torch_cuda"):
+        out.append(Check("torch CUDA build", "missing", f"torch {t['torch']} is a CPU-only build: it cannot record GPU work",
+                         "install a CUDA build of torch (pytorch.org's install selector gives the command for your CUDA driver)", True))
+    else:
+        out.append(Check("torch CUDA build", "ok", f"built with CUDA {t['torch_cuda']}", required=True))
+    if t.get("cuda_available"):
+        devs = t.get("devices") or []
+        out.append(Check("CUDA", "ok", f"{len(devs)} device(s) visible to torch: {', '.join(devs)}", required=True))
+    else:
+        why = t.get("cuda_error") or ("the build has no CUDA" if not t.get("torch_cuda") else
+                                      "torch.cuda.is_available() is False: no NVIDIA driver or GPU visible "
+                                      "(check nvidia-smi and CUDA_VISIBLE_DEVICES)")
+        out.append(Check("CUDA", "missing", f"unavailable: {why}",
+                         "run on a machine with an NVIDIA GPU and driver, with a CUDA build of torch", True))
+    acts = t.get("profiler_activities")
+    files = t.get("cupti_mapped") or ([t["cupti_loaded"]] if t.get("cupti_loaded") else [])
+    where = f" ({files[0]})" if files else ""
+    if acts is None:
+        out.append(Check("CUPTI", "missing", f"torch.profiler did not answer ({t.get('profiler_error')})",
+                         "reinstall torch", True))
+    elif "CUDA" in acts:
+        out.append(Check("CUPTI", "ok", f"torch.profiler records CUDA activity{where}", required=True))
+    else:
+        why = "this torch build has no CUDA" if not t.get("torch_cuda") else "torch.profiler lists no CUDA activity (CUPTI not found or not loadable)"
+        if t.get("cupti_load_error"):
+            why += f"; loading {t['cupti_files'][0]} failed: {t['cupti_load_error']}"
+        out.append(Check("CUPTI", "missing", f"{why}; activities: {', '.join(acts)}",
+                         "use a CUDA build of torch (its wheels bring libcupti); for a toolkit install, put "
+                         "$CUDA_HOME/extras/CUPTI/lib64 on LD_LIBRARY_PATH", True))
+    return out
+
+
+def _nvml_checks() -> tuple[list[Check], dict[str, Any]]:
+    from proflab.collect.monitor import device_info
+
+    info = device_info()
+    if not info.get("available"):
+        reason = info.get("reason", "")
+        fix = "pip install nvidia-ml-py" if "nvidia-ml-py" in reason else "install the NVIDIA driver (NVML ships with it)"
+        return [
+            Check("NVML", "missing", reason, fix),
+            Check("GPU", "missing", "no GPU found (NVML unavailable)", "run on a machine with an NVIDIA GPU and driver"),
+            Check("GPM", "missing", "needs NVML and a Hopper or newer GPU", ""),
+        ], info
+    gpus = info.get("gpus") or []
+    named = [g for g in gpus if g.get("name")]
+    out = [Check("NVML", "ok", f"driver {info.get('driver_version')}, CUDA driver API {info.get('cuda_driver_version')}")]
+    if named:
+        desc = "; ".join(f"{g['index']}: {g['name']}, {g['memory_total_bytes'] / 2**30:.0f} GiB" if g.get("memory_total_bytes")
+                         else f"{g['index']}: {g['name']}" for g in named)
+        out.append(Check("GPU", "ok", f"{len(named)} GPU(s): {desc}"))
+    else:
+        errs = "; ".join(g.get("error", "") for g in gpus)
+        out.append(Check("GPU", "missing", f"NVML lists no usable GPU{': ' + errs if errs else ''}",
+                         "check nvidia-smi; in a container, pass the GPUs through (--gpus all)"))
+    gpm = [g["index"] for g in named if g.get("gpm_supported")]
+    if named and len(gpm) == len(named):
+        out.append(Check("GPM", "ok", "supported on every GPU: the monitor samples SM, tensor-pipe and DRAM activity"))
+    elif gpm:
+        out.append(Check("GPM", "warning", f"supported on GPUs {gpm} only: the others get no SM/tensor/DRAM activity samples",
+                         "GPM needs Hopper or newer"))
+    else:
+        out.append(Check("GPM", "warning", "not supported (needs a Hopper or newer GPU and driver 520+): the monitor samples "
+                         "power, clocks and utilisation only", ""))
+    return out, info
+
+
+def _tool(name: str) -> tuple[Check, dict[str, Any]]:
+    exe = shutil.which(name)
+    use = {"ncu": "proflab kernels (the Nsight Compute deep dive)", "nsys": "proflab run --backend nsys"}[name]
+    install = "install Nsight Compute (it ships with the CUDA toolkit) and put ncu on the PATH" if name == "ncu" else \
+        "install Nsight Systems (it ships with the CUDA toolkit) and put nsys on the PATH"
+    if exe is None:
+        return Check(name, "missing", f"not on the PATH: {use} cannot run", install), {}
+    try:
+        got = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Check(name, "warning", f"{exe} --version failed ({type(e).__name__}: {e})", "check the install"), {"path": exe}
+    import re
+
+    text = got.stdout + got.stderr
+    m = re.search(r"[Vv]ersion\s+(\S+)", text)
+    version = m.group(1).rstrip(",") if m else None
+    if got.returncode != 0 or not version:
+        return Check(name, "warning", f"{exe} --version exited {got.returncode}", "check the install"), {"path": exe}
+    return Check(name, "ok", f"{version} ({exe})"), {"path": exe, "version": version}
+
+
+def counter_permission(params_text: str | None, *, is_root: bool, driver: bool) -> Check:
+    """The performance-counter permission from the driver's ``RmProfilingAdminOnly`` (the
+    text of /proc/driver/nvidia/params, or None where it cannot be read)."""
+    name = "counter permission"
+    if not driver:
+        return Check(name, "missing", "no NVIDIA driver: no GPU performance counters", "")
+    value = None
+    for line in (params_text or "").splitlines():
+        if line.strip().startswith("RmProfilingAdminOnly"):
+            value = line.split(":", 1)[-1].strip()
+    if value is None:
+        return Check(name, "warning", f"cannot tell: {PARAMS} {'has no RmProfilingAdminOnly' if params_text else 'is not readable'}; "
+                     "run proflab doctor --ncu-probe to try", "")
+    if value == "0":
+        return Check(name, "ok", "every user may read the GPU performance counters (RmProfilingAdminOnly: 0)")
+    if is_root:
+        return Check(name, "ok", "counters are admin-only (RmProfilingAdminOnly: 1), and this is root")
+    return Check(name, "warning", "counters are admin-only (RmProfilingAdminOnly: 1): ncu as this user fails with "
+                 "ERR_NVGPUCTRPERM", PERMISSION_FIX)
+
+
+_NCU_PROBE_PROGRAM = "import torch; x = torch.ones(1024, device='cuda'); (x + 1).sum().item()"
+
+
+def _ncu_probe(ncu: str, python: str) -> Check:
+    """Profile one tiny kernel with ncu: the definitive permission answer."""
+    with tempfile.TemporaryDirectory(prefix="proflab-doctor-") as tmp:
+        argv = [ncu, "--clock-control", "none", "--metrics", "sm__cycles_elapsed.avg", "--launch-count", "1",
+                "--export", str(Path(tmp) / "probe"), python, "-c", _NCU_PROBE_PROGRAM]
+        try:
+            got = subprocess.run(argv, capture_output=True, text=True, timeout=NCU_PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return Check("ncu probe", "warning", f"ncu did not finish ({type(e).__name__})", "")
+        text = got.stdout + got.stderr
+        if "ERR_NVGPUCTRPERM" in text:
+            return Check("ncu probe", "warning", "ncu was refused the counters (ERR_NVGPUCTRPERM)", PERMISSION_FIX)
+        if (Path(tmp) / "probe.ncu-rep").exists():
+            return Check("ncu probe", "ok", "ncu profiled a kernel: counters are readable")
+        errs = [line for line in text.splitlines() if "==ERROR==" in line or "Error" in line]
+        return Check("ncu probe", "warning", f"ncu wrote no report ({(errs or [f'exit status {got.returncode}'])[-1].strip()})", "")
+
+
+def _folder_checks(folder: Path) -> list[Check]:
+    target = folder
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    out = []
+    made = "" if target == folder else f" (it will be created under {target})"
+    if not target.is_dir():
+        out.append(Check("run folder", "missing", f"{target} is not a folder", "pass --dir with a writable folder", True))
+        return out
+    try:
+        with tempfile.NamedTemporaryFile(dir=target, prefix=".proflab-doctor-"):
+            pass
+        out.append(Check("run folder", "ok", f"{folder} is writable{made}", required=True))
+    except OSError as e:
+        out.append(Check("run folder", "missing", f"cannot write in {target} ({e.strerror or e})",
+                         "pass --dir with a folder you can write, or fix its permissions", True))
+    free = shutil.disk_usage(target).free
+    if free < LOW_DISK_BYTES:
+        out.append(Check("free disk", "warning", f"{free / 2**30:.1f} GiB free at {target}: a profiled run with stacks can "
+                         f"write hundreds of MB per process", "free space or pass --dir on a larger disk"))
+    else:
+        out.append(Check("free disk", "ok", f"{free / 2**30:.1f} GiB free at {target}"))
+    return out
+
+
+def doctor(*, folder: str | Path = "proflab-runs", python: str | None = None, ncu_probe: bool = False) -> DoctorReport:
+    """Every check (see module doc). ``python``: the interpreter that will run the program
+    (default: this one). ``ncu_probe``: also profile one tiny kernel with ncu (a few seconds)."""
+    python = python or sys.executable
+    checks = [Check("python", "ok", f"{platform.python_version()} ({sys.executable}), {platform.system()} {platform.machine()}")]
+    t = _probe_torch(python)
+    checks += _torch_checks(t)
+    nv, info = _nvml_checks()
+    checks += nv
+    facts: dict[str, Any] = {"torch": t, "nvml": info}
+    for name in ("ncu", "nsys"):
+        c, f = _tool(name)
+        checks.append(c)
+        facts[name] = f
+    try:
+        params = PARAMS.read_text(errors="replace")
+    except OSError:
+        params = None
+    driver = bool(info.get("available")) or PARAMS.exists()
+    checks.append(counter_permission(params, is_root=hasattr(os, "geteuid") and os.geteuid() == 0, driver=driver))
+    if ncu_probe:
+        if facts["ncu"].get("path") and t.get("cuda_available"):
+            checks.append(_ncu_probe(facts["ncu"]["path"], python))
+        else:
+            checks.append(Check("ncu probe", "missing", "needs ncu and a CUDA-capable torch", ""))
+    checks += _folder_checks(Path(folder))
+    return DoctorReport(tuple(checks), facts)

@@ -1,0 +1,121 @@
+"""``proflab doctor`` on this machine, for real: a CPU-only torch, no NVIDIA driver, no ncu or
+nsys. What it must say here: torch ok, CUDA build / CUDA / CUPTI / NVML / GPU missing, exit 1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from proflab.cli import main
+from proflab.collect.doctor import PERMISSION_FIX, counter_permission, doctor
+
+
+def _by_name(doc):
+    return {c["name"]: c for c in doc["checks"]}
+
+
+def _torch_here():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pytest.skip("torch is not installed in this interpreter")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this test describes a machine without CUDA; tests/gpu/test_doctor_gpu.py covers GPUs")
+    return torch
+
+
+def test_doctor_on_this_cpu_machine(tmp_path, capsys):
+    torch = _torch_here()
+    rc = main(["doctor", "-f", "json", "--dir", str(tmp_path / "runs")])
+    doc = json.loads(capsys.readouterr().out)
+    c = _by_name(doc)
+    assert rc == 1 and doc["can_profile"] is False
+    assert c["torch"]["status"] == "ok" and torch.__version__ in c["torch"]["detail"]
+    if torch.version.cuda is None:
+        assert c["torch CUDA build"]["status"] == "missing" and "CPU-only" in c["torch CUDA build"]["detail"]
+        assert c["torch CUDA build"]["fix"]
+    assert c["CUDA"]["status"] == "missing" and "unavailable" in c["CUDA"]["detail"]
+    assert c["CUPTI"]["status"] == "missing"
+    if shutil.which("nvidia-smi") is None:
+        assert c["NVML"]["status"] == "missing"
+        assert c["GPU"]["status"] == "missing" and c["GPU"]["fix"]
+        assert c["counter permission"]["status"] == "missing"
+    for tool in ("ncu", "nsys"):
+        if shutil.which(tool) is None:
+            assert c[tool]["status"] == "missing" and "PATH" in c[tool]["fix"]
+    assert c["run folder"]["status"] == "ok" and c["run folder"]["required"]
+    assert c["free disk"]["status"] in ("ok", "warning")
+    assert not (tmp_path / "runs").exists()  # checked, not created
+    # the rule: required checks only
+    assert {n for n, x in c.items() if x["required"]} == {"torch", "torch CUDA build", "CUDA", "CUPTI", "run folder"}
+
+
+def test_doctor_terminal_is_one_line_per_check_as_a_subprocess(tmp_path):
+    _torch_here()
+    got = subprocess.run([sys.executable, "-m", "proflab", "doctor", "--dir", str(tmp_path)], capture_output=True,
+                         text=True, timeout=600)
+    assert got.returncode == 1, got.stderr
+    lines = got.stdout.splitlines()
+    checks = [line for line in lines if line.split(" ", 1)[0] in ("ok", "MISSING", "WARNING")]
+    assert len(checks) == 13
+    assert any(line.startswith("MISSING  CUDA") for line in checks)
+    assert "cannot profile GPU programs here" in lines[-1] and "(exit 1)" in lines[-1]
+    assert not got.stderr.strip()
+
+
+def test_doctor_unwritable_run_folder(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["doctor", "-f", "json", "--dir", str(blocker / "runs")]) == 1
+    c = _by_name(json.loads(capsys.readouterr().out))
+    assert c["run folder"]["status"] == "missing" and "not a folder" in c["run folder"]["detail"]
+
+
+def test_doctor_probes_the_programs_interpreter(tmp_path, capsys):
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=False).create(env)
+    rep = doctor(folder=tmp_path, python=str(env / "bin" / "python"))
+    c = {x.name: x for x in rep.checks}
+    assert c["torch"].status == "missing" and "No module named 'torch'" in c["torch"].detail
+    assert not rep.can_profile
+    rep = doctor(folder=tmp_path, python=str(tmp_path / "no-such-python"))
+    assert {x.name: x for x in rep.checks}["torch"].detail.endswith("no such interpreter")
+
+
+# /proc/driver/nvidia/params exists only where the NVIDIA driver is loaded: its two forms,
+# as the driver writes them, are given here (the GPU test reads the real file).
+@pytest.mark.parametrize(
+    "text, root, status",
+    [
+        ("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\nEnableMSI: 1\n", False, "warning"),
+        ("ResmanDebugLevel: 4294967295\nRmProfilingAdminOnly: 1\nEnableMSI: 1\n", True, "ok"),
+        ("RmProfilingAdminOnly: 0\n", False, "ok"),
+        ("EnableMSI: 1\n", False, "warning"),
+        (None, False, "warning"),
+    ],
+)
+def test_counter_permission(text, root, status):
+    c = counter_permission(text, is_root=root, driver=True)
+    assert c.status == status
+    if status == "warning" and text and "AdminOnly: 1" in text:
+        assert c.fix == PERMISSION_FIX and "NVreg_RestrictProfilingToAdminUsers=0" in c.fix and "ERR_NVGPUCTRPERM" in c.detail
+    assert counter_permission(text, is_root=root, driver=False).status == "missing"
+
+
+def test_doctor_json_follows_its_schema(tmp_path, capsys):
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib import resources
+
+    schema = json.loads(resources.files("proflab").joinpath("schema/doctor.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    main(["doctor", "-f", "json", "--dir", str(tmp_path)])
+    doc = json.loads(capsys.readouterr().out)
+    jsonschema.validate(doc, schema)
+    assert doc["can_profile"] == all(c["status"] == "ok" for c in doc["checks"] if c["required"])
