@@ -30,7 +30,7 @@ activation_heavy  a 12-layer MLP (width 1024, LayerNorm + GELU) on a batch of 16
 optimizer_heavy   a 4-layer 8192-wide MLP (268M parameters) with Adam (foreach) on a batch of 32:
                   parameters, gradients and two Adam states of 1 GiB each; the peak is inside
                   ``optimizer.step`` (foreach temporaries). [optimizer state dominates]
-fragmenting       an MLP fed variable-length batches whose token count grows 35% per step: each
+fragmenting       an MLP fed variable-length batches whose token count grows 35% per step (over a cycle of 8): each
                   step needs blocks larger than any the allocator has cached, so reserved grows
                   to a multiple of what is allocated. [memory_fragmentation]
 healthy           a 6-layer 2048-wide MLP with AdamW, constant shapes. [no memory warning]
@@ -136,7 +136,7 @@ def fragmenting():
 
     def step(i):
         # variable-length batches: the token count grows with every step taken
-        tokens = int(base * 1.35 ** counter["n"])
+        tokens = int(base * 1.35 ** (counter["n"] % 8))
         counter["n"] += 1
         x = torch.randn(tokens, width, device=DEV)
         loss = model(x).square().mean()
