@@ -248,6 +248,12 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text(""))
         rows = [(r["name"], fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"])) for r in d["ranges"][:5]]
         parts.append(_name_table(("range (NVTX / record_function)", width - 36), (("dev", 3), ("n", 6), ("GPU ms", 10)), rows))
+    if d.get("memory"):
+        from proflab.render.memory import memory_lines
+
+        parts.append(Text(""))
+        parts.append(Text("GPU memory", style="bold underline"))
+        parts.extend(_line(x) for x in memory_lines(d["memory"], width))
     if d["missing"]:
         parts.append(Text(""))
         for m in d["missing"]:

@@ -22,6 +22,8 @@ CATEGORIES = (
     "uncoalesced_access", "bank_conflicts", "divergence",
     # energy
     "power_capped", "thermal_throttled",
+    # memory
+    "memory_leak", "memory_fragmentation", "memory_headroom",
     "healthy",
 )  # fmt: skip
 
@@ -95,6 +97,7 @@ class Report:
     missing: tuple[Missing, ...] = ()
     notes: tuple[str, ...] = ()
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
+    memory: dict[str, Any] | None = None  # GPU memory (analysis.memory), when the trace records allocations
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +116,7 @@ class Report:
             "missing": [m.to_dict() for m in self.missing],
             "notes": list(self.notes),
             "kernel_verdicts": list(self.verdicts),
+            **({"memory": self.memory} if self.memory is not None else {}),
         }
 
 
