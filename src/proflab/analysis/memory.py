@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from proflab.errors import InputError
 from proflab.model import Trace
 from proflab.report import Missing
 
@@ -496,14 +497,18 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
         "kineto_memory_events": {"available": events.height > 0, "events": events.height, "profile_memory": on},
     }
     run = _run_dir_of(src)
-    nvml = snap = None
+    nvml = snap = snap_problem = None
     if run is not None:
         nvml = rm.nvml_memory(run)
         sources["nvml"] = {"available": nvml is not None, "path": "monitor.parquet" if nvml is not None else None}
         snaps = sorted(run.glob("memory_snapshot_*.json.gz")) + sorted(run.glob("memory_snapshot_*.pickle"))
         if snaps:
-            snap = rm.snapshot_summary(rm.snapshot(snaps[0]))
-            sources["snapshot"] = {"available": True, "path": snaps[0].name}
+            try:
+                snap = rm.snapshot_summary(rm.snapshot(snaps[0]))
+                sources["snapshot"] = {"available": True, "path": snaps[0].name}
+            except InputError as e:  # refused or unreadable: the rest of the section stands
+                sources["snapshot"] = {"available": False, "path": snaps[0].name, "why": e.problem}
+                snap_problem = str(e)
         else:
             sources["snapshot"] = {"available": False}
     else:
@@ -511,6 +516,8 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
         sources["snapshot"] = {"available": False, "why": "not a proflab run directory"}
     sources["nsys_memory_usage"] = {"available": False, "why": "not an Nsight Systems export"}
     a = analyze_memory(trace, events, profile_memory=on, nvml=nvml, snapshot=snap, sources=sources)
+    if snap_problem:
+        a.missing.append(Missing("memory snapshot", snap_problem, ("snapshot summary",)))
     if run is not None:
         _run_collection_cost(a, run)
     return a
