@@ -467,6 +467,22 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
 _SCAN_UNMARKED_BYTES = 64 << 20
 
 
+def _has_nsys_memory_table(path: Path) -> bool:
+    import sqlite3
+    import urllib.parse
+
+    try:
+        con = sqlite3.connect(f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro", uri=True)
+        try:
+            return con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name='CUDA_GPU_MEMORY_USAGE_EVENTS'"
+            ).fetchone() is not None
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return False
+
+
 def _run_dir_of(source: str | None) -> Path | None:
     if not source:
         return None
@@ -484,6 +500,17 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
     from proflab.readers import memory as rm
 
     src = trace.meta.source
+    if trace.meta.format == "nsys-sqlite" and src and Path(src).is_file():
+        a = MemoryAnalysis(sources={"nsys_memory_usage": {"available": _has_nsys_memory_table(Path(src))}})
+        if a.sources["nsys_memory_usage"]["available"]:
+            a.missing.append(Missing(
+                "memory events",
+                "the export has CUDA_GPU_MEMORY_USAGE_EVENTS (nsys --cuda-memory-usage=true): device-level cudaMalloc/cudaFree, "
+                "not the caching allocator's tensors; this version does not analyse it: record with torch.profiler "
+                "profile_memory=True (proflab run --profile-memory) for the memory section",
+                ("memory section",),
+            ))
+        return a
     if trace.meta.format != "kineto" or not src or not Path(src).is_file():
         return None
     recorded = trace.meta.profile_memory

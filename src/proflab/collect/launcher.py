@@ -405,6 +405,10 @@ def analyze_run(
 
             reports = [analyze(load(p), top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(p)) for p in traces]
             rundir.write_text(run_dir / "analysis.json", render(reports, "json"))
+            for r in reports:  # --profile-memory: what collecting the allocations cost, in the run's notes
+                for n in (r.memory or {}).get("notes") or []:
+                    if n.startswith("--profile-memory") and n not in meta["notes"]:
+                        meta.setdefault("notes", []).append(n)
             body = render(reports, "term", width=width or 80, color=color)
             f = reports[0].findings
             meta["analysis"] = {

@@ -87,8 +87,8 @@ def _memory(ctx: Context):
     if m is None:
         return None
     if not m.devices:
-        for x in m.missing:
-            if ctx.trace.meta.profile_memory:
+        for x in m.missing:  # said only where the input was meant to carry memory
+            if ctx.trace.meta.profile_memory or "nsys_memory_usage" in m.sources:
                 ctx.note_missing(x.signal, x.reason, *x.skipped)
         return None
     for x in m.missing:
