@@ -96,16 +96,19 @@ def kineto_memory(path: str | Path) -> tuple[pl.DataFrame, bool]:
     if b'"[memory]"' not in data:
         return pl.DataFrame(schema=MEMORY_SCHEMA), on
 
-    try:
-        doc = msgspec.json.decode(data, type=_Doc)
-    except msgspec.ValidationError as e:
-        raise UnsupportedFormat(path, f"not a Kineto trace ({e})") from e
-    except msgspec.DecodeError as e:
-        raise CorruptInput(path, f"not valid JSON ({e})") from e
+    events = _memory_objects(data)
+    if events is None:  # not laid out as Kineto writes it: decode the whole document
+        try:
+            doc = msgspec.json.decode(data, type=_Doc)
+        except msgspec.ValidationError as e:
+            raise UnsupportedFormat(path, f"not a Kineto trace ({e})") from e
+        except msgspec.DecodeError as e:
+            raise CorruptInput(path, f"not valid JSON ({e})") from e
+        events, on = doc.traceEvents, on or bool(doc.profile_memory)
     rows: dict[str, list] = {k: [] for k in MEMORY_SCHEMA}
     dec = msgspec.json.Decoder(_Args)
     bad = 0
-    for e in doc.traceEvents:
+    for e in events:
         if e.name != "[memory]":
             continue
         try:
@@ -128,7 +131,36 @@ def kineto_memory(path: str | Path) -> tuple[pl.DataFrame, bool]:
     df = pl.DataFrame(rows, schema=MEMORY_SCHEMA)
     # the event order in the file is the allocator's order; sort by time only, stably
     df = df.with_row_index("seq").sort("ts_ns", "seq", maintain_order=True).drop("seq")
-    return df, bool(doc.profile_memory) or on
+    return df, on
+
+
+_EV_DECODER = msgspec.json.Decoder(_Ev)
+
+
+def _memory_objects(data: bytes) -> list[_Ev] | None:
+    """The ``[memory]`` event objects alone, found by their name and decoded one by one, so a
+    large trace is not decoded a second time. Kineto writes each as one flat object whose only
+    nested object is ``args``; anything else (None) falls back to decoding the document."""
+    out = []
+    key = b'"[memory]"'
+    p = data.find(key)
+    try:
+        while p != -1:
+            start = data.rfind(b"{", 0, p)
+            a = data.find(b'"args"', p)
+            nxt = data.find(key, p + 1)
+            if start < 0 or a < 0 or (nxt != -1 and a > nxt) or b"}" in data[start:p]:
+                return None
+            close_args = data.find(b"}", data.find(b"{", a))
+            end = data.find(b"}", close_args + 1)
+            ev = _EV_DECODER.decode(data[start : end + 1])
+            if ev.name != "[memory]":
+                return None
+            out.append(ev)
+            p = nxt
+    except msgspec.DecodeError:
+        return None
+    return out
 
 
 class SafeUnpickler(pickle.Unpickler):
