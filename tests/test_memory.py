@@ -168,6 +168,9 @@ def test_real_snapshot_pickle_reads_without_globals(capsys):
     out = capsys.readouterr().out
     # the snapshot was taken at the end of the graph_leak window: what was allocated then
     assert "snapshot GPU 0: 393 MB" in out and "record_memory.py:94 step" in out
+    # what proflab run writes: JSON converted inside the profiled process
+    assert main(["memory", str(next(RUN.glob("memory_snapshot_*.json.gz")))]) == 0
+    assert "snapshot GPU 0: 65 MB in 3 blocks of 930 MB reserved" in capsys.readouterr().out
 
 
 class _Payload:

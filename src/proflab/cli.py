@@ -261,10 +261,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     path = Path(args.path)
     plot = args.output and Path(args.output).suffix.lower() in (".png", ".svg", ".pdf")
     fmt = args.format or (format_for_path(args.output) if args.output and not plot else None) or "term"
-    name = path.name.lower()
-    if path.is_file() and (".pickle" in name or ".pkl" in name or name.startswith("memory_snapshot") or "snapshot" in name):
-        from proflab.readers.memory import snapshot, snapshot_summary
+    from proflab.readers.memory import looks_like_snapshot, snapshot, snapshot_summary
 
+    if path.is_file() and looks_like_snapshot(path):
         if plot:
             raise UsageError(f"{args.path}: a snapshot alone has no timeline to plot; give the trace or run directory")
         m = {"sources": {"snapshot": {"available": True, "path": path.name}}, "snapshot": snapshot_summary(snapshot(path))}

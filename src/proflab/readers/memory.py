@@ -33,7 +33,7 @@ import polars as pl
 
 from proflab.errors import CorruptInput, InputNotFound, TruncatedInput, UnsupportedFormat
 
-__all__ = ["MEMORY_SCHEMA", "kineto_memory", "snapshot", "snapshot_summary", "nvml_memory", "SafeUnpickler"]
+__all__ = ["MEMORY_SCHEMA", "kineto_memory", "snapshot", "snapshot_summary", "looks_like_snapshot", "nvml_memory", "SafeUnpickler"]
 
 MEMORY_SCHEMA: dict[str, pl.DataType] = {
     "ts_ns": pl.Int64,
@@ -169,6 +169,22 @@ class SafeUnpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str):  # noqa: D102
         raise pickle.UnpicklingError(f"refused to load the global {module}.{name}: a memory snapshot holds none")
+
+
+def looks_like_snapshot(path: Path) -> bool:
+    """A pickle (any pickle: it is a snapshot or refused), or JSON whose first key is a
+    snapshot's; a trace starts with other keys."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096)
+        if head[:2] == b"\x1f\x8b":
+            head = zlib.decompressobj(wbits=31).decompress(head, 256)
+    except (OSError, zlib.error):
+        return False
+    if head[:1] == b"\x80":
+        return True
+    text = head.lstrip()[:64]
+    return text.startswith(b"{") and text[1:].lstrip().startswith((b'"segments"', b'"device_traces"'))
 
 
 def snapshot(path: str | Path) -> dict[str, Any]:
