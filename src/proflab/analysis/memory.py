@@ -204,7 +204,8 @@ class _Attributor:
         return {
             "op": inner,
             "within": outer if outer != inner else None,
-            "module": None if mod is None else mod[len("nn.Module: "):],
+            # the module's class (Kineto numbers each instance: LayerNorm_3), so layers group
+            "module": None if mod is None else re.sub(r"_\d+$", "", mod[len("nn.Module: "):]),
             "source": self._around(p["src"], ts, True),
         }
 
@@ -350,7 +351,7 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
                 return "activation"
             if fp == "forward" and same_step:
                 return "temporary"
-            return "other" if same_step else "retained"
+            return "other"  # freed later, outside the backward: inputs, outputs, the loss
         return "temporary" if fp == p and same_step else "other"
 
     cats: dict[str, int] = {c: 0 for c in CATEGORIES}

@@ -172,7 +172,11 @@ def _body(d: dict, width: int) -> Group:
         t.append(f"{f['severity'].upper():<9}", style=_SEV_STYLE[f["severity"]])
         t.append(_line(f["title"]))
         parts.append(t)
-        if f["category"] != "healthy":
+        if f["category"].startswith("memory_") and not f["est_gain_ms"]:
+            note = _line(f"   memory: no time gain; {f['assumption']}" if f.get("assumption") else "   memory: no time gain")
+            note.stylize("dim")
+            parts.append(_indent(note))
+        elif f["category"] != "healthy":
             gain = _line(
                 f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
                 + (f" if {f['assumption']}" if f.get("assumption") else "")
