@@ -88,7 +88,7 @@ def _memory(ctx: Context):
         return None
     if not m.devices:
         for x in m.missing:  # said only where the input was meant to carry memory
-            if ctx.trace.meta.profile_memory or "nsys_memory_usage" in m.sources:
+            if (ctx.trace.meta.profile_memory and ctx.trace.has_gpu) or "nsys_memory_usage" in m.sources:
                 ctx.note_missing(x.signal, x.reason, *x.skipped)
         return None
     for x in m.missing:
