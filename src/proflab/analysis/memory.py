@@ -216,11 +216,11 @@ class _Attributor:
 def _device_totals(trace: Trace, nvml: pl.DataFrame | None) -> dict[int, tuple[int, str]]:
     out: dict[int, tuple[int, str]] = {}
     for r in trace.devices.iter_rows(named=True):
-        if r.get("total_memory_bytes"):
+        if r.get("total_memory_bytes") and r.get("device") is not None:
             out[int(r["device"])] = (int(r["total_memory_bytes"]), "trace deviceProperties totalGlobalMem")
     if nvml is not None:
         for (d,), g in nvml.group_by("device"):
-            if int(d) not in out and g["mem_total_bytes"].max():
+            if d is not None and int(d) not in out and g["mem_total_bytes"].max():
                 out[int(d)] = (int(g["mem_total_bytes"].max()), "NVML memory total")
     return out
 
