@@ -221,7 +221,7 @@ def record(name, out_dir, snapshot=False):
     if snapshot and DEV == "cuda":
         torch.cuda.memory._record_memory_history(max_entries=4000, stacks="python")
     tmp = tempfile.mkdtemp(prefix="mem_")
-    per_step, end_alloc = [], []
+    end_alloc = []
     prof = profile(activities=_acts(), record_shapes=False, with_stack=bool(opts.get("with_stack")),
                    profile_memory=True)
     prof.start()
