@@ -93,6 +93,7 @@ def kineto_seeds() -> dict[str, dict]:
         ("v100_torch18", DATA / "compat" / "kineto_tb_plugin_gpu_metrics_input_torch1.8_v100.json.gz", 400),
         ("a100_2022", DATA / "compat" / "hta_call_stack_backward_thread_2022_a100.json.gz", 400),
         ("cpu_torch213", DATA / "compat" / "torch2.13_cpu_mlp.pt.trace.json.gz", 300),
+        ("memory_h100", DATA / "memory" / "graph_leak.pt.trace.json.gz", 500),  # [memory] events
     ):
         if path.is_file():
             seeds[name] = _excerpt_events(_kineto_doc(path), n)

@@ -717,9 +717,18 @@ class Runtime:
             self.notes.append("--memory-snapshot: no CUDA device, no snapshot")
             return
         try:
-            path = os.path.join(self.run_dir, f"memory_snapshot_{self.pid}.pickle")
-            torch.cuda.memory._dump_snapshot(path)
+            # Converted here, inside the profiled process, to gzipped JSON: a pickle is never
+            # written, so nothing downstream has to unpickle a file (the snapshot holds only
+            # dicts, lists, strings and numbers; anything else is written as its repr).
+            import gzip
+            import json
+
+            snap = torch.cuda.memory._snapshot()
             torch.cuda.memory._record_memory_history(enabled=None)
+            path = os.path.join(self.run_dir, f"memory_snapshot_{self.pid}.json.gz")
+            with gzip.open(path + ".tmp", "wt", encoding="utf-8", compresslevel=6) as fh:
+                json.dump(snap, fh, default=repr, separators=(",", ":"))
+            os.replace(path + ".tmp", path)
         except Exception as e:
             self.notes.append(f"CUDA memory snapshot failed: {type(e).__name__}: {e}")
 

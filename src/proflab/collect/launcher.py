@@ -408,6 +408,11 @@ def analyze_run(
                 reports = [analyze(load(p), top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(p)) for p in traces]
             shown = job if job is not None else reports
             rundir.write_text(run_dir / "analysis.json", render(shown, "json"))
+            notes = meta.setdefault("notes", [])
+            for r in reports:  # --profile-memory: what collecting the allocations cost, in the run's notes
+                for n in (getattr(r, "memory", None) or {}).get("notes") or []:
+                    if n.startswith("--profile-memory") and n not in notes:
+                        notes.append(n)
             body = render(shown, "term", width=width or 80, color=color)
             # the job's own findings that claim a gain first (a straggler, exposed
             # communication), else rank 0's

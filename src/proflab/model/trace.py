@@ -123,6 +123,7 @@ class TraceMeta:
     base_time_ns: int | None = None
     with_stack: bool | None = None
     record_shapes: bool | None = None
+    profile_memory: bool | None = None  # Kineto: allocations recorded ([memory] events)
     distributed: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)  # tool versions the trace records
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -178,6 +178,7 @@ class _DocFields(Struct, gc=False, kw_only=True):
     baseTimeNanoseconds: Any = None
     with_stack: Any = None
     record_shapes: Any = None
+    profile_memory: Any = None
     cuda_driver_version: Any = None
     cuda_runtime_version: Any = None
     cupti_version: Any = None
@@ -569,6 +570,7 @@ def _meta(doc: _Doc) -> tuple[dict[str, Any], Counter]:
         "base_time_ns": _int(doc.baseTimeNanoseconds, problems, "baseTimeNanoseconds"),
         "with_stack": _flag(doc.with_stack, problems, "with_stack"),
         "record_shapes": _flag(doc.record_shapes, problems, "record_shapes"),
+        "profile_memory": _flag(doc.profile_memory, problems, "profile_memory"),
         "distributed": dist,
         "versions": {k: v for k, v in versions.items() if v is not None},
     }

@@ -89,6 +89,10 @@ def render_markdown(report) -> str:
                 f"{fmt_num(m.get('l2_pct'))} | {fmt_num(m.get('tensor_pipe_pct'))} | {fmt_num(roof.get('percent_of_roof'))} | {esc(top)} |"
             )
         lines.append("")
+    if d.get("memory"):
+        from proflab.render.memory import memory_markdown
+
+        lines += [*memory_markdown(d["memory"], esc), ""]
     if d["missing"]:
         lines += ["## Missing signals", ""]
         for m in d["missing"]:

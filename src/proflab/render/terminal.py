@@ -173,7 +173,11 @@ def _body(d: dict, width: int) -> Group:
         t.append(f"{f['severity'].upper():<9}", style=_SEV_STYLE[f["severity"]])
         t.append(_line(f["title"]))
         parts.append(t)
-        if f["category"] != "healthy":
+        if f["category"].startswith("memory_") and not f["est_gain_ms"]:
+            note = _line(f"   memory: no time gain; {f['assumption']}" if f.get("assumption") else "   memory: no time gain")
+            note.stylize("dim")
+            parts.append(_indent(note))
+        elif f["category"] != "healthy":
             gain = _line(
                 f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
                 + (f" if {f['assumption']}" if f.get("assumption") else "")
@@ -249,6 +253,12 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text(""))
         rows = [(r["name"], fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"])) for r in d["ranges"][:5]]
         parts.append(_name_table(("range (NVTX / record_function)", width - 36), (("dev", 3), ("n", 6), ("GPU ms", 10)), rows))
+    if d.get("memory"):
+        from proflab.render.memory import memory_lines
+
+        parts.append(Text(""))
+        parts.append(Text("GPU memory", style="bold underline"))
+        parts.extend(_line(x) for x in memory_lines(d["memory"], width))
     if d["missing"]:
         parts.append(Text(""))
         for m in d["missing"]:

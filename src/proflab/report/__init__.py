@@ -22,6 +22,8 @@ CATEGORIES = (
     "uncoalesced_access", "bank_conflicts", "divergence",
     # energy
     "power_capped", "thermal_throttled",
+    # memory
+    "memory_leak", "memory_fragmentation", "memory_headroom",
     "healthy",
 )  # fmt: skip
 
@@ -96,6 +98,7 @@ class Report:
     notes: tuple[str, ...] = ()
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
     energy: dict[str, Any] | None = None  # the run directory's proflab.energy/1 document (analyze RUN_DIR)
+    memory: dict[str, Any] | None = None  # GPU memory (analysis.memory), when the trace records allocations
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -115,6 +118,7 @@ class Report:
             "notes": list(self.notes),
             "kernel_verdicts": list(self.verdicts),
             **({"energy": self.energy} if self.energy is not None else {}),
+            **({"memory": self.memory} if self.memory is not None else {}),
         }
 
 

@@ -42,6 +42,13 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
             *_GPU_SKIPPED,
         )
     findings = run_rules(trace, ctx)
+    memory = _memory(ctx)
+    if memory is not None:
+        from proflab.rules.memory import memory_rules
+
+        mem_findings = memory_rules(memory)
+        at = next((i for i, f in enumerate(findings) if f.category == "healthy"), len(findings))
+        findings[at:at] = mem_findings  # no time gain: after the timeline's findings, before the verdict
     if trace.has_gpu and trace.devices.height == 0:
         ctx.note_missing("device properties", "the trace lists no deviceProperties", "datasheet peaks")
     elif trace.has_gpu and (name := (info := ctx.device_info or {}).get("name")) and datasheet_peaks(name, info.get("sm_count")) is None:
@@ -62,7 +69,31 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ranges=tuple(_ranges(ctx)),
         missing=ctx.missing,
         notes=trace.meta.notes,
+        memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
     )
+
+
+def _memory(ctx: Context):
+    """The memory analysis when the trace records allocations (``analysis.memory``); a source
+    that cannot be used is noted as missing, never fatal to the rest of the report."""
+    from proflab.analysis.memory import memory_for_trace
+    from proflab.errors import InputError
+
+    try:
+        m = memory_for_trace(ctx.trace)
+    except InputError as e:
+        ctx.note_missing("memory", str(e), "memory section")
+        return None
+    if m is None:
+        return None
+    if not m.devices:
+        for x in m.missing:  # said only where the input was meant to carry memory
+            if (ctx.trace.meta.profile_memory and ctx.trace.has_gpu) or "nsys_memory_usage" in m.sources:
+                ctx.note_missing(x.signal, x.reason, *x.skipped)
+        return None
+    for x in m.missing:
+        ctx.note_missing(x.signal, x.reason, *x.skipped)
+    return m
 
 
 def _source(trace: Trace) -> dict[str, Any]:

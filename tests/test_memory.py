@@ -1,0 +1,224 @@
+"""GPU memory analysis against workloads recorded on an H100 with known answers
+(tests/data/memory, tests/data/record/record_memory.py): the allocator's own
+max_memory_allocated / max_memory_reserved over the profiled steps, the memory allocated after
+each step, and what each workload was built to show."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+
+import proflab
+from proflab.cli import main
+
+DATA = Path(__file__).parent / "data" / "memory"
+GT = json.loads((DATA / "ground_truth.json").read_text())
+WORKLOADS = ["graph_leak", "activation_heavy", "optimizer_heavy", "fragmenting", "healthy"]
+RUN = DATA / "run_leak"
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {n: proflab.analyze(DATA / f"{n}.pt.trace.json.gz") for n in WORKLOADS}
+
+
+def _mem_findings(rep):
+    return [f for f in rep.findings if f.category.startswith("memory_")]
+
+
+@pytest.mark.parametrize("name", WORKLOADS)
+def test_peak_matches_the_allocator(reports, name):
+    d = reports[name].memory["devices"][0]
+    gt = GT[name]
+    assert d["peak_allocated_mb"] == pytest.approx(gt["max_memory_allocated_mb"], rel=0.02)
+    assert d["peak_reserved_mb"] == pytest.approx(gt["max_memory_reserved_mb"], rel=0.02)
+    assert d["device_memory_mb"] == pytest.approx(gt["device_total_memory_mb"], rel=0.02)
+    # per step: the unprofiled repeat of the same steps peaks where the trace says
+    peaks = [s["peak_allocated_mb"] for s in reports[name].memory["steps"]]
+    want = [p["allocated_mb"] for p in gt["per_step_peak_unprofiled"]]
+    assert peaks == pytest.approx(want, rel=0.02)
+
+
+@pytest.mark.parametrize(
+    "name, top",
+    [("graph_leak", "memory_leak"), ("fragmenting", "memory_fragmentation"), ("activation_heavy", "memory_headroom"),
+     ("optimizer_heavy", "memory_headroom"), ("healthy", "memory_headroom")],
+)
+def test_right_finding_on_top(reports, name, top):
+    fs = _mem_findings(reports[name])
+    assert fs and fs[0].category == top
+    if name in ("activation_heavy", "optimizer_heavy", "healthy"):
+        assert all(f.severity == "info" for f in fs), [f.title for f in fs]  # nothing to warn about
+    else:
+        assert fs[0].severity in ("warning", "critical")
+    others = {f.category for f in fs[1:]}
+    assert "memory_leak" not in others and ("memory_fragmentation" not in others or name == "fragmenting")
+
+
+def test_leak_rate_and_steps_until_full(reports):
+    f = _mem_findings(reports["graph_leak"])[0]
+    after = GT["graph_leak"]["memory_allocated_after_step_mb"]
+    rate = (after[-1] - after[0]) / (len(after) - 1)  # the allocator's own, 40 MB a step
+    assert f.evidence["growth_mb_per_step"] == pytest.approx(rate, rel=0.02)
+    total = GT["graph_leak"]["device_total_memory_mb"]
+    want = (total - GT["graph_leak"]["max_memory_allocated_mb"]) / rate
+    assert f.evidence["steps_until_device_full"] == pytest.approx(want, rel=0.02)
+    assert "MB per step" in f.title and "steps" in f.title
+    # what is kept: the validation forward's outputs (relu, mse_loss) made in the forward
+    kept = f.evidence["retained_never_freed"]
+    assert kept[0]["phase"] == "forward" and kept[0]["op"] in ("aten::clamp_min", "aten::relu", "aten::addmm")
+    assert "torch.no_grad()" in f.fix and "loss.item()" in f.fix
+
+
+def test_fragmentation_names_the_allocator_setting(reports):
+    f = _mem_findings(reports["fragmenting"])[0]
+    gt = GT["fragmenting"]
+    assert f.evidence["reserved_unused_at_peak_mb"] == pytest.approx(gt["max_memory_reserved_mb"] - gt["max_memory_allocated_mb"], rel=0.02)
+    assert "expandable_segments:True" in f.fix
+    assert f.evidence["reserved_growth_with_free_cache"]["events"] >= 1
+    # a growing-shape loop keeps nothing: no leak, though the level after each step rises
+    assert not any(x.category == "memory_leak" for x in _mem_findings(reports["fragmenting"]))
+
+
+def test_what_holds_the_peak(reports):
+    act = reports["activation_heavy"].memory["devices"][0]
+    assert act["dominant_category"] == "activation"
+    assert act["by_category_mb"]["activation"] > 0.7 * act["peak_allocated_mb"]
+    assert act["peak_phase"] in ("forward", "backward")  # the end of the forward / start of the backward
+    # recorded with stacks: activations carry the module and the user's line that made them
+    top = [r for r in act["top_allocations"] if r["category"] == "activation"]
+    assert any(r["module"] and r["source"] and r["source"].startswith("record_memory.py(") for r in top)
+    opt = reports["optimizer_heavy"].memory["devices"][0]
+    assert opt["peak_phase"] == "optimizer"
+    assert opt["dominant_category"] == "optimizer_state"
+    # Adam's two states of a 268M-parameter model: 2 GiB, estimated from the gradients' bytes
+    assert opt["persistent_split"]["optimizer_state_mb"] == pytest.approx(2048, rel=0.02)
+    assert opt["top_allocations"][0]["within"].startswith("aten::_foreach_")
+    head = _mem_findings(reports["optimizer_heavy"])[0]
+    assert "fused=True" in head.fix and "optimizer state" in head.title
+    assert "checkpoint" in _mem_findings(reports["activation_heavy"])[0].fix
+
+
+def test_report_contract(reports, report_schema):
+    jsonschema = pytest.importorskip("jsonschema")
+    for rep in reports.values():
+        d = rep.to_dict()
+        jsonschema.validate(d, report_schema)
+        assert d["memory"]["findings"] == [f["id"] for f in d["findings"] if f["category"].startswith("memory_")]
+        srcs = d["memory"]["sources"]
+        assert srcs["kineto_memory_events"]["available"] and not srcs["nvml"]["available"]
+
+
+def test_no_memory_events_no_section():
+    rep = proflab.analyze(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.gz")
+    assert rep.memory is None and "memory" not in rep.to_dict()
+    assert not _mem_findings(rep)
+
+
+def test_run_directory_sources_and_collection_cost(report_schema):
+    rep = proflab.analyze(next((RUN / "traces").glob("*.pt.trace.json.gz")))
+    m = rep.to_dict()["memory"]
+    assert {k for k, v in m["sources"].items() if v["available"]} == {"kineto_memory_events", "nvml", "snapshot"}
+    assert m["nvml"][0]["max_used_mb"] >= m["devices"][0]["peak_reserved_mb"]  # NVML counts the context too
+    assert m["snapshot"]["devices"][0]["reserved_bytes"] > 0
+    c = m["collection"]
+    proc = json.loads(next((RUN / "processes").glob("*.json")).read_text())["step_times"]
+    assert c["run_bare_step_ms"] == proc["bare_ms"] and c["run_profiled_step_ms"] == proc["profiled_ms"]
+    assert any(n.startswith("--profile-memory recorded") for n in m["notes"])
+    # steps come from ProfilerStep here: four of them, 40 MB more kept after each
+    assert [s["step"] for s in m["steps"]] == [4, 5, 6, 7]
+    assert _mem_findings(rep)[0].category == "memory_leak"
+
+
+def test_cli_memory_section_and_plots(tmp_path, capsys):
+    trace = DATA / "fragmenting.pt.trace.json.gz"
+    assert main(["memory", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "peak 2,647.8 MB allocated" in out and "expandable_segments" in out
+    assert main(["memory", str(RUN), "-f", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["findings"][0]["category"] == "memory_leak"
+    png, svg = tmp_path / "m.png", tmp_path / "m.svg"
+    assert main(["memory", str(trace), "-o", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["memory", str(RUN), "-o", str(svg)]) == 0
+    assert b"<svg" in svg.read_bytes()[:2000]
+    md = tmp_path / "r.md"
+    assert main(["analyze", str(DATA / "graph_leak.pt.trace.json.gz"), "-o", str(md)]) == 0
+    assert "## GPU memory" in md.read_text()
+
+
+def test_cli_memory_without_events_is_one_line(tmp_path, capsys):
+    rc = main(["memory", str(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.gz")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "no GPU memory" in err
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+
+def test_real_snapshot_pickle_reads_without_globals(capsys):
+    assert main(["memory", str(DATA / "graph_leak.snapshot.pickle.gz")]) == 0
+    out = capsys.readouterr().out
+    # the snapshot was taken at the end of the graph_leak window: what was allocated then
+    assert "snapshot GPU 0: 393 MB" in out and "record_memory.py:94 step" in out
+    # what proflab run writes: JSON converted inside the profiled process
+    assert main(["memory", str(next(RUN.glob("memory_snapshot_*.json.gz")))]) == 0
+    assert "snapshot GPU 0: 65 MB in 3 blocks of 930 MB reserved" in capsys.readouterr().out
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_snapshot_pickle_with_a_payload_is_refused(tmp_path, capsys, gz):
+    """A pickle whose reduce calls os.system: refused before anything runs, one line, exit 2."""
+    marker = tmp_path / "pwned"
+    data = pickle.dumps({"segments": [], "device_traces": [_Payload(marker)]}, protocol=4)
+    path = tmp_path / ("memory_snapshot_1.pickle" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(data) if gz else data)
+    before = path.read_bytes()
+    rc = main(["memory", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert len(err.strip().splitlines()) == 1 and "refused" in err and str(path) in err
+    assert "Traceback" not in err
+    assert not marker.exists()
+    assert path.read_bytes() == before
+
+
+def test_run_directory_with_a_hostile_snapshot_still_reports(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    for p in run.glob("memory_snapshot_*"):
+        p.unlink()
+    marker = tmp_path / "pwned"
+    (run / "memory_snapshot_9.pickle").write_bytes(pickle.dumps({"segments": [_Payload(marker)]}))
+    rep = proflab.analyze(next((run / "traces").glob("*.pt.trace.json.gz")))
+    assert not marker.exists()
+    assert any(m.signal == "memory snapshot" and "refused" in m.reason for m in rep.missing)
+    m = rep.to_dict()["memory"]  # the rest of the section stands
+    assert m["sources"]["snapshot"]["available"] is False and m["devices"][0]["peak_allocated_mb"] > 0
+
+
+def test_run_notes_carry_the_profile_memory_cost(tmp_path):
+    from proflab.collect.launcher import analyze_run
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    meta = json.loads((run / "meta.json").read_text())
+    analyze_run(run, meta)
+    notes = json.loads((run / "meta.json").read_text())["notes"]
+    line = next(n for n in notes if n.startswith("--profile-memory recorded"))
+    assert "93 allocation events per step" in line and "3.30 ms bare, 4.90 ms profiled" in line
