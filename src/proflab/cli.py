@@ -123,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     en.set_defaults(func=cmd_energy)
     _run_parser(sub)
+    _report_parser(sub)
+    _demo_parser(sub)
     rs = sub.add_parser(
         "runs",
         help="list past runs of proflab run (time, name, command, exit status, duration, top finding)",
@@ -382,6 +384,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
     if args.top < 0:
         raise UsageError("--top must be >= 0")
+    if _is_html(args.output):  # the single-file HTML report, as `proflab report` writes it
+        return _write_html(args, paths)
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
@@ -568,6 +572,114 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(cmd, opts)
 
 
+# -- report and demo: the single-file HTML report ------------------------------------------
+
+
+def _report_parser(sub) -> None:
+    r = sub.add_parser(
+        "report",
+        help="the single-file HTML report of a trace, a job's traces or a run directory (opens in any browser, offline)",
+        description=(
+            "Analyse PATH as `proflab analyze` does and write one self-contained HTML page: the verdict and ranked "
+            "findings, the breakdown and per-step charts, the timeline with idle gaps by cause, hot kernels, operators "
+            "and copies, and for a run directory the GPU monitor, energy and Nsight Compute results."
+        ),
+        epilog="examples:\n  proflab report run.pt.trace.json.gz -o report.html\n  proflab report proflab-runs/20260101-120000-train",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s), a folder of traces or a run directory")
+    r.add_argument("-o", "--output", metavar="FILE.html", help="write the page here (default: proflab-report.html in the current folder, never over an existing file)")
+    r.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    r.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the step time measured without the profiler (see analyze)")
+    r.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job view")
+    _reading_args(r)
+    r.set_defaults(func=cmd_report)
+
+
+def _is_html(output: str | None) -> bool:
+    return bool(output) and output.lower().endswith((".html", ".htm"))
+
+
+def _fresh_path(stem: str, suffix: str, folder: Path = Path(".")) -> Path:
+    """``folder/stem.suffix``, or ``stem-2.suffix``, ... : a name that holds no file yet."""
+    for i in range(1, 10_000):
+        p = folder / (f"{stem}{suffix}" if i == 1 else f"{stem}-{i}{suffix}")
+        if not p.exists():
+            return p
+    raise UsageError(f"{folder}: no free name for {stem}{suffix}")
+
+
+def _write_html(args: argparse.Namespace, paths: list[Path]) -> int:
+    """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
+    from proflab.report.page import html_report
+
+    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job)
+    _write_atomic(Path(args.output), html)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from proflab.readers import expand_paths
+
+    paths = expand_paths(args.paths)
+    if args.top < 0:
+        raise UsageError("--top must be >= 0")
+    if args.output is None:
+        args.output = str(_fresh_path("proflab-report", ".html"))
+    elif not _is_html(args.output):
+        raise UsageError(f"{args.output}: the report is an HTML page; name it .html")
+    out = Path(args.output).resolve()
+    if any(out == p.resolve() for p in paths):
+        raise UsageError(f"{args.output}: refusing to overwrite an input trace")
+    _write_html(args, paths)
+    print(f"proflab: HTML report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _demo_parser(sub) -> None:
+    d = sub.add_parser(
+        "demo",
+        help="see proflab work without a GPU: the analysis of a shipped real GPU trace, and its HTML report",
+        description=(
+            "Analyse a real torch.profiler trace recorded on an H100 (shipped with proflab: a training loop whose "
+            "AdamW updates each parameter with its own kernels), print the diagnosis and write the HTML report."
+        ),
+    )
+    d.add_argument("-o", "--out-dir", metavar="DIR", help="folder for the report (default: a new temporary folder)")
+    d.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
+    d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    d.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+    from importlib import resources
+
+    from proflab.api import analyze, load
+    from proflab.render import render
+    from proflab.report.page import html_report
+
+    data = resources.files("proflab") / "demo"
+    with resources.as_file(data) as folder:
+        trace_path = folder / "mlp_foreach.light.pt.trace.json.gz"
+        truth = json.loads((folder / "ground_truth.json").read_text())
+        # the step time measured without the profiler in the recording process
+        bare_ms = truth["bare_step_ms"]
+        to_tty = sys.stdout.isatty()
+        color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
+        width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+        print(f"proflab demo: {truth['description']}\n")
+        trace = load(trace_path, cache=False)
+        sys.stdout.write(render([analyze(trace, bare_step_ms=bare_ms)], "term", width=width, color=color))
+        out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="proflab-demo-"))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        out = _fresh_path("proflab-demo-report", ".html", out_dir)
+        _write_atomic(out, html_report([trace_path], load=lambda p: trace, bare_step_ms=bare_ms, title="proflab demo"))
+    print(f"\nHTML report: {out.resolve()}")
+    return 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     import polars as pl
 
@@ -637,7 +749,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
                          unprofiled_steps_ms=unprofiled)
-    _emit_reports(args, comparison, fmt)
+    if _is_html(args.output):
+        from proflab.report.page import html_for_comparison
+
+        _write_atomic(Path(args.output), html_for_comparison(comparison))
+    else:
+        _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
     verdict, why = comparison.verdict
