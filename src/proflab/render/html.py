@@ -126,7 +126,7 @@ class _Page:
 
     def chart(self, spec: dict[str, Any], label: str) -> None:
         """A Vega-Lite chart drawn into a placeholder by the page's script."""
-        spec = {"$schema": "https://vega.github.io/schema/vega-lite/v6.json", "config": _CONFIG, **spec}
+        spec = {"config": _CONFIG, **spec}  # no $schema: the page names no URL at all
         self.parts.append(f'<div class="chart" id="chart-{len(self.charts)}" role="img" aria-label="{_e(label)}"></div>')
         self.charts.append(spec)
 
@@ -190,7 +190,7 @@ _JS = r"""
   var specs = JSON.parse(document.getElementById('proflab-charts').textContent);
   var jobs = specs.map(function(spec, i){
     var el = document.getElementById('chart-' + i);
-    return vegaEmbed(el, spec, {actions: false, renderer: 'canvas'}).then(function(){ return 1; }, function(err){
+    return vegaEmbed(el, spec, {mode: 'vega-lite', actions: false, renderer: 'canvas'}).then(function(){ return 1; }, function(err){
       console.error('proflab: chart ' + i + ' failed: ' + err);
       var p = document.createElement('p'); p.className = 'chart-error';
       p.textContent = 'chart failed to draw: ' + err; el.appendChild(p); return 0;
