@@ -68,8 +68,15 @@ class PageResult:
 
 class _Cdp:
     def __init__(self, chromium: str, profile: str) -> None:
-        to_child_r, self._w = os.pipe()
-        self._r, from_child_w = os.pipe()
+        import fcntl
+
+        def high(fd: int) -> int:  # above 4, so that moving the child's ends to 3 and 4 clobbers neither
+            moved = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+            os.close(fd)
+            return moved
+
+        to_child_r, self._w = (high(fd) for fd in os.pipe())
+        self._r, from_child_w = (high(fd) for fd in os.pipe())
 
         def fds() -> None:  # the child's fd 3 reads our commands, its fd 4 writes its replies
             os.dup2(to_child_r, 3)
@@ -79,7 +86,7 @@ class _Cdp:
                 f"--user-data-dir={profile}", "--no-first-run", "--no-default-browser-check", "--disable-extensions",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
                 "--window-size=1280,2000", "--hide-scrollbars", "about:blank"]
-        self.proc = subprocess.Popen(argv, preexec_fn=fds, pass_fds=(to_child_r, from_child_w),
+        self.proc = subprocess.Popen(argv, preexec_fn=fds, pass_fds=(3, 4),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         os.close(to_child_r)
         os.close(from_child_w)
