@@ -107,7 +107,7 @@ def render_html(subject: Any, *, overviews: Sequence[dict[str, Any] | None] = ()
             ov = overviews[i] if i < len(overviews) else None
             _report(page, rep, ov, heading=_input_name(rep) if len(reports) > 1 else None, level=2 if len(reports) > 1 else 1)
     if monitor is not None:
-        _monitor(page, monitor)
+        _monitor(page, monitor, (energy or {}).get("windows") or ())
     if energy:
         _energy(page, energy)
     return page.document(title or heading)
@@ -180,7 +180,7 @@ th[aria-sort=descending]::after{content:" \\25BC"}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:6px 0}dl.kv dt{color:var(--muted)}dl.kv dd{margin:0}
 .chart{width:100%;min-height:40px;margin:6px 0 14px}details>summary{cursor:pointer;font-weight:600;margin:10px 0}
 footer{max-width:1200px;margin:0 auto;padding:10px 24px;color:var(--muted);font-size:12px}
-ul.evidence{margin:4px 0;padding-left:20px}.chart-error{color:var(--crit)}
+ul.evidence{margin:4px 0;padding-left:20px}.scroll{overflow-x:auto;max-width:100%}.chart-error{color:var(--crit)}
 """
 
 # Draw every chart (errors go to the console and onto the page), sort tables on a click, and
@@ -249,7 +249,7 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]], *, n
     numeric = {k for k, _ in cols if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
                                         for r in rows if r.get(k) is not None)
                and any(r.get(k) is not None for r in rows)}
-    out = ['<table class="sortable">']
+    out = ['<div class="scroll"><table class="sortable">']
     if caption:
         out.append(f"<caption class=\"muted\">{_e(caption)}</caption>")
     out.append("<thead><tr>" + "".join(f'<th scope="col"{" class=num" if k in numeric else ""}>{_e(h)}</th>' for k, h in cols)
@@ -265,7 +265,7 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]], *, n
                 text = "-" if v is None else _fmt(v)
                 cells.append(f'<td{cls} data-v="{_e(text)}">{_e(text)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -538,9 +538,10 @@ _MONITOR_METRICS = (
 )
 
 
-def _monitor(page: _Page, mon: Any, max_points: int = 1500) -> None:
+def _monitor(page: _Page, mon: Any, windows: Sequence[dict[str, Any]] = (), max_points: int = 1500) -> None:
     """The GPU monitor's samples over time, one small chart per signal it has (at most
-    ``max_points`` samples per GPU: evenly thinned, the figures stay measured ones)."""
+    ``max_points`` samples per GPU: evenly thinned, the figures stay measured ones), with the
+    profiled windows that the energy analysis placed on the monitor's clock shaded."""
     import polars as pl
 
     if mon is None or mon.height == 0 or "elapsed_s" not in mon.columns:
@@ -555,15 +556,27 @@ def _monitor(page: _Page, mon: Any, max_points: int = 1500) -> None:
     m = pl.concat(parts)
     page.add("<h2>GPU monitor (NVML)</h2>")
     page.add(f'<p class="muted">{m.height:,} of {mon.height:,} samples drawn; time in s since the monitor started.</p>')
+    first = {d: t for (d,), t in ((k, g["elapsed_s"].min()) for k, g in mon.group_by("device"))}
+    bands = []
+    for w in windows:  # window_offset_s counts from the device's first sample
+        if w.get("aligned") and w.get("window_offset_s") is not None and w.get("device") in first:
+            t0 = first[w["device"]] + w["window_offset_s"]
+            bands.append({"t0": t0, "t1": t0 + (w.get("window_s") or 0), "what": f"profiled window {w.get('trace') or ''}"})
+    if bands:
+        page.add('<p class="muted">The green band (a line where it is narrower than a pixel) is the profiled window, placed on the monitor\'s clock by the trace\'s base time.</p>')
     for c, title in cols:
         rows = [{"t": t, "gpu": f"GPU {d}", "v": v} for t, d, v in zip(m["elapsed_s"], m["device"], m[c]) if v is not None]
-        page.chart({
-            "data": {"values": rows}, "width": "container", "height": 110, "title": title,
-            "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
-            "encoding": {"x": {"field": "t", "type": "quantitative", "title": "s"},
-                         "y": {"field": "v", "type": "quantitative", "title": None},
-                         "color": {"field": "gpu", "type": "nominal", "title": None}},
-        }, f"GPU monitor: {title}")
+        line = {"data": {"values": rows}, "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
+                "encoding": {"x": {"field": "t", "type": "quantitative", "title": "s"},
+                             "y": {"field": "v", "type": "quantitative", "title": None},
+                             "color": {"field": "gpu", "type": "nominal", "title": None}}}
+        layers = [line]
+        if bands:
+            # a window of a few ms is narrower than a pixel: a rule marks where it starts
+            layers[:0] = [{"data": {"values": printable(bands)}, "mark": {"type": mark, "color": "#59a14f", "opacity": op, "tooltip": True},
+                           "encoding": {"x": {"field": "t0", "type": "quantitative"}, **({"x2": {"field": "t1"}} if mark == "rect" else {}),
+                                        "tooltip": [{"field": "what"}]}} for mark, op in (("rect", 0.25), ("rule", 0.8))]
+        page.chart({"width": "container", "height": 90, "title": title, "layer": layers}, f"GPU monitor: {title}")
 
 
 def _energy(page: _Page, e: dict[str, Any]) -> None:
@@ -575,7 +588,9 @@ def _energy(page: _Page, e: dict[str, Any]) -> None:
         rows = e.get(key)
         if isinstance(rows, list) and rows and isinstance(rows[0], dict):
             flat = [{k: (v if not isinstance(v, (dict, list)) else _fmt(v)) for k, v in r.items()} for r in rows]
-            page.add(f"<h3>{_e(title)}</h3>" + _table(flat, [(c, c) for c in flat[0]], names=("trace",)))
+            # one row reads better as a list of its fields than as a table of 25 columns
+            body = _kv(list(flat[0].items())) if len(flat) == 1 else _table(flat, [(c, c) for c in flat[0]], names=("trace",))
+            page.add(f"<h3>{_e(title)}</h3>" + body)
     for f in e.get("findings") or []:
         page.add(f'<p><span class="sev {_e(f["severity"])}">{_e(f["severity"])}</span>{_e(f["title"])}</p>')
     for m in e.get("missing") or []:
@@ -642,6 +657,16 @@ def _comparison(page: _Page, comparison: Any) -> None:
         }, "step times before and after")
     if d.get("breakdown_ms"):
         page.add("<h2>Where the time moved (ms per step)</h2>")
+        rows = [{"side": side, "kind": r["part"].replace("idle:", "idle: "), "ms": r[f"{side}_ms"]}
+                for r in d["breakdown_ms"] for side in ("before", "after") if r.get(f"{side}_ms") is not None]
+        page.chart({
+            "data": {"values": rows}, "mark": {"type": "bar", "tooltip": True}, "width": "container", "height": {"step": 28},
+            "transform": [{"calculate": safe_expr_index(_KINDS, "datum.kind"), "as": "korder"}],
+            "encoding": {"y": {"field": "side", "type": "nominal", "sort": ["before", "after"], "title": None},
+                         "x": {"field": "ms", "type": "quantitative", "stack": "zero", "title": "ms per step"},
+                         "color": _color(rows), "order": {"field": "korder", "type": "quantitative"},
+                         "tooltip": [{"field": "side"}, {"field": "kind"}, {"field": "ms", "format": ",.3f"}]},
+        }, "breakdown before and after")
         page.add(_table(d["breakdown_ms"], [(c, c) for c in d["breakdown_ms"][0]]))
     for key, title, names in (("kernels", "Kernels", ("name", "example")), ("ops", "Operators", ("name",)),
                               ("ranges", "Ranges", ("name",)), ("findings", "Findings", ("title", "fix"))):
