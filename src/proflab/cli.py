@@ -199,6 +199,10 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     directory with GPU monitor samples, its energy section follows (terminal and Markdown)."""
     from proflab.render import render
 
+    if _is_html(args.output):  # compare or kernels -o x.html: the page of these reports
+        from proflab.render.html import render_html
+
+        return _write_out(args, render_html(reports))
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
@@ -749,12 +753,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
                          unprofiled_steps_ms=unprofiled)
-    if _is_html(args.output):
-        from proflab.report.page import html_for_comparison
-
-        _write_atomic(Path(args.output), html_for_comparison(comparison))
-    else:
-        _emit_reports(args, comparison, fmt)
+    _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
     verdict, why = comparison.verdict

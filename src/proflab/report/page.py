@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["html_report", "html_for_comparison"]
+__all__ = ["html_report"]
 
 
 def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | None = None, top_kernels: int = 15,
@@ -56,13 +56,6 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
             reports.append(report_for(ctx, top_kernels=top_kernels))
         overviews.append(overview(ctx) if trace.has_gpu or trace.steps.height else None)
     return render_html(reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
-
-
-def html_for_comparison(comparison: Any, *, title: str | None = None) -> str:
-    """The HTML page of a ``Comparison`` (``proflab compare -o x.html``)."""
-    from proflab.render.html import render_html
-
-    return render_html(comparison, title=title)
 
 
 def _ncu_pages(run_dir: Path | None) -> list[Path]:
