@@ -262,3 +262,13 @@ def test_demo_trace_is_the_recorded_one():
     truth = json.loads(resources.files("proflab").joinpath("demo", "ground_truth.json").read_text())
     recorded = json.loads((REALISTIC / "ground_truth.json").read_text())
     assert truth["bare_step_ms"] == recorded["loops"]["mlp_foreach"]["bare"]["median_ms"]
+
+
+def test_several_unrelated_traces_get_a_section_each(tmp_path):
+    out = tmp_path / "two.html"
+    a, b = REALISTIC / "d2h_copies.light.pt.trace.json.gz", REALISTIC / "mlp_graphed.light.pt.trace.json.gz"
+    assert main(["report", str(a), str(b), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "2 traces, each in its own section" in page
+    assert page.count("<details open><summary><h2") == 2 and a.name in page and b.name in page
+    assert page.count("<h2>Timeline") == 2

@@ -96,13 +96,15 @@ def render_html(subject: Any, *, overviews: Sequence[dict[str, Any] | None] = ()
         _job(page, subject)
         for i, rep in enumerate(subject.reports):
             ov = overviews[i] if i < len(overviews) else None
-            _report(page, rep, ov, heading=f"Rank {i}: {_input_name(rep)}", level=2, open_=False)
+            _report(page, rep, ov, heading=f"Rank {i}: {_input_name(rep)}", level=2)
     elif hasattr(subject, "verdict"):
         heading = "proflab compare"
         _comparison(page, subject)
     else:
         reports = list(subject)
         heading = "proflab report"
+        if len(reports) > 1:
+            page.add(f"<h1>proflab report</h1><p class=\"muted\">{len(reports)} traces, each in its own section</p>")
         for i, rep in enumerate(reports):
             ov = overviews[i] if i < len(overviews) else None
             _report(page, rep, ov, heading=_input_name(rep) if len(reports) > 1 else None, level=2 if len(reports) > 1 else 1)
@@ -314,13 +316,14 @@ def _findings(page: _Page, findings: Sequence[dict[str, Any]]) -> None:
     page.add("</section>")
 
 
-def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | None, level: int, open_: bool = True) -> None:
+def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | None, level: int) -> None:
     d = rep.to_dict()
     s, dev = d["summary"], d["device"]
     if level == 1:
         page.add(f"<h1>proflab report</h1><p class=\"muted name\">{_e(_input_name(rep))}</p>")
     else:
-        page.add(f"<details{' open' if open_ else ''}><summary><h2 style=\"display:inline\">{_e(heading)}</h2></summary>")
+        # open: a chart sized to its container draws nothing inside a closed one
+        page.add(f"<details open><summary><h2 style=\"display:inline\">{_e(heading)}</h2></summary>")
     page.add(_verdict(d["findings"]))
     page.add(_kv([
         ("device", dev.get("name") or "unknown"),
