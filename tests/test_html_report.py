@@ -272,3 +272,13 @@ def test_several_unrelated_traces_get_a_section_each(tmp_path):
     assert "2 traces, each in its own section" in page
     assert page.count("<details open><summary><h2") == 2 and a.name in page and b.name in page
     assert page.count("<h2>Timeline") == 2
+
+
+def test_nsys_export_of_a_job_gets_the_job_view(tmp_path):
+    export = ROOT.parent / "shared" / "fixtures" / "nsys" / "mfu_2gpu_before.sqlite"
+    if not export.is_file():
+        pytest.skip(f"{export.name}: the Nsight Systems fixtures are not beside this checkout")
+    out = tmp_path / "nsys.html"
+    assert main(["report", str(export), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert "proflab job report" in page and "<h2>Ranks" in page

@@ -44,8 +44,18 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
             return render_html(rep, overviews=overviews, monitor=monitor, energy=energy, title=title)
     reports, overviews = [], []
     deep = _ncu_pages(run_dir)
+    traces = {}
+    if len(files) == 1 and job and not deep:
+        trace = traces[files[0]] = read(files[0])
+        if trace.meta.format != "kineto":
+            # an Nsight Systems export of a whole job holds every rank's process
+            from proflab.analysis.jobs import analyze_processes
+
+            rep = analyze_processes(trace, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
+            if rep is not None:
+                return render_html(rep, monitor=monitor, energy=energy, title=title)
     for f in files:
-        trace = read(f)
+        trace = traces.pop(f, None) or read(f)
         ctx = Context(trace, bare_step_ms=bare_step_ms or unprofiled_step_ms(f))
         if deep:
             from proflab.analysis.deepdive import deep_dive
