@@ -40,6 +40,12 @@ PROBES = {
         return /^(img|svg|iframe|object|embed|link|meta)$/i.test(e.tagName) && !e.matches('head > meta') ||
                Array.from(e.attributes).some(function(a){ return /^on/i.test(a.name); }); }).length""",
     "pwned": "window.__pwned === undefined ? null : String(window.__pwned)",
+    # click the hot-kernel table's "calls" heading twice: its column, in order, after each click
+    "sorted": """(function(){
+        var th = Array.from(document.querySelectorAll('table.sortable th')).find(function(h){ return h.innerText.trim() === 'calls'; });
+        if (!th) return null;
+        var col = function(){ return Array.from(th.closest('table').tBodies[0].rows).map(function(r){ return +r.cells[th.cellIndex].getAttribute('data-v'); }); };
+        var before = col(); th.click(); var first = col(); th.click(); return [before, first, col()]; })()""",
 }
 
 
@@ -76,6 +82,8 @@ def test_trace_report_renders_findings_and_charts(chromium, tmp_path):
     assert v["findings"] >= 1 and v["verdict"].startswith("Verdict: launch_bound")
     assert v["charts"] == 3 and v["tables"] >= 4
     assert v["pwned"] is None and v["foreign"] == 0 and v["scripts"] == 3
+    before, first, second = v["sorted"]
+    assert first == sorted(before, reverse=True) and second == sorted(before) and first != before
 
 
 def test_run_directory_report_renders_the_gpu_monitor(chromium, tmp_path):

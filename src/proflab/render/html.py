@@ -243,9 +243,10 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 
 def _table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]], *, names: Sequence[str] = (),
-           caption: str | None = None) -> str:
+           caption: str | None = None, titles: dict[str, str] | None = None) -> str:
     """A sortable table: ``cols`` are (key, heading); numbers sort as numbers; keys in
-    ``names`` are names from a trace (monospace, isolated direction)."""
+    ``names`` are names from a trace (monospace, isolated direction); ``titles`` maps a
+    column to the row key whose text shows on hover (a kernel's full name behind its label)."""
     if not rows:
         return ""
     numeric = {k for k, _ in cols if all(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
@@ -264,6 +265,8 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]], *, n
                 cells.append(f'<td class="num" data-v="{"" if v is None else _e(v)}">{_e(_fmt(v))}</td>')
             else:
                 cls = ' class="name"' if k in names else ""
+                if titles and k in titles and r.get(titles[k]):
+                    cls += f' title="{_e(r[titles[k]])}"'
                 text = "-" if v is None else _fmt(v)
                 cells.append(f'<td{cls} data-v="{_e(text)}">{_e(text)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
@@ -347,7 +350,7 @@ def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | 
         page.add(_table(rows, [("label", "kernel"), ("count", "calls"), ("total_ms", "total ms"), ("share_pct", "% of GPU time"),
                                ("mean_us", "mean µs"), ("median_us", "median µs"), ("max_us", "max µs"),
                                ("tensor_cores", "tensor cores"), ("op", "operator"), ("source", "source line")],
-                        names=("label", "op", "source")))
+                        names=("label", "op", "source"), titles={"label": "name"}))
     if d["host_ops"]:
         page.add("<h2>Operators (host time)</h2>")
         page.add(_table(d["host_ops"], [("name", "operator"), ("count", "calls"), ("total_ms", "total ms")], names=("name",)))
