@@ -266,7 +266,7 @@ def _table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]], *, n
             else:
                 cls = ' class="name"' if k in names else ""
                 if titles and k in titles and r.get(titles[k]):
-                    cls += f' title="{_e(r[titles[k]])}"'
+                    cls += f' title="{_e(" ".join(str(r[titles[k]]).split()))}"'
                 text = "-" if v is None else _fmt(v)
                 cells.append(f'<td{cls} data-v="{_e(text)}">{_e(text)}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
