@@ -282,3 +282,12 @@ def test_nsys_export_of_a_job_gets_the_job_view(tmp_path):
     assert main(["report", str(export), "-o", str(out)]) == 0
     page = out.read_text(encoding="utf-8")
     assert "proflab job report" in page and "<h2>Ranks" in page
+
+
+def test_demo_into_a_file_is_one_line_and_exit_2(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    assert main(["demo", "-o", str(taken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("proflab: error:") and "taken" in err and "\n" not in err
+    assert taken.read_text() == "mine"

@@ -389,7 +389,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be >= 0")
     if _is_html(args.output):  # the single-file HTML report, as `proflab report` writes it
-        return _write_html(args, paths)
+        return _write_html(args)
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
@@ -613,7 +613,7 @@ def _fresh_path(stem: str, suffix: str, folder: Path = Path(".")) -> Path:
     raise UsageError(f"{folder}: no free name for {stem}{suffix}")
 
 
-def _write_html(args: argparse.Namespace, paths: list[Path]) -> int:
+def _write_html(args: argparse.Namespace) -> int:
     """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
     from proflab.report.page import html_report
 
@@ -635,7 +635,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.output).resolve()
     if any(out == p.resolve() for p in paths):
         raise UsageError(f"{args.output}: refusing to overwrite an input trace")
-    _write_html(args, paths)
+    _write_html(args)
     print(f"proflab: HTML report written to {args.output}", file=sys.stderr)
     return 0
 
@@ -665,9 +665,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from proflab.report.page import html_report
 
     data = resources.files("proflab") / "demo"
-    with resources.as_file(data) as folder:
-        trace_path = folder / "mlp_foreach.light.pt.trace.json.gz"
-        truth = json.loads((folder / "ground_truth.json").read_text())
+    truth = json.loads((data / "ground_truth.json").read_text(encoding="utf-8"))
+    with resources.as_file(data / "mlp_foreach.light.pt.trace.json.gz") as trace_path:
         # the step time measured without the profiler in the recording process
         bare_ms = truth["bare_step_ms"]
         to_tty = sys.stdout.isatty()
@@ -677,7 +676,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trace = load(trace_path, cache=False)
         sys.stdout.write(render([analyze(trace, bare_step_ms=bare_ms)], "term", width=width, color=color))
         out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="proflab-demo-"))
-        out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{out_dir}: cannot make the report's folder there ({e.strerror or e})") from e
         out = _fresh_path("proflab-demo-report", ".html", out_dir)
         _write_atomic(out, html_report([trace_path], load=lambda p: trace, bare_step_ms=bare_ms, title="proflab demo"))
     print(f"\nHTML report: {out.resolve()}")

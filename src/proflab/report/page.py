@@ -55,7 +55,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
             if rep is not None:
                 return render_html(rep, monitor=monitor, energy=energy, title=title)
     for f in files:
-        trace = traces.pop(f, None) or read(f)
+        trace = traces.pop(f) if f in traces else read(f)
         ctx = Context(trace, bare_step_ms=bare_step_ms or unprofiled_step_ms(f))
         if deep:
             from proflab.analysis.deepdive import deep_dive
