@@ -194,6 +194,19 @@ def test_cli_sliced_read_writes_the_model_events(tmp_path, capsys):
     assert tef_check.check(doc) == [] and doc["otherData"]["proflab"]["events"] == "model"
 
 
+def test_report_and_html_output_write_the_marked_trace_beside_the_page(tmp_path, capsys):
+    for argv in (["report", str(SYNC), "-o", str(tmp_path / "a.html"), "--perfetto", str(tmp_path / "a.json")],
+                 ["analyze", str(SYNC), "-o", str(tmp_path / "b.html"), "--perfetto", str(tmp_path / "b.json.gz")]):
+        assert main(argv) == 0
+    for name in ("a.json", "b.json.gz"):
+        doc = tef_check.load(tmp_path / name)
+        assert tef_check.check(doc) == []
+        assert any(str(e.get("name", "")).startswith("sync_bound") for e in doc["traceEvents"])
+    assert (tmp_path / "a.html").stat().st_size > 0 and (tmp_path / "b.html").stat().st_size > 0
+    assert main(["report", str(SYNC), str(SYNC), "--no-job", "-o", str(tmp_path / "c.html"),
+                 "--perfetto", str(tmp_path / "c.json")]) == 2
+
+
 def test_cli_refuses_to_overwrite_the_input_and_keeps_old_output_on_failure(tmp_path, capsys):
     src = tmp_path / "t.pt.trace.json.gz"
     shutil.copy(SYNC, src)

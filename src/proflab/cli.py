@@ -144,6 +144,8 @@ def _parser() -> argparse.ArgumentParser:
     me.set_defaults(func=cmd_memory)
     _run_parser(sub)
     _doctor_parser(sub)
+    _report_parser(sub)
+    _demo_parser(sub)
     rs = sub.add_parser(
         "runs",
         help="list past runs of proflab run (time, name, command, exit status, duration, top finding)",
@@ -283,6 +285,10 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     directory with GPU monitor samples, its energy section follows (terminal and Markdown)."""
     from proflab.render import render
 
+    if _is_html(args.output):  # compare or kernels -o x.html: the page of these reports
+        from proflab.render.html import render_html
+
+        return _write_out(args, render_html(reports))
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
@@ -517,6 +523,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be >= 0")
     _check_perfetto(args, paths)
+    if _is_html(args.output):  # the single-file HTML report, as `proflab report` writes it
+        return _write_html(args)
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
@@ -708,6 +716,127 @@ def cmd_run(args: argparse.Namespace) -> int:
         color=args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ),
     )  # fmt: skip
     return run(cmd, opts)
+
+
+# -- report and demo: the single-file HTML report ------------------------------------------
+
+
+def _report_parser(sub) -> None:
+    r = sub.add_parser(
+        "report",
+        help="the single-file HTML report of a trace, a job's traces or a run directory (opens in any browser, offline)",
+        description=(
+            "Analyse PATH as `proflab analyze` does and write one self-contained HTML page: the verdict and ranked "
+            "findings, the breakdown and per-step charts, the timeline with idle gaps by cause, hot kernels, operators "
+            "and copies, and for a run directory the GPU monitor, energy and Nsight Compute results."
+        ),
+        epilog="examples:\n  proflab report run.pt.trace.json.gz -o report.html\n  proflab report proflab-runs/20260101-120000-train",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    r.add_argument("paths", nargs="+", metavar="PATH", help="trace file(s), a folder of traces or a run directory")
+    r.add_argument("-o", "--output", metavar="FILE.html", help="write the page here (default: proflab-report.html in the current folder, never over an existing file)")
+    r.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    r.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the step time measured without the profiler (see analyze)")
+    r.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job view")
+    _perfetto_arg(r)
+    _reading_args(r)
+    r.set_defaults(func=cmd_report)
+
+
+def _is_html(output: str | None) -> bool:
+    return bool(output) and output.lower().endswith((".html", ".htm"))
+
+
+def _fresh_path(stem: str, suffix: str, folder: Path = Path(".")) -> Path:
+    """``folder/stem.suffix``, or ``stem-2.suffix``, ... : a name that holds no file yet."""
+    for i in range(1, 10_000):
+        p = folder / (f"{stem}{suffix}" if i == 1 else f"{stem}-{i}{suffix}")
+        if not p.exists():
+            return p
+    raise UsageError(f"{folder}: no free name for {stem}{suffix}")
+
+
+def _write_html(args: argparse.Namespace) -> int:
+    """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
+    from proflab.report.page import html_report
+
+    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job)
+    _write_atomic(Path(args.output), html)
+    if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
+        from proflab.api import analyze
+        from proflab.collect.rundir import unprofiled_step_ms
+        from proflab.readers import expand_paths
+
+        (path,) = expand_paths(args.paths)
+        trace = _loader(args)(path)
+        bare = args.bare_step_ms or unprofiled_step_ms(path)
+        _emit_perfetto(args, trace, analyze(trace, top_kernels=args.top, bare_step_ms=bare))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from proflab.readers import expand_paths
+
+    paths = expand_paths(args.paths)
+    if args.top < 0:
+        raise UsageError("--top must be >= 0")
+    if args.output is None:
+        args.output = str(_fresh_path("proflab-report", ".html"))
+    elif not _is_html(args.output):
+        raise UsageError(f"{args.output}: the report is an HTML page; name it .html")
+    out = Path(args.output).resolve()
+    if any(out == p.resolve() for p in paths):
+        raise UsageError(f"{args.output}: refusing to overwrite an input trace")
+    _check_perfetto(args, paths)
+    _write_html(args)
+    print(f"proflab: HTML report written to {args.output}", file=sys.stderr)
+    return 0
+
+
+def _demo_parser(sub) -> None:
+    d = sub.add_parser(
+        "demo",
+        help="see proflab work without a GPU: the analysis of a shipped real GPU trace, and its HTML report",
+        description=(
+            "Analyse a real torch.profiler trace recorded on an H100 (shipped with proflab: a training loop whose "
+            "AdamW updates each parameter with its own kernels), print the diagnosis and write the HTML report."
+        ),
+    )
+    d.add_argument("-o", "--out-dir", metavar="DIR", help="folder for the report (default: a new temporary folder)")
+    d.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
+    d.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    d.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import json
+    import tempfile
+    from importlib import resources
+
+    from proflab.api import analyze, load
+    from proflab.render import render
+    from proflab.report.page import html_report
+
+    data = resources.files("proflab") / "demo"
+    truth = json.loads((data / "ground_truth.json").read_text(encoding="utf-8"))
+    with resources.as_file(data / "mlp_foreach.light.pt.trace.json.gz") as trace_path:
+        # the step time measured without the profiler in the recording process
+        bare_ms = truth["bare_step_ms"]
+        to_tty = sys.stdout.isatty()
+        color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
+        width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+        print(f"proflab demo: {truth['description']}\n")
+        trace = load(trace_path, cache=False)
+        sys.stdout.write(render([analyze(trace, bare_step_ms=bare_ms)], "term", width=width, color=color))
+        out_dir = Path(args.out_dir) if args.out_dir else Path(tempfile.mkdtemp(prefix="proflab-demo-"))
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"{out_dir}: cannot make the report's folder there ({e.strerror or e})") from e
+        out = _fresh_path("proflab-demo-report", ".html", out_dir)
+        _write_atomic(out, html_report([trace_path], load=lambda p: trace, bare_step_ms=bare_ms, title="proflab demo"))
+    print(f"\nHTML report: {out.resolve()}")
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

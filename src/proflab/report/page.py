@@ -1,0 +1,97 @@
+"""What the HTML report of a path shows, gathered: the same reports ``analyze`` makes, plus the
+overview timeline of each analysed window and, for a ``proflab run`` directory, its GPU monitor
+samples, its energy and its Nsight Compute results.
+
+``html_report(paths)`` is what ``proflab report`` and ``proflab analyze -o x.html`` write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["html_report"]
+
+
+def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | None = None, top_kernels: int = 15,
+                bare_step_ms: float | None = None, job: bool = True, title: str | None = None) -> str:
+    """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
+    view), a folder of traces or a run directory. ``load`` reads one trace (default
+    ``proflab.load``)."""
+    from proflab.analysis.context import Context
+    from proflab.analysis.overview import overview
+    from proflab.api import load as _load
+    from proflab.collect.rundir import unprofiled_step_ms
+    from proflab.readers import expand_paths
+    from proflab.render.html import render_html
+    from proflab.report.assemble import report_for
+
+    read = load or _load
+    files = expand_paths([str(p) for p in paths])
+    run_dir = Path(paths[0]) if len(paths) == 1 and Path(paths[0]).is_dir() else None
+    monitor, energy = _run_extras(run_dir)
+    if len(files) >= 2 and job:
+        from proflab.analysis import jobs
+
+        try:
+            rep = jobs.analyze_job(files, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
+        except jobs.NotAJob:
+            rep = None
+        if rep is not None:
+            # each rank's timeline: its trace read again (the cache makes that cheap for big ones)
+            overviews = [overview(Context(read(f))) for f in files] if len(files) <= 8 else []
+            return render_html(rep, overviews=overviews, monitor=monitor, energy=energy, title=title)
+    reports, overviews = [], []
+    deep = _ncu_pages(run_dir)
+    traces = {}
+    if len(files) == 1 and job and not deep:
+        trace = traces[files[0]] = read(files[0])
+        if trace.meta.format != "kineto":
+            # an Nsight Systems export of a whole job holds every rank's process
+            from proflab.analysis.jobs import analyze_processes
+
+            rep = analyze_processes(trace, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
+            if rep is not None:
+                return render_html(rep, monitor=monitor, energy=energy, title=title)
+    for f in files:
+        trace = traces.pop(f) if f in traces else read(f)
+        ctx = Context(trace, bare_step_ms=bare_step_ms or unprofiled_step_ms(f))
+        if deep:
+            from proflab.analysis.deepdive import deep_dive
+            from proflab.readers.ncu import load as load_ncu
+
+            reports.append(deep_dive(load_ncu(deep), trace, top_kernels=top_kernels))
+        else:
+            reports.append(report_for(ctx, top_kernels=top_kernels))
+        overviews.append(overview(ctx) if trace.has_gpu or trace.steps.height else None)
+    return render_html(reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
+
+
+def _ncu_pages(run_dir: Path | None) -> list[Path]:
+    if run_dir is None or not (run_dir / "ncu" / "raw.csv").exists():
+        return []
+    d = run_dir / "ncu"
+    return [d / "raw.csv"] + ([d / "details.csv"] if (d / "details.csv").exists() else [])
+
+
+def _run_extras(run_dir: Path | None) -> tuple[Any, dict[str, Any] | None]:
+    """A run directory's monitor samples and energy (None where it has none; an energy
+    analysis that fails is left out, never the page)."""
+    if run_dir is None or not (run_dir / "monitor.parquet").is_file():
+        return None, None
+    import polars as pl
+
+    from proflab.errors import ProflabError, SchemaError
+
+    try:
+        monitor = pl.read_parquet(run_dir / "monitor.parquet")
+    except Exception as e:  # a damaged file: one line, like every bad input
+        raise SchemaError(run_dir / "monitor.parquet", f"not a readable monitor file ({e})") from e
+    try:
+        from proflab.api import energy
+
+        en = energy(run_dir).to_dict()
+    except ProflabError:
+        en = None
+    return monitor, en
