@@ -173,9 +173,11 @@ def _bench():
 def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
     # The case that left eager runs 15-26 % slower: the time-window fallback starts during a
     # slow start-up and is dropped for the step window.
-    # Bare runs of the same program differ by up to +-7 % between processes on the H100 (the
-    # first on an idle GPU the slowest; benchmarks/README.md), so the profiled run is judged
-    # against bare runs made before and after it: the residue this guards against was 1.26-1.48x.
+    # Bare runs of the same program differ by up to +-11 % between processes on the H100
+    # (benchmarks/README.md: 13.6-18.5 ms for one 120-iteration script in one call), so the
+    # profiled run is judged against the slower of bare runs made before and after it, with a
+    # 10 % margin: the residue this guards against was 1.26-1.48x. The 2 % target is the
+    # benchmark's, over medians of several runs.
     bench = _bench()
     bare = [bench.medians(bench.run_once("eager", None, iters=120, startup_s=3.0)["iter_ms"])]
     prof = bench.run_once("eager", ["--delay", "1"], iters=120, startup_s=3.0, root=str(tmp_path))
@@ -185,4 +187,4 @@ def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
     assert any("recorded the step window instead" in n for n in prof["meta"]["notes"]), prof["meta"]["notes"]
     ratio = m["after_ms"] / max(b["after_ms"] for b in bare)
     print(f"after the window: profiled {m['after_ms']:.2f} ms, bare {[round(b['after_ms'], 2) for b in bare]} ms, x{ratio:.3f}")
-    assert ratio < 1.05, (m, bare, prof["meta"]["notes"])
+    assert ratio < 1.10, (m, bare, prof["meta"]["notes"])
