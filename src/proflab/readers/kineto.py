@@ -159,7 +159,7 @@ class _Event(Struct, gc=False):
     name: str = ""
     pid: int | str = 0
     tid: int | str = 0
-    ts: _US = 0.0
+    ts: _US | None = None  # missing (or null): the event has no place on the timeline, dropped
     dur: _US = 0.0
     args: _Args = _NO_ARGS
 
@@ -325,12 +325,27 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
     """Columns for one batch of decoded events; the structs can be freed right after."""
     counts = Counter(map(_CAT, events))
     unknown = Counter({c: n for c, n in counts.items() if c not in _KNOWN_CATS})
+    problems = problems if problems is not None else Counter()
     gpu_evs = [e for e in events if e.cat in _GPU_CATS] if counts.keys() & _GPU_CATS.keys() else []
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
+    gpu_evs, frames, ops = (_timed(evs, problems) for evs in (gpu_evs, frames, ops))
     cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
     comms = _comm_table([e for e in ops if e.args.collective is not None and e.name == "record_param_comms"])
-    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems or Counter(), comms)
+    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems, comms)
+
+
+_TS = attrgetter("ts")
+
+
+def _timed(evs: list, problems: Counter) -> list:
+    """The events that have a ``ts``: one without (or with null) has no place on the
+    timeline, so it is dropped and counted for the notes, never placed at time 0."""
+    if None not in map(_TS, evs):
+        return evs
+    kept = [e for e in evs if e.ts is not None]
+    problems["ts", "missing", "event dropped"] += len(evs) - len(kept)
+    return kept
 
 
 _CHUNK_BYTES = 32 << 20
