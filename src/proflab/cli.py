@@ -369,7 +369,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from proflab.api import analyze
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 
@@ -394,6 +393,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
         from proflab.collect.rundir import unprofiled_step_ms
+        from proflab.report import cache as report_cache
+
+        # a trace of a `proflab run` directory comes with the step time measured outside its window
+        bare = [args.bare_step_ms or unprofiled_step_ms(p) for p in paths]
+        keys = [None if args.job else report_cache.key(
+            p, {"top": args.top, "bare_step_ms": b, "steps": args.steps, "window": args.window}, args.cache)
+            for p, b in zip(paths, bare)]
+        reports = [report_cache.get(k) for k in keys]
+        if reports and all(r is not None for r in reports):  # analysed before: nothing to read
+            return _emit_reports(args, reports, fmt)
+        from proflab.api import analyze
 
         traces = [load(p) for p in paths]
         if len(traces) == 1 and args.job and traces[0].meta.format != "kineto":
@@ -403,11 +413,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             job = analyze_processes(traces[0], top_kernels=args.top, bare_step_ms=args.bare_step_ms)
             if job is not None:
                 return _emit_reports(args, job, fmt)
-        # a trace of a `proflab run` directory comes with the step time measured outside its window
-        reports = [
-            analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p))
-            for p, t in zip(paths, traces)
-        ]
+        reports = [r or analyze(t, top_kernels=args.top, bare_step_ms=b) for r, t, b in zip(reports, traces, bare)]
+        for k, r in zip(keys, reports):
+            report_cache.put(k, r)
         return _emit_reports(args, reports, fmt, traces=traces)
     return _emit_reports(args, reports, fmt)
 
