@@ -147,9 +147,9 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
 def _loader(args: argparse.Namespace, *, show_progress: bool = False):
     """``load(path)`` with the reading options of the command line; with ``show_progress``
     and a terminal on stderr, a progress bar while a large trace is read."""
-    from proflab.api import load
-
     def read(p):
+        from proflab.api import load
+
         if not (show_progress and sys.stderr.isatty()):
             return load(p, cache=args.cache, steps=args.steps, window=args.window)
         from rich.console import Console
@@ -397,9 +397,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
         # a trace of a `proflab run` directory comes with the step time measured outside its window
         bare = [args.bare_step_ms or unprofiled_step_ms(p) for p in paths]
-        keys = [None if args.job else report_cache.key(
-            p, {"top": args.top, "bare_step_ms": b, "steps": args.steps, "window": args.window}, args.cache)
-            for p, b in zip(paths, bare)]
+        # (an export that holds a whole job gets a job report, which is never cached: a cached
+        # report for it exists only when it held one process)
+        options = {"top": args.top, "steps": args.steps, "window": args.window, "job": args.job}
+        keys = [report_cache.key(p, {**options, "bare_step_ms": b}, args.cache) for p, b in zip(paths, bare)]
         reports = [report_cache.get(k) for k in keys]
         if reports and all(r is not None for r in reports):  # analysed before: nothing to read
             return _emit_reports(args, reports, fmt)
