@@ -745,7 +745,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return _emit_frame(args, df, fmt)
     if not args.trace or not args.query:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
-    df = sql.query(load(args.trace), args.query)
+    df = None if args.steps or args.window else sql.query_cached(args.trace, args.query, cache=args.cache)
+    if df is None:
+        df = sql.query(load(args.trace), args.query)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
         return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
