@@ -33,15 +33,18 @@ GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation
 
 def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels joined to the host call that launched them and the operator it ran under."""
-    ops = (
-        trace.cpu.select("cat", "external_id", "name", "input_types")
-        .filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
-        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
-        .unique("external_id", keep="first")
-    )
     # the copy columns are null for kernels: leave them out of a table as long as the kernels
     k = trace.gpu.drop(NOT_KERNEL_COLUMNS).filter(trace.gpu["kind"] == "kernel")
     k = k.join(launches, on="correlation", how="left")
+    # only the operators that launched a kernel: deduplicating every operator's text first
+    # cost 0.9 s of 1.0 s here on a 1.5 M event trace
+    ids = k.get_column("external_id").drop_nulls().unique().implode()
+    ops = (
+        trace.cpu.select("cat", "external_id", "name", "input_types")
+        .filter(pl.col("external_id").is_in(ids) & pl.col("cat").is_in(["cpu_op", "user_annotation"]))
+        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
+        .unique("external_id", keep="first")
+    )
     if ops.height:
         k = k.join(ops, on="external_id", how="left")
     else:  # no operators (an Nsight Systems export): broadcast nulls, not a column of them per kernel
