@@ -329,23 +329,21 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
     gpu_evs = [e for e in events if e.cat in _GPU_CATS] if counts.keys() & _GPU_CATS.keys() else []
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
-    gpu_evs, frames, ops = (_timed(evs, problems) for evs in (gpu_evs, frames, ops))
     cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
     comms = _comm_table([e for e in ops if e.args.collective is not None and e.name == "record_param_comms"])
-    return _Tables(_gpu_table(gpu_evs), cpu, unknown, len(events), problems, comms)
+    gpu, cpu, comms = _timed(_gpu_table(gpu_evs), problems), _timed(cpu, problems), _timed(comms, None)
+    return _Tables(gpu, cpu, unknown, len(events), problems, comms)
 
 
-_TS = attrgetter("ts")
-
-
-def _timed(evs: list, problems: Counter) -> list:
-    """The events that have a ``ts``: one without (or with null) has no place on the
-    timeline, so it is dropped and counted for the notes, never placed at time 0."""
-    if None not in map(_TS, evs):
-        return evs
-    kept = [e for e in evs if e.ts is not None]
-    problems["ts", "missing", "event dropped"] += len(evs) - len(kept)
-    return kept
+def _timed(df: pl.DataFrame, problems: Counter | None) -> pl.DataFrame:
+    """The rows that have a start: an event without ``ts`` (or with null) has no place on
+    the timeline, so it is dropped and counted for the notes, never placed at time 0."""
+    n = df.get_column("start_ns").null_count()
+    if not n:
+        return df
+    if problems is not None:
+        problems["ts", "missing", "event dropped"] += n
+    return df.filter(pl.col("start_ns").is_not_null())
 
 
 _CHUNK_BYTES = 32 << 20
