@@ -216,8 +216,13 @@ def test_cache_is_trimmed_least_recently_used_first(cache_dir, small, tmp_path, 
     _cachedir.trim(cache_dir, limit=sizes[old])
     assert _entries(cache_dir) == [old]
     # a temporary entry left by a killed run goes once it is old
-    stale = cache_dir / ".deadbeef.tmp"
+    stale = cache_dir / f".{'a' * 32}.x1y2"
     stale.mkdir()
+    mine = [cache_dir / "notes.txt", cache_dir / ("b" * 32 + ".csv"), cache_dir / "reports" / "keep.json"]
+    (cache_dir / "reports").mkdir(exist_ok=True)
+    for f in mine:  # not proflab's: never touched, whatever the limit
+        f.write_text("user data")
+        os.utime(f, (time.time() - 7200, time.time() - 7200))
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     _cachedir.trim(cache_dir)
     assert not stale.exists() and newer[0] not in _entries(cache_dir)
@@ -225,10 +230,12 @@ def test_cache_is_trimmed_least_recently_used_first(cache_dir, small, tmp_path, 
     listed = capsys.readouterr().out
     assert old.name in listed and "1 entries" in listed
     assert main(["cache", "--clear"]) == 0
-    assert _entries(cache_dir) == [] and "removed 1 entries" in capsys.readouterr().out
+    assert [e for e in _entries(cache_dir) if e.is_dir()] == [] and "removed 1 entries" in capsys.readouterr().out
+    assert all(f.read_text() == "user data" for f in mine)
     monkeypatch.setenv("PROFLAB_CACHE_MAX_MB", "0")  # nothing may stay
     load(small)
-    assert _entries(cache_dir) == []
+    assert [e for e in _entries(cache_dir) if e.is_dir()] == []
+    assert all(f.read_text() == "user data" for f in mine)
 
 
 def test_sql_from_the_cache_reads_only_the_tables_it_names(cache_dir, small, monkeypatch):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -110,6 +111,14 @@ def _size(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
 
 
+# what proflab writes, and nothing else: a cache folder pointed at a folder of the user's
+# never loses a file that is not an entry
+_ENTRY_NAMES = {
+    "tables": (re.compile(r"[0-9a-f]{32}"), re.compile(r"\.[0-9a-f]{32}\..+")),
+    "report": (re.compile(r"[0-9a-f]{32}\.json"), re.compile(r"\.[0-9a-f]{32}\..+\.tmp")),
+}
+
+
 def entries(root: Path | None = None) -> list[CacheEntry]:
     """Every entry of the cache, most recently used first."""
     root = root or cache_root()
@@ -120,11 +129,15 @@ def entries(root: Path | None = None) -> list[CacheEntry]:
             items = list(folder.iterdir())
         except OSError:
             continue
+        whole, partial = _ENTRY_NAMES[kind]
         for p in items:
-            if p.name == "reports" and folder == root:
-                continue
             try:
-                k = "partial" if p.name.startswith(".") else kind
+                if whole.fullmatch(p.name) and p.is_dir() == (kind == "tables"):
+                    k = kind
+                elif partial.fullmatch(p.name):
+                    k = "partial"
+                else:
+                    continue
                 out.append(CacheEntry(p, k, _size(p), p.stat().st_mtime))
             except OSError:  # removed meanwhile by another run
                 continue
