@@ -1,6 +1,7 @@
 """What ``proflab run`` costs a whole training job: bare vs under ``proflab run``, in one call.
 
     python benchmarks/bench_run_overhead.py [--iters 150] [--only eager|compiled] [--variants fallback,steps]
+        [--compiled-variants fallback,fallback-nomon] [--bare-repeats 2]
 
 Runs examples/gpt_train.py (a small GPT that times its own iterations, synchronised by
 ``loss.item()``) bare and under ``proflab run`` with the default window (wait 3, warm-up 1,
@@ -79,7 +80,12 @@ def main() -> int:
     p.add_argument("--variant", action="append", default=[], metavar="NAME:K=V,...",
                    help="an extra fallback run with these environment variables")
     p.add_argument("--variants", default="fallback,steps,fallback-nomon",
-                   help="the eager variants to run (compiled runs fallback only); default all")
+                   help="the eager variants to run; default all")
+    p.add_argument("--compiled-variants", default="fallback,fallback-nomon",
+                   help="the compiled variants to run; default fallback with and without the monitor")
+    p.add_argument("--bare-repeats", type=int, default=2,
+                   help="bare runs per start-up, spread before and after the profiled runs; the "
+                        "ratio is against their median and their spread is the noise to judge it by")
     args = p.parse_args()
     variants = dict(VARIANTS)
     for v in args.variant:
@@ -90,21 +96,36 @@ def main() -> int:
           f"in-window = iterations {IN_WINDOW.start}..{IN_WINDOW.stop - 1}; times in ms")
     for mode in modes:
         extra = [n for n in variants if n not in VARIANTS]
-        names = (["fallback"] if mode == "compiled" else args.variants.split(",")) + extra
-        bare = {}
-        for startup in sorted({variants[n][1] for n in names}):
-            bare[startup] = medians(run_once(mode, None, iters=args.iters, startup_s=startup)["iter_ms"])
-            b = bare[startup]
-            print(f"{mode:8s} bare (start-up {startup:.0f} s): after {b['after_ms']:.2f}  in-window {b['window_ms']:.2f}  "
-                  f"iteration 8 {b['window_end_ms']:.2f}", flush=True)
+        names = (args.compiled_variants if mode == "compiled" else args.variants).split(",") + extra
+        startups = sorted({variants[n][1] for n in names})
+        bare_runs: dict[float, list[dict]] = {s: [] for s in startups}
+
+        def bare_run(startup: float) -> None:
+            m = medians(run_once(mode, None, iters=args.iters, startup_s=startup)["iter_ms"])
+            bare_runs[startup].append(m)
+            print(f"{mode:8s} bare (start-up {startup:.0f} s): after {m['after_ms']:.2f}  in-window {m['window_ms']:.2f}  "
+                  f"iteration 8 {m['window_end_ms']:.2f}", flush=True)
+
+        first = (args.bare_repeats + 1) // 2
+        for startup in startups:
+            for _ in range(first):
+                bare_run(startup)
+        profiled = []
         for name in names:
             opts, startup, env = variants[name]
             r = run_once(mode, opts, iters=args.iters, startup_s=startup, env_extra=env)
-            m, b = medians(r["iter_ms"]), bare[startup]
-            print(f"{mode:8s} {name:22s} after {m['after_ms']:.2f} (x{m['after_ms'] / b['after_ms']:.3f})  "
+            profiled.append((name, startup, medians(r["iter_ms"]), r["meta"]))
+        for startup in startups:
+            for _ in range(args.bare_repeats - first):
+                bare_run(startup)
+        for name, startup, m, meta in profiled:
+            b = {k: statistics.median(x[k] for x in bare_runs[startup]) for k in ("after_ms", "window_ms", "window_end_ms")}
+            spread = [x["after_ms"] / b["after_ms"] for x in bare_runs[startup]]
+            print(f"{mode:8s} {name:22s} after {m['after_ms']:.2f} (x{m['after_ms'] / b['after_ms']:.3f}; "
+                  f"bare runs x{min(spread):.3f}-x{max(spread):.3f})  "
                   f"in-window {m['window_ms']:.2f} (x{m['window_ms'] / b['window_ms']:.3f})  "
-                  f"iteration 8 {m['window_end_ms']:.1f}  traces {len(r['meta'].get('traces') or [])}", flush=True)
-            for n in r["meta"].get("notes") or []:
+                  f"iteration 8 {m['window_end_ms']:.1f}  traces {len(meta.get('traces') or [])}", flush=True)
+            for n in meta.get("notes") or []:
                 print(f"         note: {n}")
     return 0
 

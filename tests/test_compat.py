@@ -101,6 +101,165 @@ def test_current_pytorch_cpu_trace_is_read_and_says_what_it_holds(capsys):
     assert rc == 0 and out.splitlines()[2].startswith("> the trace holds host events only"), out[:400]
 
 
+@pytest.mark.parametrize("version, ops, numbers", [("1.13.1", 360, [1, 2, 3]), ("2.0.1", 324, [1, 2, 3]), ("2.4.1", 324, [2, 3, 4])])
+def test_older_pytorch_cpu_traces_are_read_with_their_steps(version, ops, numbers):
+    """Recorded here with torch 1.13.1, 2.0.1 and 2.4.1 (record_cpu.py, each in a throwaway
+    environment): ``deviceProperties`` is an empty list, steps are ``user_annotation`` spans
+    (2.4 numbers the same schedule's steps from 2, and adds ``fwdbwd`` flows and
+    ``baseTimeNanoseconds``)."""
+    path = COMPAT / f"torch{version}_cpu_mlp.pt.trace.json.gz"
+    raw = _raw(path)
+    assert raw["deviceProperties"] == []
+    t = proflab.load(path)
+    steps = [e for e in _x(raw, "user_annotation") if e["name"].startswith("ProfilerStep#")]
+    assert t.steps["step"].to_list() == numbers == sorted(int(e["name"].split("#")[1]) for e in steps)
+    first = min(steps, key=lambda e: e["ts"])
+    assert t.steps["start_ns"][0] == round(first["ts"] * 1000)
+    assert t.gpu.height == 0 and t.devices.height == 0
+    assert t.cpu.filter(pl.col("cat") == "cpu_op").height == len(_x(raw, "cpu_op")) == ops
+    assert t.meta.notes[0].startswith("the trace holds host events only")
+
+
+def test_real_mi300x_rocm7_trace_is_read_with_hip_launches_and_its_device(capsys):
+    """A real MI300X trace (rocprofiler-sdk era, ROCm 7 HIP runtime) from TraceLens's
+    evaluation set: ``hipLaunchKernel`` calls, ``[clone .kd]`` kernel names,
+    ``hipDeviceSynchronize``, float timestamps with ``baseTimeNanoseconds``, eight
+    ``AMD Instinct MI300X`` devices with 304 CUs. Its device has datasheet peaks."""
+    path = COMPAT / "tracelens_mi300x_rocm7_elementwise_hiplaunchkernel.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    kernels = _x(raw, "kernel")
+    assert t.kernels.height == len(kernels) == 10
+    assert t.kernels["correlation"].to_list() == [k["args"]["correlation"] for k in kernels]
+    assert set(t.kernels["name"]) == {kernels[0]["name"]} and kernels[0]["name"].endswith("[clone .kd]")
+    launches = t.cpu.filter(pl.col("cat") == "cuda_runtime")
+    assert launches.filter(pl.col("name") == "hipLaunchKernel").height == 10
+    assert launches.filter(pl.col("name") == "hipDeviceSynchronize").height == 2
+    assert t.devices.height == 8 and set(t.devices["name"]) == {"AMD Instinct MI300X"} and t.devices["sm_count"][0] == 304
+    assert t.steps.height == 0  # recorded without prof.step()
+    assert t.meta.notes == ()
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["launch"]["launch_calls"] == 10 and r["launch"]["kernels"] == 10
+    assert r["device"]["name"] == "AMD Instinct MI300X" and r["device"]["peak_source"] == "datasheet (MI300X)"
+    assert r["device"]["peak_hbm_gbps"] == 5300 and r["device"]["peak_bf16_tflops"] == 1307.4
+    assert "datasheet peaks" not in {m["signal"] for m in r["missing"]}
+    busy = sum(k["dur"] for k in kernels)  # one stream, no overlap: busy time is the kernels' sum
+    assert r["summary"]["breakdown_ms"]["compute"] == pytest.approx(busy / 1000, abs=0.002)
+    assert main(["analyze", str(path), "--width", "120"]) == 0
+    assert "AMD Instinct MI300X (304 CUs)" in capsys.readouterr().out.splitlines()[0]
+
+
+def test_real_mi300x_hip6_trace_links_kernels_to_launches_through_flows(capsys):
+    """A real MI300X BF16 GEMM trace from TraceLens's evaluation set, of an earlier ROCm
+    layout (HIP 6): ``hipExtModuleLaunchKernel`` with ``"stream": "0x0"`` (text), ``grid dim``/``block
+    dim``, kernels that carry only an ``External id`` and no correlation or device, and no
+    ``deviceProperties``. Kernels are tied to their launches through the ``ac2g`` flows."""
+    path = COMPAT / "tracelens_mi300x_rocm_gemm_hipextmodulelaunchkernel.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    kernels = _x(raw, "kernel")
+    assert t.kernels.height == len(kernels) == 20 and all("correlation" not in k["args"] for k in kernels)
+    # the flow ending at each kernel carries the id of the flow starting at its launch call
+    assert t.kernels["correlation"].to_list() == [k["args"]["External id"] for k in kernels]
+    launch = t.cpu.filter(pl.col("name") == "hipExtModuleLaunchKernel")
+    assert launch.height == 20 and set(launch["correlation"]) == set(t.kernels["correlation"])
+    assert set(t.kernels["device"]) == {2}  # from the kernel's pid: the trace names no device
+    assert t.devices.height == 0
+    assert "args.stream: 20 values were strings, read as an integer" in t.meta.notes
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["launch"]["launch_calls"] == 20 and r["launch"]["median_launch_to_start_us"] is not None
+    missing = {m["signal"] for m in r["missing"]}
+    assert "device properties" in missing and "host launch calls" not in missing
+
+
+def test_amd_peaks_only_for_a_whole_device():
+    """Datasheet figures hold for the whole device: a partition (fewer CUs) or a die of a
+    two-die MI250X gets none, and the report says why."""
+    from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
+
+    assert datasheet_peaks("AMD Instinct MI300X", 304).bf16_tflops == 1307.4
+    assert datasheet_peaks("AMD Instinct MI300X", 38) is None
+    assert "38 compute units, not the 304" in peaks_missing_reason("AMD Instinct MI300X", 38)
+    assert datasheet_peaks("AMD Instinct MI250X / MI250", 104) is None
+    assert datasheet_peaks("NVIDIA H100 80GB HBM3", 132).model == "H100 SXM"  # NVIDIA: no CU check
+
+
+# Recorded on the H100 with PyTorch 2.11 (record_gpu.py): one bf16 MLP forward in each form a
+# trace takes. name -> (step numbers, launch calls by name, kernel-name prefixes)
+_H100 = {
+    "compiled_max_autotune": (
+        [0, 1, 2],
+        {"cuLaunchKernel": 2, "cudaGraphLaunch": 3, "cudaLaunchKernel": 5},
+        {"triton_tem_fused_gelu_mm_0", "triton_tem_fused_gelu_mm_1"},
+    ),
+    "compiled_no_cudagraphs": ([0, 1, 2], {"cuLaunchKernel": 6}, {"triton_tem_fused_gelu_mm_0", "triton_tem_fused_gelu_mm_1"}),
+    "eager_cudagraph": ([1, 2, 3], {"cudaGraphLaunch": 3}, {"nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_H100))
+def test_pytorch_2_11_h100_traces_read_with_steps_kernels_launches_and_device(name):
+    """torch.compile(max-autotune) records a CUDA graph in its first profiled step (the Triton
+    kernels launched through cuLaunchKernel while capturing) and replays it (cudaGraphLaunch);
+    without CUDA graphs every Triton kernel comes from cuLaunchKernel; an eager forward captured
+    into torch.cuda.CUDAGraph replays through cudaGraphLaunch. Each kernel is tied to the call
+    that launched it, graph replays included."""
+    numbers, launches, kernel_names = _H100[name]
+    path = COMPAT / f"torch2.11_h100_{name}.pt.trace.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    assert t.steps["step"].to_list() == numbers
+    assert t.kernels.height == len(_x(raw, "kernel")) and kernel_names <= set(t.kernels["name"])
+    assert t.devices["name"][0] == "NVIDIA H100 80GB HBM3"
+    calls = t.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    for call, n in launches.items():
+        assert calls.filter(pl.col("name") == call).height == n, call
+    # every kernel has a launch call with its correlation id
+    assert set(t.kernels["correlation"]) <= set(calls["correlation"].drop_nulls())
+    assert t.meta.notes == ()
+    assert proflab.analyze(t).launch["launch_calls"] == sum(launches.values())
+
+
+def test_export_chrome_trace_plain_json_is_read(tmp_path):
+    """The eager forward written by prof.export_chrome_trace (plain JSON, kept gzip-compressed
+    here): read from a plain .json file as written, cuLaunchKernelEx (cuBLAS's nvjet kernels)
+    and cudaLaunchKernel both count; no schedule, so no ProfilerStep and the report says so."""
+    plain = tmp_path / "trace.json"
+    plain.write_bytes(gzip.decompress((COMPAT / "torch2.11_h100_eager_export_chrome_trace.json.gz").read_bytes()))
+    raw = json.loads(plain.read_text())
+    t = proflab.load(plain)
+    assert t.kernels.height == len(_x(raw, "kernel")) == 9 and t.steps.height == 0
+    calls = t.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))
+    assert calls.filter(pl.col("name") == "cuLaunchKernelEx").height == 6
+    assert set(t.kernels["correlation"]) <= set(calls["correlation"].drop_nulls())
+    assert main(["analyze", str(plain), "-f", "json"]) == 0
+
+
+def test_single_process_nccl_trace_keeps_its_collectives(capsys):
+    """all_reduce and all_gather_into_tensor over a one-process NCCL group (world size 1, the
+    only NCCL group one GPU allows): NCCL runs no kernel for one rank (the gather is a
+    device-to-device copy, the all_reduce nothing), so the trace's collectives are the host's
+    record_param_comms calls, which proflab keeps with their sizes."""
+    path = COMPAT / "torch2.11_h100_nccl_world1.pt.trace.json.gz"
+    raw = _raw(path)
+    t = proflab.load(path)
+    assert t.steps["step"].to_list() == [1, 2, 3] and t.kernels.height == 0
+    assert t.comms["collective"].to_list() == ["allreduce", "_allgather_base"] * 3
+    assert set(t.comms["in_nelems"]) == {1 << 20} and set(t.comms["group_size"]) == {1}
+    copy = _x(raw, "gpu_memcpy")
+    assert t.memcpy.height == len(copy) == 3 and set(t.memcpy["copy_kind"].cast(pl.String)) == {"DtoD"}
+    assert t.memcpy["bytes"].to_list() == [4 << 20] * 3
+    rc = main(["analyze", str(path), "-f", "json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+
+
 @pytest.mark.parametrize("path", sorted(KINETO.glob("*.pt.trace.json.gz")), ids=lambda p: p.name.split(".")[0])
 def test_recorded_pytorch_2_11_gpu_traces_read_without_coercion(path):
     """The GPU traces recorded for the rules (PyTorch 2.11, H100) decode on the strict path:
@@ -217,3 +376,25 @@ def test_chrome_array_form_and_step_in_gpu_user_annotation(tmp_path, form, capsy
     if form == "object":
         assert t.meta.base_time_ns == 17  # numeric text, read as a number, and said so
         assert "baseTimeNanoseconds: 1 value was a string, read as an integer" in t.meta.notes
+
+
+def test_flows_fill_only_missing_correlation_ids(tmp_path):
+    """SYNTHETIC: a kernel with its own correlation id keeps it when a flow says otherwise; one
+    without gets the id of the flow ending on it, and its launch the id of the flow starting on
+    it. A flow whose id is not an integer links nothing."""
+    host, gpu = {"pid": 1, "tid": 1}, {"pid": 0, "tid": 7}
+    ev = [
+        {"ph": "X", "cat": "cuda_runtime", "name": "hipLaunchKernel", **host, "ts": 10, "dur": 2, "args": {}},
+        {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 5, **host, "ts": 10},
+        {"ph": "X", "cat": "kernel", "name": "a", **gpu, "ts": 20, "dur": 5, "args": {}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 5, "bp": "e", **gpu, "ts": 20},
+        {"ph": "X", "cat": "kernel", "name": "b", **gpu, "ts": 30, "dur": 5, "args": {"correlation": 9}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 6, "bp": "e", **gpu, "ts": 30},
+        {"ph": "X", "cat": "kernel", "name": "c", **gpu, "ts": 40, "dur": 5, "args": {}},
+        {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1.5, "bp": "e", **gpu, "ts": 40},
+    ]
+    p = tmp_path / "flows.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    t = proflab.load(p)
+    assert t.kernels["correlation"].to_list() == [5, 9, None]
+    assert t.cpu.filter(pl.col("name") == "hipLaunchKernel")["correlation"].to_list() == [5]

@@ -258,3 +258,48 @@ def test_ddp_traces_exposed_allreduce_and_an_unconfirmed_straggler():
     li = f["load_imbalance_unconfirmed"]
     assert li.severity == "info" and li.est_gain_ms == 0 and li.evidence["cause"] == "dispatch"
     assert "load_imbalance" not in f
+
+
+def test_per_rank_table_and_collectives_hold_what_the_job_report_promises(run_job):
+    """GPU-side step, compute, exposed communication, idle by cause per rank; collectives
+    with their wait skew and bus bandwidth against the link."""
+    for r in run_job.ranks:
+        assert r["step_side"] == "gpu" and r["step_ms"] > 0 and r["compute_ms"] > 0
+        assert 0 <= r["exposed_wait_ms"] <= r["wait_ms"] and 0 <= r["exposed_transfer_ms"] <= r["transfer_ms"]
+        causes = {k: v for k, v in r.items() if k.startswith("idle_") and k != "idle_ms"}
+        assert causes and sum(causes.values()) == pytest.approx(r["idle_ms"], abs=0.01)
+        assert r["bare_step_ms"] is None  # this run directory predates per-process step times: missing, not guessed
+    peak = run_job.link["gbps_per_direction"]
+    for c in run_job.collectives:
+        assert c["skew_median_ms"] >= 0 and c["skew_max_ms"] >= c["skew_median_ms"]
+        if c["busbw_gbps"] is None:  # no bytes, or no transfer after the last arrival
+            assert c["busbw_of_link_pct"] is None
+        else:
+            assert c["busbw_of_link_pct"] == pytest.approx(100 * c["busbw_gbps"] / peak, abs=0.01)
+    assert any(c["busbw_of_link_pct"] for c in run_job.collectives)
+    from proflab.render import render
+
+    text = render(run_job, "term", width=80)
+    assert "% link" in text and "exp.wait" in text and "GPU-side" in text
+    assert "GPU idle by cause" in text
+    md = render(run_job, "md")
+    assert "% link" in md and "GPU idle by cause" in md
+
+
+def test_an_unknown_link_is_missing_not_guessed():
+    """The real DDP traces with their device renamed to one proflab has no link figure for."""
+    from dataclasses import replace
+
+    from proflab.render import render
+
+    summaries, _, _ = jobs.rank_summaries(DDP, {})
+    renamed = [replace(s, stats={**s.stats, "device_name": "NVIDIA Example X1"}) for s in summaries]
+    rep = jobs._job_report(renamed, "in process", world_size=2)
+    assert rep.link is None
+    assert any(m.signal == "link peak bandwidth" and "NVIDIA Example X1" in m.reason for m in rep.missing)
+    sized = [c for c in rep.collectives if c["busbw_gbps"] is not None]
+    assert sized and all(c["busbw_of_link_pct"] is None for c in sized)
+    assert "% link" not in render(rep, "term", width=80)
+    # a CPU job has no message sizes: no bandwidth, so no link is missing for it either
+    gloo = jobs.analyze_job(STRAGGLER)
+    assert not any(m.signal == "link peak bandwidth" for m in gloo.missing)

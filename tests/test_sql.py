@@ -526,7 +526,12 @@ def test_tables_without_a_trace_and_as_json(train, capsys):
     assert main(["sql", "--tables", "-f", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     listed = {(d["table"], d["column"]) for d in doc}
-    assert listed == {(name, c) for name, df in tables(train).items() for c in df.columns}
+    # a trace's tables, then a job's (proflab sql RUN_DIR) with their fixed columns
+    from proflab.sql import job_tables
+
+    assert listed == {(name, c) for name, df in tables(train).items() for c in df.columns} | {
+        (name, c) for name, df in job_tables(None).items() for c in df.columns
+    }
 
 
 def test_readme_tables_and_examples_are_accurate(train_path, capsys):

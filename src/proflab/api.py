@@ -63,15 +63,16 @@ def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_
                     unprofiled_steps_ms=unprofiled_steps_ms)
 
 
-def energy(run_dir: str | Path, *, traces: list | None = None):
+def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: float | None = None):
     """Energy of a ``proflab run`` directory (``proflab.energy/1``): per GPU from the NVML
-    energy counter, per profiled window and step where the counter resolves them, and the
-    ``power_capped`` / ``thermal_throttled`` findings. Returns an
-    :class:`proflab.analysis.energy.EnergyAnalysis`."""
+    energy counter, per profiled window, step and user range where the counter resolves them,
+    TFLOPS/W where the FLOPs are known (``flops_per_step``: one rank's FLOPs per step, else
+    from the GEMM shapes a ``--record-shapes`` trace holds), and the ``power_capped`` /
+    ``thermal_throttled`` findings. Returns an :class:`proflab.analysis.energy.EnergyAnalysis`."""
     from proflab.analysis.energy import analyze_energy
     from proflab.rules.energy import energy_rules
 
-    a = analyze_energy(run_dir, traces=traces)
+    a = analyze_energy(run_dir, traces=traces, flops_per_step=flops_per_step)
     a.findings, a.missing = energy_rules(a.monitor, power_limits_w=a.power_limits_w, idle_power_w=a.idle_power_w)
     a.findings.sort(key=lambda f: -f.est_gain_ms)
     return a

@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
         ),
         epilog='example: proflab sql run.pt.trace.json.gz "SELECT name, count(*), sum(dur_ns) FROM kernels GROUP BY name"',
     )
-    q.add_argument("trace", nargs="?", metavar="TRACE", help="a trace file")
+    q.add_argument("trace", nargs="?", metavar="TRACE",
+                   help="a trace file; or a run directory or folder of rank traces: the job's tables")  # fmt: skip
     q.add_argument("query", nargs="?", metavar="SQL", help="the query; quote it")
     q.add_argument("--tables", action="store_true", help="list every table with its columns and types, then exit")
     q.add_argument("-f", "--format", choices=SQL_FORMATS, help="output format (default: table, or from -o suffix)")
@@ -113,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Reads RUN_DIR's monitor.parquet (NVML samples) and traces: energy per GPU from the NVML energy counter "
             "(integrated power as the cross-check), idle power and the energy spent idle, the energy of each trace's "
-            "profiled window and per GPU-side step where the counter resolves them, and power_capped / "
+            "profiled window, GPU-side step and user range where the counter resolves them, TFLOPS/W where the "
+            "FLOPs are known (GEMM shapes of a --record-shapes trace, or --flops-per-step), and power_capped / "
             "thermal_throttled findings."
         ),
         epilog="example: proflab energy proflab-runs/20260101-120000-train -f json",
@@ -121,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument("run_dir", metavar="RUN_DIR", help="a proflab run directory with monitor.parquet")
     en.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    en.add_argument("--flops-per-step", type=float, metavar="FLOP",
+                    help="FLOPs of one step of one rank, when known (default: from the GEMM shapes the trace recorded)")
     en.set_defaults(func=cmd_energy)
     _run_parser(sub)
     rs = sub.add_parser(
@@ -232,24 +236,33 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+    doc = _run_energy(args.paths, traces) if getattr(args, "command", None) == "analyze" else None
+    if doc is not None and fmt == "json" and isinstance(reports, list):
+        import dataclasses
+
+        kw = {"energy": doc} if "error" not in doc else None
+        reports = [dataclasses.replace(r, **(kw or {"notes": (*r.notes, f"energy: not analysed ({doc['error']})")}))
+                   if hasattr(r, "energy") else r for r in reports]
     text = render(reports, fmt, width=width, color=color)
-    if getattr(args, "command", None) == "analyze" and fmt in ("term", "md"):
-        text += _energy_section(args.paths, fmt, traces, width)
+    if doc is not None and fmt in ("term", "md"):
+        from proflab.render.energy import render_energy
+
+        text += (f"\nEnergy: not analysed ({doc['error']})\n" if "error" in doc
+                 else render_energy(doc, fmt, heading=False, width=width))
     return _write_out(args, text)
 
 
-def _energy_section(paths: list[str], fmt: str, traces: list | None, width: int = 80) -> str:
-    """The energy section of ``analyze RUN_DIR`` (empty unless one run directory with
-    monitor.parquet is analysed; its failure is one line, never the analysis's)."""
+def _run_energy(paths: list[str], traces: list | None) -> dict | None:
+    """The energy document of ``analyze RUN_DIR`` (None unless one run directory with
+    monitor.parquet is analysed; its failure is ``{"error": ...}``, never the analysis's)."""
     if len(paths) != 1 or not (Path(paths[0]) / "monitor.parquet").is_file():
-        return ""
+        return None
     from proflab.api import energy
-    from proflab.render.energy import render_energy
 
     try:
-        return render_energy(energy(paths[0], traces=traces).to_dict(), fmt, heading=False, width=width)
+        return energy(paths[0], traces=traces).to_dict()
     except ProflabError as e:
-        return f"\nEnergy: not analysed ({e})\n"
+        return {"error": str(e)}
 
 
 def cmd_energy(args: argparse.Namespace) -> int:
@@ -257,7 +270,9 @@ def cmd_energy(args: argparse.Namespace) -> int:
     from proflab.render import format_for_path
 
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
-    rep = energy(args.run_dir).to_dict()
+    if args.flops_per_step is not None and not args.flops_per_step > 0:
+        raise UsageError("--flops-per-step must be > 0")
+    rep = energy(args.run_dir, flops_per_step=args.flops_per_step).to_dict()
     if fmt == "json":
         import json
 
@@ -768,18 +783,35 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from proflab import sql
 
     load = _loader(args, show_progress=fmt == "table")
+    # a folder or run directory of several rank traces: the job's tables
+    ranks = None
+    if args.trace and Path(args.trace).is_dir():
+        from proflab.readers import expand_paths
+
+        found = expand_paths([args.trace])
+        if args.output and any(Path(args.output).resolve() == f.resolve() for f in found):
+            raise UsageError(f"{args.output}: refusing to overwrite an input trace")
+        ranks, args.trace = (found, None) if len(found) >= 2 else (None, str(found[0]))
+    reading = {"cache": args.cache, "steps": args.steps, "window": args.window}
     if args.tables:
         if args.query:
             raise UsageError("--tables takes no query")
-        df = sql.catalog(load(args.trace) if args.trace else None)
+        if ranks:
+            df = sql.job_catalog(ranks, **reading)
+        elif args.trace:
+            df = sql.catalog(load(args.trace))
+        else:
+            import polars as pl
+
+            df = pl.concat([sql.catalog(), sql.job_catalog()])
         if fmt == "table":
             return _write_out(args, _catalog_text(df, _sql_width(args)))
         return _emit_frame(args, df, fmt)
-    if not args.trace or not args.query:
+    if not (args.trace or ranks) or not args.query:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
-    df = None if args.steps or args.window else sql.query_cached(args.trace, args.query, cache=args.cache)
+    df = None if ranks or args.steps or args.window else sql.query_cached(args.trace, args.query, cache=args.cache)
     if df is None:
-        df = sql.query(load(args.trace), args.query)
+        df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(load(args.trace), args.query)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
         return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))

@@ -19,6 +19,14 @@ Every time is integer nanoseconds on the trace's clock (``*_ns``), every size is
     hot_kernels     kernels grouped by name, largest total first (Context.hot_kernels)
     ranges          NVTX / record_function ranges and the GPU time they launched (Context.range_table)
 
+A distributed job (the rank traces of one run: ``query_job``, or ``proflab sql RUN_DIR``)
+has its own tables, from the cross-rank analysis (``analysis.ranks``; ``JOB_TABLES``)::
+
+    job_ranks         one row per rank, as in the job report (ms, %)
+    job_collectives   collectives matched across ranks: arrival skew, transfer, bus bandwidth
+    job_waits         each matched collective on each rank: wait, transfer, exposed parts
+    rank_collectives  every rank's own collective calls, matched or not
+
 Enum columns become plain text. Only the tables a query names are built (all of them when it
 names none, e.g. ``SHOW TABLES``), and they are copied into a private in-memory database.
 From the columnar cache (``query_cached``), a query of the trace's own tables reads only
@@ -43,7 +51,7 @@ from proflab.errors import QueryError
 if TYPE_CHECKING:  # pragma: no cover
     from proflab.model import Trace
 
-__all__ = ["TABLES", "query", "query_cached", "tables", "catalog"]
+__all__ = ["TABLES", "JOB_TABLES", "query", "query_cached", "tables", "catalog", "query_job", "job_tables", "job_catalog"]
 
 TABLES: dict[str, str] = {
     "gpu": "kernels, memcpy and memset on the devices (ns, bytes)",
@@ -56,6 +64,14 @@ TABLES: dict[str, str] = {
     "step_breakdown": "GPU time per step and device, split by kind (ns)",
     "hot_kernels": "kernels by name, largest total time first (ns, %)",
     "ranges": "NVTX/record_function ranges and GPU time launched (ns)",
+}
+
+JOB_TABLES: dict[str, str] = {
+    "job_ranks": "one row per rank: step, compute, communication, wait, exposed parts, overlap (ms, %); "
+    "then idle_<cause>_ms for each GPU idle cause the ranks show",
+    "job_collectives": "collectives matched across ranks (group, step, order): arrival skew, transfer, bus bandwidth (ns, bytes, GB/s)",
+    "job_waits": "each matched collective on each rank: wait for the last rank, transfer, the parts no compute hid (ns)",
+    "rank_collectives": "every rank's own collective calls, matched or not (ns, bytes)",
 }
 
 # The analysis returns a frame without columns when there is nothing to group; SQL needs the
@@ -208,16 +224,16 @@ class _ArrowStream:
         return self._df.__arrow_c_stream__(requested_schema)
 
 
-def _one_line(e: BaseException) -> str:
+def _one_line(e: BaseException, names: dict[str, str] = TABLES) -> str:
     """DuckDB's message on one line: caret-marker lines dropped, the rest joined."""
     lines = [ln.strip() for ln in str(e).splitlines()]
     text = " ".join(ln for ln in lines if ln and set(ln) - set("^ "))
     # DuckDB suggests its own catalog tables ("Did you mean pg_enum?"): name ours instead.
     m = re.search(r'Did you mean "([^"]+)"\?', text)
-    if m and m.group(1) not in TABLES:
+    if m and m.group(1) not in names:
         text = text[: m.start()].rstrip()
     if "Table with name" in text and "does not exist" in text:
-        text += f" (tables: {', '.join(TABLES)}; `proflab sql --tables` lists their columns)"
+        text += f" (tables: {', '.join(names)}; `proflab sql --tables` lists their columns)"
     return text
 
 
@@ -244,11 +260,11 @@ def _connect(frames: dict[str, pl.DataFrame]):
     return con
 
 
-def _referenced(sql: str) -> list[str]:
+def _referenced(sql: str, names: dict[str, str] = TABLES) -> list[str]:
     """The tables a query may read: every one whose name appears in it as a word, or all."""
     words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
-    named = [t for t in TABLES if t in words]
-    return list(TABLES) if not named or words & _CATALOG_WORDS else named
+    named = [t for t in names if t in words]
+    return list(names) if not named or words & _CATALOG_WORDS else named
 
 
 def _polars_type(duck_type: str) -> pl.DataType | None:
@@ -355,8 +371,7 @@ def query(trace: Trace | str | Path, sql: str) -> pl.DataFrame:
     if not sql or not sql.strip():
         raise QueryError("empty query")
     trace = _as_trace(trace)
-    builders = _builders(trace)
-    return _run({name: builders[name]() for name in _referenced(sql)}, sql)
+    return _run(_builders(trace), TABLES, sql)
 
 
 def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl.DataFrame | None:
@@ -368,7 +383,7 @@ def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl
     if not sql or not sql.strip():
         raise QueryError("empty query")
     p = Path(path)
-    names = _referenced(sql)
+    names = _referenced(sql, TABLES)
     if not set(names) <= _RAW.keys() or not _cache.enabled(p, cache):
         return None
     entry = _cache.scan_entry(p)
@@ -379,17 +394,17 @@ def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl
     except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
         _cache.drop(p)  # damaged after all: the caller reads the trace again
         return None
-    return _run(frames, sql)
+    return _run({name: (lambda df=df: df) for name, df in frames.items()}, TABLES, sql)
 
 
-def _run(frames: dict[str, pl.DataFrame], sql: str) -> pl.DataFrame:
+def _run(builders: dict[str, Callable[[], pl.DataFrame]], names: dict[str, str], sql: str) -> pl.DataFrame:
     import duckdb
 
-    con = _connect(frames)
+    con = _connect({name: builders[name]() for name in _referenced(sql, names)})
     try:
         return _fetch(con, sql)
     except duckdb.Error as e:
-        raise QueryError(_one_line(e)) from e
+        raise QueryError(_one_line(e, names)) from e
     finally:
         con.close()
 
@@ -398,15 +413,17 @@ def catalog(trace: Trace | str | Path | None = None) -> pl.DataFrame:
     """Every table's columns with their SQL types: ``table``, ``description``, ``column``,
     ``type`` and ``rows`` (the table's row count; null when no trace is given)."""
     if trace is None:
-        frames, counted = tables(_empty_trace()), False
-    else:
-        frames, counted = tables(trace), True
+        return _catalog(tables(_empty_trace()), TABLES, counted=False)
+    return _catalog(tables(trace), TABLES, counted=True)
+
+
+def _catalog(frames: dict[str, pl.DataFrame], names: dict[str, str], *, counted: bool) -> pl.DataFrame:
     con = _connect(frames)
     try:
         rows = []
         for name, df in frames.items():
             for column, duck_type, *_ in con.execute(f'DESCRIBE "{name}"').fetchall():
-                rows.append((name, TABLES[name], column, duck_type, df.height if counted else None))
+                rows.append((name, names[name], column, duck_type, df.height if counted else None))
     finally:
         con.close()
     return pl.DataFrame(
@@ -414,3 +431,55 @@ def catalog(trace: Trace | str | Path | None = None) -> pl.DataFrame:
         schema={"table": pl.String, "description": pl.String, "column": pl.String, "type": pl.String, "rows": pl.Int64},
         orient="row",
     )
+
+
+# -- a distributed job -------------------------------------------------------------------------
+
+
+def job_tables(paths: list[str | Path] | None, **options: Any) -> dict[str, pl.DataFrame]:
+    """The job tables (``JOB_TABLES``) of the rank traces ``paths`` (one per rank, as
+    ``proflab analyze`` takes them); empty tables with their columns when ``paths`` is None.
+    ``options``: rank_task's (``cache``, ``steps``, ``window``, ``bare_step_ms``). Raises
+    UsageError when the traces are not the ranks of one job."""
+    from proflab.analysis.ranks import CALL_SCHEMA, COLLECTIVE_SCHEMA, RANK_SCHEMA, WAITS_SCHEMA
+
+    calls_schema = {"rank": pl.Int64, **CALL_SCHEMA}
+    if paths is None:
+        return {
+            "job_ranks": pl.DataFrame(schema=RANK_SCHEMA),
+            "job_collectives": pl.DataFrame(schema=COLLECTIVE_SCHEMA),
+            "job_waits": pl.DataFrame(schema=WAITS_SCHEMA),
+            "rank_collectives": pl.DataFrame(schema=calls_schema),
+        }
+    import importlib.util
+
+    from proflab.analysis import jobs
+    from proflab.analysis.ranks import job_tables as cross_rank
+    from proflab.errors import UsageError
+
+    try:
+        # many ranks go to Dask as in `proflab analyze`, here when it is not installed
+        summaries, _, _ = jobs.rank_summaries(paths, options, in_process=importlib.util.find_spec("distributed") is None)
+    except jobs.NotAJob as e:
+        raise UsageError(f"not one job's rank traces: {e}") from None
+    t = cross_rank(summaries)
+    calls = [s.calls.with_columns(pl.lit(s.rank, pl.Int64).alias("rank")).select(list(calls_schema)) for s in summaries]
+    return {
+        "job_ranks": t.ranks,
+        "job_collectives": t.collectives,
+        "job_waits": t.waits.select(list(WAITS_SCHEMA)).cast(WAITS_SCHEMA),
+        "rank_collectives": pl.concat(calls).sort("rank", "start_ns") if calls else pl.DataFrame(schema=calls_schema),
+    }
+
+
+def query_job(paths: list[str | Path], sql: str, **options: Any) -> pl.DataFrame:
+    """The result of ``sql`` over the job tables of the rank traces ``paths`` (see module doc)."""
+    if not sql or not sql.strip():
+        raise QueryError("empty query")
+    frames = job_tables(paths, **options)
+    return _run({name: (lambda df=df: df) for name, df in frames.items()}, JOB_TABLES, sql)
+
+
+def job_catalog(paths: list[str | Path] | None = None, **options: Any) -> pl.DataFrame:
+    """The job tables' columns, as ``catalog`` (``rows`` null when no traces are given)."""
+    return _catalog(job_tables(paths, **options), JOB_TABLES, counted=paths is not None)

@@ -1,7 +1,9 @@
 """Device identity and datasheet peaks.
 
-Peaks come from NVIDIA's datasheets (dense, no sparsity) and are labelled as such in reports;
-they are ceilings to compare against, never measurements.
+Peaks come from NVIDIA's and AMD's datasheets (dense, no sparsity) and are labelled as such in
+reports; they are ceilings to compare against, never measurements. AMD's figures hold for the
+whole device only: a trace whose device lists fewer compute units than the datasheet's (a CPX
+partition of an MI300X, one die of an MI250X) gets none.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DevicePeaks", "datasheet_peaks"]
+__all__ = ["DevicePeaks", "datasheet_peaks", "peaks_missing_reason"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +21,7 @@ class DevicePeaks:
     fp32_tflops: float
     tf32_tflops: float | None
     bf16_tflops: float | None
+    units: int | None = None  # compute units the figures are for (AMD); None: not checked
 
 
 # (substring to match in the device name, lowercased; peaks). First match wins.
@@ -35,11 +38,16 @@ _TABLE: list[tuple[tuple[str, ...], DevicePeaks]] = [
     (("a10",), DevicePeaks("A10", 600, 31.2, 62.5, 125)),
     (("t4",), DevicePeaks("T4", 320, 8.1, None, 65)),
     (("v100",), DevicePeaks("V100", 900, 15.7, None, 125)),
+    # AMD Instinct (datasheets: peak FP32 vector, TF32 and BF16 matrix, dense). Torch shows an
+    # MI250/MI250X as two devices named "AMD Instinct MI250X / MI250", one per die: no entry.
+    (("mi325x",), DevicePeaks("MI325X", 6000, 163.4, 653.7, 1307.4, units=304)),
+    (("mi300x",), DevicePeaks("MI300X", 5300, 163.4, 653.7, 1307.4, units=304)),
+    (("mi300a",), DevicePeaks("MI300A", 5300, 122.6, 490.3, 980.6, units=228)),
+    (("mi210",), DevicePeaks("MI210", 1638.4, 22.6, None, 181.0, units=104)),
 ]
 
 
-def datasheet_peaks(name: str | None) -> DevicePeaks | None:
-    """Peaks for a device name; every key must be a whole word of it ("L4" is not "L40S")."""
+def _lookup(name: str | None) -> DevicePeaks | None:
     if not name:
         return None
     words = set(re.findall(r"[a-z0-9]+", name.lower()))
@@ -47,3 +55,23 @@ def datasheet_peaks(name: str | None) -> DevicePeaks | None:
         if all(k in words for k in keys):
             return peaks
     return None
+
+
+def datasheet_peaks(name: str | None, sm_count: int | None = None) -> DevicePeaks | None:
+    """Peaks for a device name; every key must be a whole word of it ("L4" is not "L40S").
+    With the trace's SM/CU count, a device smaller than the datasheet's gets none."""
+    peaks = _lookup(name)
+    if peaks is not None and peaks.units is not None and sm_count is not None and sm_count != peaks.units:
+        return None
+    return peaks
+
+
+def peaks_missing_reason(name: str, sm_count: int | None = None) -> str:
+    """Why ``datasheet_peaks`` gave nothing for this device, in words for a report."""
+    peaks = _lookup(name)
+    if peaks is not None and peaks.units is not None and sm_count is not None and sm_count != peaks.units:
+        return (
+            f"{name} lists {sm_count} compute units, not the {peaks.units} its datasheet figures are for "
+            "(a partition of the device)"
+        )
+    return f"no datasheet figures are known for {name}"

@@ -24,6 +24,7 @@ reorders GPUs; said in the notes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,21 @@ def span_energy_j(d: pl.DataFrame, t0_ns: int, t1_ns: int) -> float | None:
     tf = (t - t[0]).astype(np.float64)
     a, b = np.interp([t0_ns - t[0], t1_ns - t[0]], tf, e)
     return float(b - a)
+
+
+def span_integrated_j(d: pl.DataFrame, t0_ns: int, t1_ns: int) -> float | None:
+    """Integrated ``power_w`` (J, trapezoid, the ends interpolated) of one device between two
+    wall-clock instants: the cross-check of :func:`span_energy_j`; None outside the samples.
+    On A100/H100 ``power_w`` is a one-second average, so it lags load changes by ~0.5 s."""
+    s = d.select("time_ns", "power_w").drop_nulls()
+    t = s["time_ns"].to_numpy()
+    if len(t) < 2 or t0_ns < t[0] or t1_ns > t[-1]:
+        return None
+    p = s["power_w"].to_numpy().astype(np.float64)
+    inner = (t > t0_ns) & (t < t1_ns)
+    ts = np.concatenate([[t0_ns], t[inner], [t1_ns]]).astype(np.float64)
+    ps = np.interp(ts, t.astype(np.float64), p)
+    return _trapezoid(ps, (ts - ts[0]) / 1e9)
 
 
 def _trapezoid(p: np.ndarray, t_s: np.ndarray) -> float:
@@ -187,7 +203,40 @@ class EnergyAnalysis:
             "findings": [f.to_dict() for f in self.findings],
             "missing": [m.to_dict() for m in self.missing],
             "notes": self.notes,
+            "timeline": self.timeline(),
         }
+
+    def timeline(self, max_points: int = 2000) -> dict[str, Any]:
+        """Power over time with the GPU-side steps marked, as plain lists for a plot: seconds
+        from the monitor's first sample (``t0_ns``, Unix epoch ns); each device's samples
+        thinned to at most ``max_points`` (every ``stride``-th)."""
+        mon = self.monitor
+        out: dict[str, Any] = {"t0_ns": None, "max_points": max_points, "devices": [], "steps": []}
+        if mon is None or mon.height == 0:
+            return out
+        t0 = int(mon["time_ns"].min())
+        out["t0_ns"] = t0
+        for (dev,), g in mon.group_by("device", maintain_order=True):
+            stride = max(1, -(-g.height // max_points))
+            g = g.gather_every(stride)
+            out["devices"].append({
+                "device": int(dev), "stride": stride,
+                "t_s": [round((t - t0) / 1e9, 4) for t in g["time_ns"].to_list()],
+                "power_w": [_r(v, 1) for v in g["power_w"].to_list()],
+                "power_instant_w": [_r(v, 1) for v in g["power_instant_w"].to_list()] if "power_instant_w" in g.columns else None,
+                "energy_j": [_r(v, 2) for v in g["energy_j"].to_list()],
+            })
+        # step_energy's start_s is from the device's first sample; re-base on the monitor's
+        for w in self.windows:
+            dev = w.get("device")
+            if dev is None or not w.get("step_energy"):
+                continue
+            d0 = int(mon.filter(pl.col("device") == dev)["time_ns"].min())
+            for r in w["step_energy"]:
+                a = r["start_s"] + (d0 - t0) / 1e9
+                out["steps"].append({"trace": w["trace"], "rank": w["rank"], "device": dev, "step": r["step"],
+                                     "start_s": round(a, 4), "end_s": round(a + r["dur_ms"] / 1e3, 4)})
+        return out
 
     @property
     def power_limits_w(self) -> dict[int, float]:
@@ -215,10 +264,18 @@ def _limits(meta: dict[str, Any]) -> dict[int, float]:
             if isinstance(g, dict) and g.get("index") is not None and g.get("power_limit_w") is not None}
 
 
-def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> EnergyAnalysis:
+def _names(meta: dict[str, Any]) -> dict[int, str]:
+    gpus = ((meta.get("gpu") or {}).get("gpus")) or []
+    return {int(g["index"]): str(g["name"]) for g in gpus
+            if isinstance(g, dict) and g.get("index") is not None and g.get("name")}
+
+
+def analyze_energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: float | None = None) -> EnergyAnalysis:
     """Energy of ``run_dir`` (a ``proflab run`` directory with ``monitor.parquet``): per GPU,
-    and for each trace under ``traces/`` the energy of its profiled window and per GPU-side
-    step, where the counter resolves them. ``traces``: already loaded ``Trace`` objects."""
+    and for each trace under ``traces/`` the energy of its profiled window, per GPU-side
+    step and per user range, where the counter resolves them, and TFLOPS/W where the FLOPs
+    are known. ``traces``: already loaded ``Trace`` objects; ``flops_per_step``: the FLOPs
+    of one step of one rank, when the user knows them (else from the recorded shapes)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise InputNotFound(run_dir, "not a directory (proflab energy takes a run directory)")
@@ -226,11 +283,28 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None) -> Energy
     notes: list[str] = []
     if traces is None:
         traces = _load_traces(run_dir, notes)
-    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes)
+    return energy_of(mon, _meta(run_dir), traces, label=str(run_dir), notes=notes, flops_per_step=flops_per_step,
+                     ncu=_ncu(run_dir, notes))
+
+
+def _ncu(run_dir: Path, notes: list[str]):
+    """The run's Nsight Compute results (``proflab kernels`` writes ``ncu/raw.csv``), for
+    FLOPs when the trace has no GEMM shapes; None when absent or unreadable (said)."""
+    raw = run_dir / "ncu" / "raw.csv"
+    if not raw.is_file():
+        return None
+    from proflab.readers.ncu import load as load_ncu
+
+    det = run_dir / "ncu" / "details.csv"
+    try:
+        return load_ncu([raw] + ([det] if det.is_file() else []))
+    except InputError as e:
+        notes.append(f"ncu/raw.csv: not read ({e}); no FLOPs from ncu")
+        return None
 
 
 def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, label: str = "",
-              notes: list[str] | None = None) -> EnergyAnalysis:
+              notes: list[str] | None = None, flops_per_step: float | None = None, ncu=None) -> EnergyAnalysis:
     """:func:`analyze_energy` on what is already read: monitor samples, ``meta.json`` (for
     the power limits; may be empty) and the run's traces."""
     meta = meta or {}
@@ -239,7 +313,11 @@ def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, l
     limits = _limits(meta)
     per_dev = {int(k[0]): g for k, g in mon.group_by("device", maintain_order=True)}
     devices = [device_energy(g, power_limit_w=limits.get(dev)) for dev, g in sorted(per_dev.items())]
-    windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes) for tr in traces]
+    names = _names(meta)
+    for d in devices:
+        d["gpu_name"] = names.get(d["device"])
+        d["attribution_floor_s"], d["attribution_floor_source"] = _floor(d, d["gpu_name"])
+    windows = [_window(tr, per_dev, {d["device"]: d for d in devices}, notes, flops_per_step, ncu) for tr in traces]
     alignment = {
         "method": "trace wall clock = baseTimeNanoseconds + event timestamp; monitor time_ns is the wall clock "
                   "(Unix epoch ns) on the same host; accepted when the trace window lies inside the monitor's span",
@@ -248,7 +326,6 @@ def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, l
     }
     if windows:
         notes.append("a trace's CUDA device index is taken as the NVML index (true unless CUDA_VISIBLE_DEVICES reorders GPUs)")
-    notes.append("TFLOPS/W: missing — the trace model keeps operator dtypes, not input shapes, so GEMM FLOPs are unknown")
     return EnergyAnalysis(label, devices, windows, alignment, notes, monitor=mon, meta=meta)
 
 
@@ -279,7 +356,37 @@ def _load_traces(run_dir: Path, notes: list[str]) -> list:
     return out
 
 
-def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str]) -> dict[str, Any]:
+# How often NVML's total-energy counter really updates, measured by tight-loop polling
+# (benchmarks/probe_energy_counter.py; data in tests/data/energy/). Keyed by a substring of
+# the GPU's name. A device not listed falls back on the interval seen in its own samples.
+COUNTER_UPDATE_S: dict[str, tuple[float, str]] = {
+    # 2026-11, driver 580.159.04: median 100.0 ms, longest 102.4 ms between changes, idle
+    # (76 W) and under a bf16 GEMM load (698 W) alike
+    "H100": (0.103, "measured by polling NVML: longest interval between changes, idle and under load "
+                    "(tests/data/energy/nvml_counter_h100.json)"),
+}
+
+
+def _floor(d: dict[str, Any], name: str | None = None) -> tuple[float | None, str]:
+    """The shortest span energy is attributed to on one device (s), and where it comes from:
+    the larger of the counter resolution seen in the samples and the measured update interval
+    of its GPU model."""
+    seen = d.get("resolution_s")
+    for key, (upd, src) in COUNTER_UPDATE_S.items():
+        if name and key in name:
+            if seen is None or upd >= seen:
+                return upd, f"{key} energy counter update interval, {src}"
+            return seen, "the counter resolution in this run's samples (coarser than the measured update interval)"
+    if seen is None:
+        return None, "unknown"
+    return seen, "the counter resolution in this run's samples (this GPU's update interval was not measured)"
+
+
+_MAX_STEP_ROWS = 2000
+
+
+def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str],
+            flops_per_step: float | None = None, ncu=None) -> dict[str, Any]:
     from proflab.analysis import Context
 
     dist = trace.meta.distributed or {}
@@ -290,8 +397,13 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         "trace": Path(trace.meta.source).name, "rank": rank, "device": device, "aligned": False,
         "window_s": None, "window_energy_j": None, "window_mean_power_w": None,
         "steps": 0, "median_step_ms": None, "steps_span_s": None, "energy_per_step_j": None,
-        "steps_with_energy": 0, "steps_refused": 0, "tflops_per_w": None, "refused": None,
+        "energy_per_step_source": None, "steps_energy_j": None, "steps_energy_integrated_j": None, "steps_mean_power_w": None,
+        "steps_with_energy": 0, "steps_refused": 0,
+        "flop": None, "flop_per_step": None, "flop_source": None, "flop_missing": None,
+        "tflops": None, "tflops_per_w": None, "tflops_per_w_integrated": None, "energy_to_solution_j": None,
+        "step_energy": [], "ranges": [], "refused": None,
     }
+    flop_by_step = _flops(trace, w, flops_per_step, ncu)
     base = trace.meta.base_time_ns
     if device is None or device not in per_dev:
         w["refused"] = f"the trace's GPU work is on devices {gdev}, not one monitored device"
@@ -300,7 +412,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         w["refused"] = "the trace has no baseTimeNanoseconds (or no GPU work): its clock cannot be placed on the monitor's"
         return w
     d = per_dev[device]
-    res = devs[device]["resolution_s"]
+    res = devs[device].get("attribution_floor_s", devs[device]["resolution_s"])
     t0, t1 = trace.window_ns
     a0, a1 = base + t0, base + t1
     m0, m1 = int(d["time_ns"].min()), int(d["time_ns"].max())
@@ -313,7 +425,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
     w["window_offset_s"] = _r((a0 - m0) / 1e9)
     ctx = Context(trace)
     gs = ctx.gpu_steps
-    gs = gs.filter(pl.col("device") == device) if gs.height else gs
+    gs = gs.filter(pl.col("device") == device).sort("start_ns") if gs.height else gs
     w["steps"] = gs.height
     if gs.height:
         w["median_step_ms"] = _r(gs["dur_ns"].median() / 1e6)
@@ -329,6 +441,7 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         e = span_energy_j(d, a0, a1)
         w["window_energy_j"] = _r(e)
         w["window_mean_power_w"] = _r(e / ((t1 - t0) / 1e9)) if e is not None else None
+    w["ranges"] = _range_energy(trace, ctx, d, base, device, res)
     if gs.height:
         durs = gs["dur_ns"].to_numpy() / 1e9
         ok = durs >= res
@@ -337,9 +450,120 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         span = (s1 - s0) / 1e9
         if span >= res:
             e = span_energy_j(d, base + s0, base + s1)
+            ei = span_integrated_j(d, base + s0, base + s1)
+            w["steps_energy_j"] = _r(e)
+            w["steps_energy_integrated_j"] = _r(ei)
+            w["steps_mean_power_w"] = _r(e / span) if e is not None else None
             w["energy_per_step_j"] = _r(e / gs.height, 4) if e is not None else None
+            w["energy_per_step_source"] = "steps' span energy / steps"
+            if e and w["flop_per_step"] is not None:
+                fl = w["flop_per_step"] * gs.height if w["flop_source"] == "user" else _step_flops(flop_by_step, gs)
+                if not fl:
+                    w["flop_missing"] = "FLOPs were not counted for every GPU-side step"
+                else:
+                    w["flop"] = int(fl)
+                    w["tflops"] = _r(fl / span / 1e12, 2)
+                    w["tflops_per_w"] = _r(fl / e / 1e12, 6)
+                    w["tflops_per_w_integrated"] = _r(fl / ei / 1e12, 6) if ei else None
+                    w["energy_to_solution_j"] = _r(e)
         elif w["refused"] is None:
             w["refused"] = (f"the {gs.height} GPU-side steps span {span * 1e3:.1f} ms, shorter than the counter's "
                             f"resolution ({res * 1e3:.0f} ms): no per-step energy")
-    w["tflops_per_w"] = None
+        rows = []
+        for st, a, dur, good in zip(gs["step"].to_list()[:_MAX_STEP_ROWS], gs["start_ns"].to_list(),
+                                    gs["dur_ns"].to_list(), ok.tolist()):
+            e = span_energy_j(d, base + a, base + a + dur) if good else None
+            rows.append({"step": st, "start_s": _r((base + a - m0) / 1e9, 4), "dur_ms": _r(dur / 1e6),
+                         "energy_j": _r(e, 4), "flop": flop_by_step.get(st)})
+        w["step_energy"] = rows
+        got = [r["energy_j"] for r in rows[:-1] if r["energy_j"] is not None]
+        if len(rows) == gs.height >= 3 and rows[-1]["energy_j"] is None and len(got) == gs.height - 1:
+            # only the last step is too short for the counter: its GPU window ends with its own
+            # work (no next step bounds it), so it lacks the host time the others include. The
+            # others, all of them, speak for a step (no selection of the long ones).
+            w["energy_per_step_j"] = _r(sum(got) / len(got), 4)
+            w["energy_per_step_source"] = (f"mean of the first {len(got)} steps (the last step's GPU window, "
+                                           "only its own work, is below the attribution floor)")
+    if w["tflops_per_w"] is None and w["flop_missing"] is None and w["flop_per_step"] is not None:
+        w["flop_missing"] = "the steps got no energy (see refused), so no TFLOPS/W"
     return w
+
+
+def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, int]:
+    """FLOPs of the window: given by the user (per step), else from the recorded GEMM shapes,
+    else from the run's Nsight Compute counts. Returns the FLOPs per host step (by step
+    number) where counted."""
+    if user is not None:
+        w.update(flop_per_step=float(user), flop_source="user")
+        return {}
+    from proflab.analysis.flops import gemm_flops, ncu_flops
+
+    fc = gemm_flops(trace)
+    if fc.flop is None and ncu is not None:
+        alt = ncu_flops(ncu, trace)
+        fc = alt if alt.flop is not None else dataclasses.replace(fc, missing=f"{fc.missing}; {alt.missing}")
+    if fc.flop is None:
+        w["flop_missing"] = fc.missing
+        return {}
+    if fc.per_step.height == 0:
+        w["flop_missing"] = "no host steps to divide the counted FLOPs among"
+        return {}
+    w["flop_source"] = fc.source
+    w["flop_per_step"] = _r(float(fc.per_step["flop"].median()), 0)
+    return dict(zip(fc.per_step["step"].to_list(), fc.per_step["flop"].to_list()))
+
+
+def _step_flops(per: dict[int, int], gs: pl.DataFrame) -> int | None:
+    vals = [per.get(s) for s in gs["step"].to_list()]
+    return None if any(v is None for v in vals) else int(sum(vals))
+
+
+def _range_energy(trace, ctx, d: pl.DataFrame, base: int, device: int, res: float) -> list[dict[str, Any]]:
+    """Per user range name (NVTX / record_function): the device's counter energy over each
+    range instance's GPU-side span (first start to last end of the work it launched), where
+    that span is at least the attribution floor. The energy is the whole GPU's over the span,
+    not only this range's kernels."""
+    ranges = trace.cpu.filter(
+        (pl.col("cat") == "user_annotation") & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null()
+    ).select("name", "tid", "start_ns", "dur_ns")
+    launches = ctx.launches
+    if ranges.height == 0 or launches.height == 0:
+        return []
+    work = (
+        trace.gpu.filter(pl.col("device") == device)
+        .select("correlation", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+        .join(launches.select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner")
+        .sort("tid", "launch_start_ns")
+    )
+    by_tid = {int(k[0]): g for k, g in work.group_by("tid")}
+    acc: dict[str, dict[str, Any]] = {}
+    for name, tid, a, dur in ranges.iter_rows():
+        g = by_tid.get(int(tid))
+        r = acc.setdefault(name, {"name": name, "instances": 0, "with_energy": 0, "refused": 0, "energy_j": 0.0,
+                                  "gpu_span_ms": []})
+        if g is None:
+            continue
+        t = g["launch_start_ns"].to_numpy()
+        i, j = np.searchsorted(t, a), np.searchsorted(t, a + dur)
+        if j <= i:
+            continue
+        r["instances"] += 1
+        g0 = int(g["start_ns"][i:j].min())
+        g1 = int(g["end_ns"][i:j].max())
+        r["gpu_span_ms"].append((g1 - g0) / 1e6)
+        e = span_energy_j(d, base + g0, base + g1) if (g1 - g0) / 1e9 >= res else None
+        if e is None:
+            r["refused"] += 1
+        else:
+            r["with_energy"] += 1
+            r["energy_j"] += e
+    out = []
+    for r in acc.values():
+        if not r["instances"]:
+            continue
+        spans = r.pop("gpu_span_ms")
+        r["median_gpu_span_ms"] = _r(float(np.median(spans)))
+        r["energy_j"] = _r(r["energy_j"]) if r["with_energy"] else None
+        r["energy_per_instance_j"] = _r(r["energy_j"] / r["with_energy"], 4) if r["with_energy"] else None
+        out.append(r)
+    return sorted(out, key=lambda r: -(r["energy_j"] or 0))

@@ -18,7 +18,7 @@ import polars as pl
 from proflab.analysis.ranks import RankSummary, job_tables, link_reference
 from proflab.report import JobReport, Missing
 
-__all__ = ["analyze_job", "analyze_processes", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
+__all__ = ["analyze_job", "analyze_processes", "rank_summaries", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
 
 
 class NotAJob(Exception):
@@ -41,15 +41,27 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     from proflab.report.assemble import report_for
     from proflab.model.job import rank_of
 
+    from proflab.collect.rundir import step_times_of
+
     trace = load(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"))
     rank = rank_of(trace.meta.distributed, trace.meta.source)
-    ctx = Context(trace, bare_step_ms=options.get("bare_step_ms"))
+    # a rank trace of a `proflab run` directory: the step times its own process measured
+    # without the profiler (processes/<pid>.json) judge that rank's verdicts
+    timed = step_times_of(path) or {}
+    bare = options.get("bare_step_ms") or timed.get("bare_ms")
+    ctx = Context(trace, bare_step_ms=bare)
     report = report_for(ctx, top_kernels=options.get("top_kernels", 15))
-    return rank_summary(ctx, -1 if rank is None else rank, report=report)
+    summary = rank_summary(ctx, -1 if rank is None else rank, report=report)
+    summary.stats["bare_step_ms"] = float(timed["bare_ms"]) if timed else None
+    prof = timed.get("profiled_ms")
+    summary.stats["profiled_step_ms"] = float(prof) if isinstance(prof, (int, float)) and prof > 0 else None
+    return summary
 
 
-def _run_tasks(paths: list[str], options: dict[str, Any], scheduler: str | None, workers: int | None) -> tuple[list[RankSummary], str]:
-    if scheduler is None and len(paths) < DASK_FROM_RANKS and not workers:
+def _run_tasks(
+    paths: list[str], options: dict[str, Any], scheduler: str | None, workers: int | None, in_process: bool = False
+) -> tuple[list[RankSummary], str]:
+    if in_process or (scheduler is None and len(paths) < DASK_FROM_RANKS and not workers):
         return [rank_task(p, options) for p in paths], "in process"
     try:
         from dask.distributed import Client, LocalCluster
@@ -81,16 +93,27 @@ def analyze_job(
     cache: bool | None = None,
     steps: str | None = None,
     window: str | None = None,
+    in_process: bool = False,
 ) -> JobReport:
     """The job report over one trace per rank (files, folders or a run directory: see
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
-    Dask workers (default: one per core)."""
+    Dask workers (default: one per core); ``in_process``: every rank here, whatever their
+    number (no Dask)."""
+    options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
+    summaries, engine, world = rank_summaries(paths, options, scheduler=scheduler, workers=workers, in_process=in_process)
+    return _job_report(summaries, engine, world_size=world)
+
+
+def rank_summaries(
+    paths: list[str | Path], options: dict[str, Any], *, scheduler: str | None = None, workers: int | None = None, in_process: bool = False
+) -> tuple[list[RankSummary], str, int | None]:
+    """Every rank's summary in rank order, the engine that made them, and the job's declared
+    world size. ``options``: rank_task's. Raises NotAJob when the traces are not one rank each."""
+    from proflab.errors import UsageError
     from proflab.model.job import Job
 
     files = [str(p) for p in paths]
-    options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
-    summaries, engine = _run_tasks(files, options, scheduler, workers)
-    from proflab.errors import UsageError
+    summaries, engine = _run_tasks(files, options, scheduler, workers, in_process)
 
     try:
         job = Job.from_ranks(
@@ -99,8 +122,7 @@ def analyze_job(
     except UsageError as e:
         raise NotAJob(str(e), summaries) from None
     by_source = {s.source: s for s in summaries}
-    job = Job(job.ranks, tuple(by_source[x] for x in job.traces), job.world_size)
-    return _job_report(list(job.traces), engine, world_size=job.world_size)
+    return [by_source[x] for x in job.traces], engine, job.world_size
 
 
 def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | None = None, extra_notes: list[str] = ()) -> JobReport:
@@ -133,14 +155,23 @@ def _job_report(summaries: list[RankSummary], engine: str, *, world_size: int | 
         "engine": engine,
     }
     missing = [Missing(m.split(":")[0], m.split(": ", 1)[-1], ("bus bandwidth",) if "size" in m or "bytes" in m else ()) for m in tables.missing]
+    link = link_reference(device)
+    if link is None and coll.height and coll["busbw_gbps"].is_not_null().any():
+        missing.append(
+            Missing(
+                "link peak bandwidth",
+                f"{device or 'the device'} is not in proflab's table of GPU links and the trace does not record the topology",
+                ("bus bandwidth against the link",),
+            )
+        )
     return JobReport(
         source={"inputs": [s.source for s in summaries], "ranks": list(job.ranks)},
         summary=summary,
         ranks=tuple(_round_row(r) for r in tables.ranks.to_dicts()),
-        collectives=tuple(_collective_rows(coll)),
+        collectives=tuple(_collective_rows(coll, link)),
         findings=tuple(findings),
         reports=tuple(s.report for s in summaries),
-        link=link_reference(device),
+        link=link,
         missing=tuple(missing),
         notes=tuple(notes),
     )
@@ -173,8 +204,10 @@ def _round_row(r: dict[str, Any]) -> dict[str, Any]:
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()}
 
 
-def _collective_rows(coll: pl.DataFrame) -> list[dict[str, Any]]:
-    """Per group, collective and message size: how many, the arrival skew, transfer, bus bandwidth."""
+def _collective_rows(coll: pl.DataFrame, link: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Per group, collective and message size: how many, the arrival skew, transfer, bus
+    bandwidth, and that bandwidth as a share of the link's datasheet peak (null when the
+    link is not known)."""
     if coll.height == 0:
         return []
     t = (
@@ -189,4 +222,6 @@ def _collective_rows(coll: pl.DataFrame) -> list[dict[str, Any]]:
         )
         .sort("group", "collective", "bytes", nulls_last=True)
     )
+    peak = None if link is None else link["gbps_per_direction"]
+    t = t.with_columns((pl.col("busbw_gbps") / peak * 100 if peak else pl.lit(None, pl.Float64)).alias("busbw_of_link_pct"))
     return [_round_row(r) for r in t.to_dicts()]

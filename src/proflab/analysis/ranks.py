@@ -36,6 +36,9 @@ __all__ = [
     "job_tables",
     "link_reference",
     "CALL_SCHEMA",
+    "COLLECTIVE_SCHEMA",
+    "RANK_SCHEMA",
+    "WAITS_SCHEMA",
     "normalize_collective",
     "bus_factor",
 ]
@@ -242,7 +245,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
     idle_by_cause: dict[str, int] | None = None
     if side == "gpu":
         g = ctx.gaps.filter(pl.col("device") == dev).group_by("cause").agg(pl.col("dur_ns").sum())
-        idle_by_cause = {str(c): int(v) for c, v in g.iter_rows()}
+        idle_by_cause = {str(c): int(v) for c, v in sorted(g.iter_rows(), key=lambda r: (-r[1], str(r[0])))}
     info = ctx.device_info or {}
     stats = {
         "device": dev,
@@ -255,7 +258,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
         "comm_ns": comm.total_ns,
         "idle_by_cause_ns": idle_by_cause,
         "idle_ns": None if side != "gpu" else int(ctx.device_breakdowns[dev].idle_ns),
-        "step_side": "gpu" if side == "gpu" and ctx.gpu_steps.height else "host",
+        "step_side": "gpu" if side == "gpu" and steps_win is not host_steps else "host",
         "world_size": (trace.meta.distributed or {}).get("world_size"),
         "backend": (trace.meta.distributed or {}).get("backend"),
     }
@@ -373,7 +376,7 @@ def job_tables(summaries: list[RankSummary]) -> JobTables:
                 pl.Series("exposed_transfer_ns", (en - mid) - cov.covered_within(mid, en), dtype=pl.Int64),
             )
         )
-    waits = pl.concat(parts) if parts else waits
+    waits = pl.concat(parts) if parts else pl.DataFrame(schema=WAITS_SCHEMA)
     n_ranks = n
     colls = _collectives(waits, n_ranks)
     ranks = _rank_table(summaries, waits)
@@ -385,6 +388,7 @@ _WAIT_SCHEMA = {
     "rank": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "last_arrival_ns": pl.Int64, "last_rank": pl.Int64,
     "transfer_start_ns": pl.Int64, "wait_ns": pl.Int64, "transfer_ns": pl.Int64,
 }  # fmt: skip
+WAITS_SCHEMA = {**_WAIT_SCHEMA, "exposed_wait_ns": pl.Int64, "exposed_transfer_ns": pl.Int64}
 
 
 def _match(calls: list[pl.DataFrame], n: int, notes: list[str]) -> pl.DataFrame:
@@ -426,12 +430,24 @@ def _match(calls: list[pl.DataFrame], n: int, notes: list[str]) -> pl.DataFrame:
     return m.select(list(_WAIT_SCHEMA)).cast(_WAIT_SCHEMA).sort("group", "step", "seq", "rank")
 
 
+COLLECTIVE_SCHEMA = {
+    "group": pl.String, "step": pl.Int64, "seq": pl.Int64, "collective": pl.String, "bytes": pl.Int64,
+    "first_arrival_ns": pl.Int64, "last_arrival_ns": pl.Int64, "last_rank": pl.Int64, "skew_ns": pl.Int64,
+    "second_last_arrival_ns": pl.Int64, "transfer_ns": pl.Int64, "end_spread_ns": pl.Int64, "busbw_gbps": pl.Float64,
+}  # fmt: skip
+# the per-rank table's fixed columns (ms, %); idle_<cause>_ms columns follow for GPU ranks
+RANK_SCHEMA = {
+    "rank": pl.Int64, "side": pl.String, "device_name": pl.String, "steps": pl.Int64, "step_ms": pl.Float64,
+    "step_side": pl.String, "bare_step_ms": pl.Float64, "profiled_step_ms": pl.Float64, "window_ms": pl.Float64,
+    "compute_ms": pl.Float64, "comm_ms": pl.Float64, "comm_matched_ms": pl.Float64, "wait_ms": pl.Float64,
+    "transfer_ms": pl.Float64, "exposed_wait_ms": pl.Float64, "exposed_transfer_ms": pl.Float64,
+    "overlap_pct": pl.Float64, "idle_ms": pl.Float64, "host_only_ms": pl.Float64, "dataloader_ms": pl.Float64,
+    "collectives": pl.Int64, "late_ms": pl.Float64,
+}  # fmt: skip
+
+
 def _collectives(waits: pl.DataFrame, n: int) -> pl.DataFrame:
-    schema = {
-        "group": pl.String, "step": pl.Int64, "seq": pl.Int64, "collective": pl.String, "bytes": pl.Int64,
-        "first_arrival_ns": pl.Int64, "last_arrival_ns": pl.Int64, "last_rank": pl.Int64, "skew_ns": pl.Int64,
-        "second_last_arrival_ns": pl.Int64, "transfer_ns": pl.Int64, "end_spread_ns": pl.Int64, "busbw_gbps": pl.Float64,
-    }  # fmt: skip
+    schema = COLLECTIVE_SCHEMA
     if waits.height == 0:
         return pl.DataFrame(schema=schema)
     key = ["group", "step", "seq"]
@@ -495,6 +511,12 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
                 "device_name": st.get("device_name"),
                 "steps": st["steps"],
                 "step_ms": None if st["step_ns_median"] is None else st["step_ns_median"] / 1e6,
+                # "gpu": step_ms is the GPU-side step (first kernel to last); "host": the loop's
+                "step_side": st.get("step_side"),
+                # measured by `proflab run` in the rank's own process (processes/<pid>.json):
+                # the loop's median step without the profiler, and while it recorded
+                "bare_step_ms": st.get("bare_step_ms"),
+                "profiled_step_ms": st.get("profiled_step_ms"),
                 "window_ms": st["window_ns"] / 1e6,
                 "compute_ms": st["compute_ns"] / 1e6,
                 "comm_ms": comm / 1e6,
@@ -512,4 +534,6 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
                 **{f"idle_{c}_ms": v / 1e6 for c, v in (st.get("idle_by_cause_ns") or {}).items()},
             }
         )
-    return pl.DataFrame(rows, infer_schema_length=None) if rows else pl.DataFrame()
+    if not rows:
+        return pl.DataFrame(schema=RANK_SCHEMA)
+    return pl.DataFrame(rows, schema_overrides=RANK_SCHEMA, infer_schema_length=None)

@@ -401,14 +401,20 @@ def analyze_run(
     traces = trace_files(run_dir)
     try:
         if traces:
-            from proflab.api import analyze, load
+            job, reports = _job_of(traces, top)
+            if job is None and not reports:
+                from proflab.api import analyze, load
 
-            reports = [analyze(load(p), top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(p)) for p in traces]
-            rundir.write_text(run_dir / "analysis.json", render(reports, "json"))
-            body = render(reports, "term", width=width or 80, color=color)
-            f = reports[0].findings
+                reports = [analyze(load(p), top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(p)) for p in traces]
+            shown = job if job is not None else reports
+            rundir.write_text(run_dir / "analysis.json", render(shown, "json"))
+            body = render(shown, "term", width=width or 80, color=color)
+            # the job's own findings that claim a gain first (a straggler, exposed
+            # communication), else rank 0's
+            f = ([x for x in job.findings if x.est_gain_ms > 0] if job is not None else []) or reports[0].findings
             meta["analysis"] = {
                 "reports": len(reports),
+                "job": job is not None,
                 "top_finding": None if not f else (
                     f[0].category if f[0].category == "healthy"
                     else f"{f[0].category} ({f[0].est_gain_ms:.1f} ms, {f[0].est_gain_pct:.1f}%)"
@@ -423,6 +429,33 @@ def analyze_run(
     rundir.write_text(run_dir / "summary.txt", text)
     rundir.write_json(run_dir / rundir.META, meta)
     return text, reports
+
+
+def _job_of(traces: list[Path], top: int) -> tuple[Any, list]:
+    """(the job report, the ranks' reports) when a run's traces are the ranks of one job
+    (torchrun: one trace per rank); (None, the reports already made) when they are not;
+    (None, []) for a single trace, unless it is an Nsight Systems export whose processes
+    are the ranks. Runs here, without Dask, when Dask is not installed."""
+    if len(traces) == 1 and traces[0].suffix == ".sqlite":
+        from proflab.analysis.jobs import analyze_processes
+        from proflab.api import analyze, load
+
+        trace = load(traces[0])
+        job = analyze_processes(trace, top_kernels=top)
+        if job is not None:
+            return job, list(job.reports)
+        return None, [analyze(trace, top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(traces[0]))]
+    if len(traces) < 2:
+        return None, []
+    import importlib.util
+
+    from proflab.analysis import jobs
+
+    try:
+        job = jobs.analyze_job(traces, top_kernels=top, in_process=importlib.util.find_spec("distributed") is None)
+    except jobs.NotAJob as e:
+        return None, [s.report for s in e.summaries]
+    return job, list(job.reports)
 
 
 def _run_header(run_dir: Path, meta: dict) -> str:

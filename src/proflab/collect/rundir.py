@@ -9,7 +9,8 @@ Layout of ``proflab-runs/<YYYYmmdd-HHMMSS>-<name>/``::
     monitor.parquet    GPU monitor samples (see proflab.collect.monitor for the columns)
     events.jsonl       DetailedProfiler / proflab.record events, one JSON object a line
     processes/         one JSON per profiled process: torch version, steps seen, the window
-    analysis.json      the proflab.report/1 analysis of the trace(s)
+    analysis.json      the proflab.report/1 analysis of the trace(s); a torchrun job's
+                       proflab.job/1 job report (its ranks' reports inside)
     summary.txt        the terminal summary printed at the end of the run
 
 Every file is written through a temporary file and a rename, so a reader never sees half a
@@ -147,7 +148,7 @@ def unprofiled_step_ms(trace: str | Path) -> float | None:
     ``trace`` (a file under a run directory's ``traces/``): the median step-to-step wall time
     outside the profiler's recording (``processes/<pid>.json``: ``step_times``). None when the
     trace is not from a run directory or too few steps ran outside the window."""
-    st = _step_times_of(trace)
+    st = step_times_of(trace)
     return None if st is None else float(st["bare_ms"])
 
 
@@ -158,13 +159,15 @@ def unprofiled_steps_ms(path: str | Path) -> list[float] | None:
     traces = sorted((path / "traces").glob("*.json*")) if (path / META).is_file() else [path]
     out: list[float] = []
     for t in traces:
-        st = _step_times_of(t)
+        st = step_times_of(t)
         if st is not None:
             out += [float(x) for x in st.get("bare_steps_ms") or [] if isinstance(x, (int, float))]
     return out if len(out) >= MIN_BARE_STEPS else None
 
 
-def _step_times_of(trace: str | Path) -> dict | None:
+def step_times_of(trace: str | Path) -> dict | None:
+    """The ``step_times`` that ``proflab run`` recorded for the process that wrote ``trace``
+    (``processes/<pid>.json``), when it holds a bare step time of enough steps; else None."""
     trace = Path(trace).resolve()
     run_dir = trace.parent.parent if trace.parent.name == "traces" else None
     if run_dir is None or not (run_dir / META).is_file():

@@ -74,6 +74,7 @@ CPU_SCHEMA: dict[str, pl.DataType] = {
     "python_parent_id": pl.Int64,
     "sequence": pl.Int64,  # autograd sequence number: ties a backward node to its forward op
     "input_types": pl.String,  # cpu_op with record_shapes: dtypes joined by ","
+    "input_dims": pl.String,  # matmul/conv cpu_op with record_shapes: its "Input Dims" as compact JSON
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {

@@ -47,6 +47,7 @@ class LooseArgs(Struct, gc=False):
     python_parent_id: Any = field(name="Python parent id", default=None)
     sequence: Any = field(name="Sequence number", default=None)
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
+    input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())
     collective: Any = field(name="Collective name", default=None)
     in_nelems: Any = field(name="In msg nelems", default=None)
     out_nelems: Any = field(name="Out msg nelems", default=None)
@@ -67,6 +68,7 @@ class LooseEvent(Struct, gc=False):
     ts: Any = None  # missing: left None, and the reader drops the event if it uses it
     dur: Any = 0.0
     args: LooseArgs | None = None  # sanitize() puts _NO_ARGS in its place
+    id: Any = None  # flow events; only an integer id is used
 
 
 LOOSE_EVENTS = msgspec.json.Decoder(list[LooseEvent])
@@ -122,8 +124,8 @@ def from_python(items: Any, problems: Problems) -> list[LooseEvent]:
         if args is not None and not isinstance(args, dict):
             problems["args", kind(args), "ignored"] += 1
             item = {k: v for k, v in item.items() if k != "args"}
-        elif isinstance(args, dict) and "Input type" in args:
-            item = {**item, "args": {k: v for k, v in args.items() if k != "Input type"}}
+        elif isinstance(args, dict) and ("Input type" in args or "Input Dims" in args):
+            item = {**item, "args": {k: v for k, v in args.items() if k not in ("Input type", "Input Dims")}}
         try:
             out.append(msgspec.convert(item, LooseEvent))
         except msgspec.ValidationError:

@@ -141,6 +141,7 @@ class _Args(Struct, frozen=True, gc=False):
     # Kept raw (a slice of the input, not parsed): only matmul/conv operators need their
     # dtypes, and building strings for every operator's inputs costs more than the rest.
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
+    input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())  # same ops: FLOPs from shapes
     # torch.distributed's record_param_comms (and, from 2.x, the NCCL kernels) describe the
     # collective: what it is, its message sizes, dtype and process group
     collective: str | None = field(name="Collective name", default=None)
@@ -163,6 +164,7 @@ class _Event(Struct, gc=False):
     ts: _US | None = None  # missing (or null): the event has no place on the timeline, dropped
     dur: _US = 0.0
     args: _Args = _NO_ARGS
+    id: int | str | None = None  # flow events (ph s/f): Kineto's flow id is the launch's correlation id
 
 
 class _DocFields(Struct, gc=False, kw_only=True):
@@ -330,9 +332,12 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
     gpu_evs = [e for e in events if e.cat in _GPU_CATS] if counts.keys() & _GPU_CATS.keys() else []
     frames = [e for e in events if e.cat == "python_function" and e.ph == "X"] if "python_function" in counts else []
     ops = [e for e in events if e.cat in _OP_CATS and e.ph == "X"]
-    cpu = pl.concat([_cpu_table(ops), _frame_table(frames)]) if frames else _cpu_table(ops)
+    gpu, cpu_ops = _gpu_table(gpu_evs), _cpu_table(ops)
+    if gpu.height and gpu.get_column("correlation").null_count() and counts.keys() & _FLOW_CATS:
+        gpu, cpu_ops = _link_by_flows(events, gpu_evs, gpu, ops, cpu_ops)
+    cpu = pl.concat([cpu_ops, _frame_table(frames)]) if frames else cpu_ops
     comms = _comm_table([e for e in ops if e.args.collective is not None and e.name == "record_param_comms"])
-    gpu, cpu, comms = _timed(_gpu_table(gpu_evs), problems), _timed(cpu, problems), _timed(comms, None)
+    gpu, cpu, comms = _timed(gpu, problems), _timed(cpu, problems), _timed(comms, None)
     return _Tables(gpu, cpu, unknown, len(events), problems, comms)
 
 
@@ -345,6 +350,33 @@ def _timed(df: pl.DataFrame, problems: Counter | None) -> pl.DataFrame:
     if problems is not None:
         problems["ts", "missing", "event dropped"] += n
     return df.filter(pl.col("start_ns").is_not_null())
+
+
+_FLOW_CATS = {"ac2g", "async"}
+
+
+def _link_by_flows(events: list, gpu_evs: list, gpu: pl.DataFrame, ops: list, cpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Correlation ids from the launch flows, for traces whose kernels carry none (some ROCm
+    traces keep only the flow): Kineto starts a flow (ph "s") where the runtime
+    call starts and ends it (ph "f") where the kernel starts, with the correlation id as the
+    flow id. Only runs when some GPU activity lacks a correlation id."""
+    ends: dict[tuple, int] = {}
+    for e in events:
+        if e.cat in _FLOW_CATS and type(e.id) is int and e.ph in ("s", "f"):
+            ends[e.ph, e.pid, e.tid, e.ts] = e.id
+    if not ends:
+        return gpu, cpu
+    got = ends.get
+    gpu = gpu.with_columns(
+        pl.col("correlation").fill_null(pl.Series([got(("f", e.pid, e.tid, e.ts)) for e in gpu_evs], dtype=pl.Int64))
+    )
+    launch = ("cuda_runtime", "Runtime", "hip_runtime", "cuda_driver", "Driver", "hip_driver")
+    cpu = cpu.with_columns(
+        pl.col("correlation").fill_null(
+            pl.Series([got(("s", e.pid, e.tid, e.ts)) if e.cat in launch else None for e in ops], dtype=pl.Int64)
+        )
+    )
+    return gpu, cpu
 
 
 _CHUNK_BYTES = 32 << 20
@@ -715,6 +747,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     get = attrgetter
     args = list(map(get("args"), evs))
     host = _host_columns(evs)
+    types, dims = _shapes(host["name"], args)
     return pl.DataFrame(
         {
             "cat": pl.Series([_CPU_CATS[c] for c in map(get("cat"), evs)], dtype=CPU_SCHEMA["cat"]),
@@ -722,21 +755,25 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
             "external_id": _external_ids(args),
             "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
             "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
-            "input_types": _input_types(host["name"], args),
+            "input_types": types,
+            "input_dims": dims,
         }
     ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
 
 
-def _input_types(names: pl.Series, args: list[_Args]) -> pl.Series:
-    """The dtypes of the GEMM/conv operators that carry them (``record_shapes``). The names
-    are picked by polars: a Python test of every operator's name cost 7 % of a read."""
+def _shapes(names: pl.Series, args: list[_Args]) -> tuple[pl.Series, pl.Series]:
+    """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``).
+    The names are picked by polars: a Python test of every operator's name cost 7 % of a read."""
     picked = (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true()
     types: list[str | None] = [None] * len(args)
+    dims: list[str | None] = [None] * len(args)
     for i in picked.to_list():
-        raw = args[i].input_types
-        if raw:
-            types[i] = _dtypes(raw)
-    return pl.Series(types, dtype=pl.String)
+        a = args[i]
+        if a.input_types:
+            types[i] = _dtypes(a.input_types)
+        if a.input_dims:
+            dims[i] = _dims(a.input_dims)
+    return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String)
 
 
 def _comm_table(evs: list[_Event]) -> pl.DataFrame:
@@ -774,6 +811,15 @@ _DTYPE_OP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in _DTYPE_OP_PREFIXES) 
 _DTYPES_DECODER = msgspec.json.Decoder(list[Any])
 
 
+def _dims(raw: msgspec.Raw) -> str | None:
+    """The operator's input shapes as compact JSON (``[[m,k],[k,n]]``), or None when malformed."""
+    try:
+        dims = _DTYPES_DECODER.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return msgspec.json.encode(dims).decode() if isinstance(dims, list) else None
+
+
 def _dtypes(raw: msgspec.Raw) -> str | None:
     try:
         types = _DTYPES_DECODER.decode(raw)
@@ -793,7 +839,7 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
             "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
             "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
         }
-    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types")).select(list(CPU_SCHEMA))
+    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types", "input_dims")).select(list(CPU_SCHEMA))
 
 
 # deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them

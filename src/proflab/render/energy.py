@@ -21,6 +21,8 @@ def _device_lines(d: dict[str, Any]) -> list[str]:
     res = d.get("resolution_s")
     res_txt = "unknown" if res is None else (
         f"{res * 1e3:.0f} ms" + ("" if d.get("resolved") else " (changes at every sample: its own interval is at most this)"))
+    if d.get("attribution_floor_s") is not None:
+        res_txt += f"; no energy attributed below {d['attribution_floor_s'] * 1e3:.0f} ms ({d['attribution_floor_source']})"
     return [
         f"GPU {d['device']}: {_n(d['energy_j'], 'J')} over {_n(d['duration_s'], 's', 2)} from the {src}{cross}",
         f"  power: mean {_n(d['mean_power_w'], 'W')}, peak {_n(d['peak_power_w'], 'W')} (1-s average), "
@@ -41,9 +43,23 @@ def _window_lines(w: dict[str, Any]) -> list[str]:
         out.append(f"  window energy {_n(w['window_energy_j'], 'J')} (mean {_n(w['window_mean_power_w'], 'W')})")
     if w.get("energy_per_step_j") is not None:
         out.append(f"  energy per step {_n(w['energy_per_step_j'], 'J', 3)}")
+    if w.get("steps_energy_j") is not None:
+        cross = ("" if w.get("steps_energy_integrated_j") is None
+                 else f"; integrated power {_n(w['steps_energy_integrated_j'], 'J')}")
+        out.append(f"  steps: {_n(w['steps_energy_j'], 'J')} over {_n(w['steps_span_s'], 's', 3)} "
+                   f"(mean {_n(w.get('steps_mean_power_w'), 'W')}{cross})")
     if w.get("refused"):
         out.append(f"  refused: {w['refused']}")
-    out.append("  TFLOPS/W: missing (no FLOP count)" if w.get("tflops_per_w") is None else f"  TFLOPS/W: {w['tflops_per_w']}")
+    if w.get("tflops_per_w") is not None:
+        out.append(f"  TFLOPS/W: {w['tflops_per_w']:.3f} ({_n(w['tflops'], 'TFLOP/s')} over {w['flop'] / 1e12:,.1f} TFLOP "
+                   f"in {_n(w['energy_to_solution_j'], 'J')}; integrated power gives {_n(w.get('tflops_per_w_integrated'), '', 3)})")
+        out.append(f"  FLOPs from {w['flop_source']}")
+    else:
+        out.append(f"  TFLOPS/W: missing ({w.get('flop_missing') or 'no FLOP count'})")
+    for r in (w.get("ranges") or [])[:8]:
+        e = "missing" if r["energy_j"] is None else f"{r['energy_j']:,.1f} J ({r['energy_per_instance_j']:,.3f} J each)"
+        out.append(f"  range {r['name']}: {e}; {r['with_energy']} of {r['instances']} long enough "
+                   f"(median GPU span {_n(r['median_gpu_span_ms'], 'ms', 2)})")
     return out
 
 

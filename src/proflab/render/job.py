@@ -11,9 +11,10 @@ __all__ = ["render_job_terminal", "render_job_markdown"]
 _RANK_COLS = (
     ("rank", "rank"),
     ("step_ms", "step ms"),
+    ("bare_step_ms", "bare"),
     ("compute_ms", "compute"),
     ("comm_ms", "comm"),
-    ("wait_ms", "wait"),
+    ("exposed_wait_ms", "exp.wait"),
     ("exposed_transfer_ms", "exp.xfer"),
     ("overlap_pct", "ovl %"),
     ("late_ms", "late"),
@@ -29,7 +30,30 @@ _COLL_COLS = (
     ("most_often_last_rank", "last"),
     ("transfer_median_ms", "xfer ms"),
     ("busbw_gbps", "busbw GB/s"),
+    ("busbw_of_link_pct", "% link"),
 )
+
+
+# shown only when some rank has them (the unprofiled step: runs of `proflab run`)
+_OPTIONAL = ("bare_step_ms",)
+
+
+def _rank_cols(rows: list[dict]):
+    return tuple((k, h) for k, h in _RANK_COLS if k not in _OPTIONAL or any(r.get(k) is not None for r in rows))
+
+
+def _coll_cols(d: dict):
+    """The collectives' columns; "% link" only when the link's peak is known."""
+    return tuple((k, h) for k, h in _COLL_COLS if k != "busbw_of_link_pct" or d.get("link"))
+
+
+def _step_legend(rows: list[dict]) -> str:
+    sides = {r.get("step_side") for r in rows}
+    side = "GPU-side (start of a step's first GPU work to the next's)" if sides == {"gpu"} else "host-side (ProfilerStep)" if sides == {"host"} else "per rank's side"
+    out = f"step ms: median step, {side}"
+    if any(r.get("bare_step_ms") is not None for r in rows):
+        out += "; bare: median step without the profiler, measured in the rank's own process"
+    return out
 
 
 def _idle(row: dict) -> str:
@@ -63,14 +87,20 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
 
     d = job.to_dict()
     lines = _header(d) + [""]
-    lines.append("Per rank (ms over the window; wait: collective time before the last rank arrived;")
-    lines.append("exp.xfer: transfer no compute hid; late: how much later than all others it arrived)")
-    lines += ["  " + x for x in _table(d["ranks"], _RANK_COLS)]
+    import textwrap
+
+    legend = (
+        "Per rank (ms over the window; comm: in collectives; exp.wait: waiting in them for the last rank and "
+        "exp.xfer: transferring after it, with no compute underneath; ovl %: collective time under compute; "
+        f"late: how much later than all others it arrived; {_step_legend(d['ranks'])})"
+    )
+    lines += textwrap.wrap(legend, width=max(60, min(width or 80, 100)))
+    lines += ["  " + x for x in _table(d["ranks"], _rank_cols(d["ranks"]))]
     for r in d["ranks"]:
         if _idle(r):
             lines.append(f"  rank {r['rank']} GPU idle by cause (ms): {_idle(r)}")
     if d["collectives"]:
-        lines += ["", "Collectives across ranks"] + ["  " + x for x in _table(d["collectives"], _COLL_COLS)]
+        lines += ["", "Collectives across ranks"] + ["  " + x for x in _table(d["collectives"], _coll_cols(d))]
     lines += ["", "Job findings, largest estimated gain first"]
     if not d["findings"]:
         lines.append("  none: no straggler and no exposed communication worth a finding")
@@ -95,15 +125,19 @@ def render_job_markdown(job) -> str:
 
     d = job.to_dict()
     lines = ["# proflab job report", ""] + [f"- {esc(x)}" for x in _header(d)] + ["", "## Ranks", ""]
-    hdr = [h for _, h in _RANK_COLS]
-    lines += ["| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
+    cols = _rank_cols(d["ranks"])
+    hdr = [h for _, h in cols]
+    lines += [esc(_step_legend(d["ranks"])) + ".", "", "| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
     for r in d["ranks"]:
-        lines.append("| " + " | ".join(fmt_num(r.get(k)) for k, _ in _RANK_COLS) + " |")
+        lines.append("| " + " | ".join(fmt_num(r.get(k)) for k, _ in cols) + " |")
+    idle = [f"- rank {r['rank']} GPU idle by cause (ms): {esc(_idle(r))}" for r in d["ranks"] if _idle(r)]
+    lines += [""] + idle if idle else []
     if d["collectives"]:
-        hdr = [h for _, h in _COLL_COLS]
+        cols = _coll_cols(d)
+        hdr = [h for _, h in cols]
         lines += ["", "## Collectives", "", "| " + " | ".join(hdr) + " |", "|" + "---:|" * len(hdr)]
         for r in d["collectives"]:
-            lines.append("| " + " | ".join(esc(r[k]) if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in _COLL_COLS) + " |")
+            lines.append("| " + " | ".join(esc(r[k]) if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in cols) + " |")
     lines += ["", "## Job findings", ""]
     if not d["findings"]:
         lines.append("No job findings.")

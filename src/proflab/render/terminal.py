@@ -101,7 +101,8 @@ def _body(d: dict, width: int) -> Group:
     head.append(_line(shorten(src["path"].rsplit("/", 1)[-1], width - 30)))
     if dev.get("name"):
         head.append(" · ")
-        head.append(_line(dev["name"] + (f" ({dev['sm_count']} SMs)" if dev.get("sm_count") else "")))
+        units = "CUs" if dev["name"].startswith(("AMD", "Radeon")) else "SMs"  # AMD counts compute units
+        head.append(_line(dev["name"] + (f" ({dev['sm_count']} {units})" if dev.get("sm_count") else "")))
     parts.append(head)
     scope = [n for n in d["notes"] if is_scope_note(n)]
     for n in scope:  # what the trace holds, when it is not a GPU trace proflab diagnoses: said first

@@ -95,6 +95,7 @@ class Report:
     missing: tuple[Missing, ...] = ()
     notes: tuple[str, ...] = ()
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
+    energy: dict[str, Any] | None = None  # the run directory's proflab.energy/1 document (analyze RUN_DIR)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +114,7 @@ class Report:
             "missing": [m.to_dict() for m in self.missing],
             "notes": list(self.notes),
             "kernel_verdicts": list(self.verdicts),
+            **({"energy": self.energy} if self.energy is not None else {}),
         }
 
 

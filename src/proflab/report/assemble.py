@@ -12,7 +12,7 @@ import polars as pl
 
 from proflab import __version__
 from proflab.analysis.context import Context
-from proflab.analysis.devices import datasheet_peaks
+from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
 from proflab.analysis.gaps import CAUSES
 from proflab.model import Trace
 from proflab.report import Report
@@ -44,8 +44,8 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
     findings = run_rules(trace, ctx)
     if trace.has_gpu and trace.devices.height == 0:
         ctx.note_missing("device properties", "the trace lists no deviceProperties", "datasheet peaks")
-    elif trace.has_gpu and (name := (ctx.device_info or {}).get("name")) and datasheet_peaks(name) is None:
-        ctx.note_missing("datasheet peaks", f"no datasheet figures are known for {name}", "peak-relative figures")
+    elif trace.has_gpu and (name := (info := ctx.device_info or {}).get("name")) and datasheet_peaks(name, info.get("sm_count")) is None:
+        ctx.note_missing("datasheet peaks", peaks_missing_reason(name, info.get("sm_count")), "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
     return Report(
@@ -89,7 +89,7 @@ def _device(ctx: Context) -> dict[str, Any]:
     info = ctx.device_info
     if not info:
         return {"name": None}
-    peaks = datasheet_peaks(info.get("name"))
+    peaks = datasheet_peaks(info.get("name"), info.get("sm_count"))
     cc = info.get("compute_major")
     out: dict[str, Any] = {
         "id": info.get("device"),

@@ -327,7 +327,9 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
             "launch_bound",
             gain,
             split["denom"],
-            title=f"Launch-bound: the host dispatches {round(ls.launches_per_step) if ls.launches_per_step else '?'} kernels a step (median "
+            title="Launch-bound: the host dispatches "
+            + (f"{round(ls.launches_per_step)} kernels a step" if ls.launches_per_step else f"{ls.kernel_count} kernels")
+            + " (median "
             f"{us(ls.median_kernel_ns)} us each) slower than the GPU runs them; {ms(gain, 2)} ms idle"
             + (" without the profiler" if split["observer"] else "") + f", mostly {top}",
             evidence=evidence,

@@ -49,7 +49,7 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
     )
     ops = fp32.drop_nulls("op").group_by("op").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
     all_kernels = int(k["dur_ns"].sum()) or 1
-    peaks = datasheet_peaks(ctx.device_info.get("name"))
+    peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
     evidence = {
         "fp32_gemm_ms": ms(total),
         "fp32_gemm_kernels": fp32.height,
