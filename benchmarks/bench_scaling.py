@@ -6,8 +6,9 @@ in one run, for each size, in child processes one after another:
 * **baseline**: the decode floor, msgspec decoding every event of the file into a struct of
   four fields (cat, ts, dur, tid): what any reader of the JSON must at least do;
 * **proflab**: ``python -m proflab analyze TRACE --format json --no-cache`` (every analysis
-  and rule; stdout to a file), and, with ``--cache``, the same again reading the columnar
-  cache the first run wrote.
+  and rule; stdout to a file), and, with ``--cache``, after a run that writes the cache: the
+  same again (**report**: answered from the report cache) and with ``--top 16`` (**tables**:
+  a new analysis over the cached tables).
 
 It prints wall time and peak RSS (``ru_maxrss`` of the child, from ``os.wait4``, and the largest
 sum over the child and its helper process, sampled from /proc every 20 ms) per size, the
@@ -162,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
             pass
         if a.cache:
             cenv = dict(env, PROFLAB_CACHE_DIR=str(cache_dir))
-            child(cmd, None, a.mem_limit_gb, cenv)  # writes the cache
-            row["cached"] = child(cmd, None, a.mem_limit_gb, cenv)
+            child(cmd, None, a.mem_limit_gb, cenv)  # writes the cache: tables and report
+            row["cached"] = child(cmd, None, a.mem_limit_gb, cenv)  # the report cache
+            # the table cache alone: other options make another report
+            row["tables"] = child(cmd + ["--top", "16"], None, a.mem_limit_gb, cenv)
         rows.append(row)
         print(json.dumps(row), file=sys.stderr)
 
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     gt, gm = growth(rows, "t"), growth(rows, "m")
     head = f"{'size MB':>8} {'events':>10} {'gaps':>8} | {'floor s':>7} {'MiB':>6} | {'proflab s':>9} {'peak MiB':>8} {'both':>6} {'bound':>6} {'x floor':>7} | {'t/2x':>5} {'m/2x':>5}"
     if a.cache:
-        head += f" | {'cached s':>8} {'MiB':>6}"
+        head += f" | {'report s':>8} {'MiB':>6} | {'tables s':>8} {'MiB':>6}"
     print(head)
     for r, g1, g2 in zip(rows, gt, gm):
         b = r.get("baseline", {})
@@ -186,13 +189,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{g1 if g1 is not None else '-':>5} {g2 if g2 is not None else '-':>5}"
         )
         if a.cache and "cached" in r:
-            line += f" | {r['cached']['wall_s']:>8} {r['cached']['peak_mib']:>6}"
+            line += f" | {r['cached']['wall_s']:>8} {r['cached']['peak_mib']:>6} | {r['tables']['wall_s']:>8} {r['tables']['peak_mib']:>6}"
         print(line)
         if pr["rc"]:
             print(f"  proflab failed: {pr['stderr']}")
     print("peak MiB: ru_maxrss (the largest single process); both: the largest sum over proflab and its helper, "
           "sampled every 20 ms; t/2x, m/2x: growth of time and peak RSS per doubling of the size (2.0 = linear); "
-          "bound = 0.4 x size + 300 MB; floor = msgspec decode of every event (4 fields)")
+          "bound = 0.4 x size + 300 MB; floor = msgspec decode of every event (4 fields); "
+          "report: again from the report cache; tables: --top 16 over the cached tables")
     if a.json_out:
         a.json_out.write_text(json.dumps(rows, indent=2))
     return 0

@@ -322,6 +322,25 @@ TOLERATED = {
         lambda d, t: _json(d / "durnull.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "dur": None}]}),
         r"^dur: 1 value was null, event dropped$", ("gpu", "name", []),
     ),
+    # a kernel without ts has no place on the timeline: dropped and counted, not placed at 0
+    "ts-missing": (
+        lambda d, t: _json(d / "tsmissing.json", {"traceEvents": [
+            _CPU_OP, {k: v for k, v in _KERNEL.items() if k != "ts"},
+            {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "python"}},  # metadata: no ts, not counted
+        ]}),
+        r"^ts: 1 value was missing, event dropped$", ("gpu", "name", []),
+    ),
+    "ts-null": (
+        lambda d, t: _json(d / "tsnull.json", {"traceEvents": [_CPU_OP, {**_KERNEL, "ts": None}]}),
+        r"^ts: 1 value was missing, event dropped$", ("gpu", "name", []),
+    ),
+    # the same through the tolerant decode (another value of the slice has an odd type)
+    "ts-missing-tolerant": (
+        lambda d, t: _json(d / "tsmissing2.json", {"traceEvents": [
+            _CPU_OP, {k: v for k, v in _KERNEL.items() if k != "ts"}, {**_KERNEL, "args": {**_KERNEL["args"], "grid": "grid(1,)"}},
+        ]}),
+        r"^ts: 1 value was missing, event dropped$", ("gpu", "start_ns", [1_000_500]),
+    ),
     "correlation-is-string": (_correlation_string, r"^args.correlation: 1 value was a string, ignored$", ("gpu", "correlation", [None])),
     "ts-beyond-int64-ns": (_ts_out_of_range, r"^ts: 1 value was out of range, event dropped$", ("gpu", "name", [])),
     "device-beyond-int32": (_device_out_of_range, r"^args.device: 1 value was out of range, ignored$", ("gpu", "device", [0])),

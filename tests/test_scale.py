@@ -137,7 +137,8 @@ def _same(a, b) -> None:
 
 
 def _entries(d: Path) -> list[Path]:
-    return [p for p in d.iterdir() if not p.name.startswith(".")] if d.exists() else []
+    """The table entries (reports are kept in their own folder)."""
+    return [p for p in d.iterdir() if not p.name.startswith(".") and p.name != "reports"] if d.exists() else []
 
 
 def test_cache_round_trip_gives_the_same_trace(cache_dir, small):
@@ -152,6 +153,105 @@ def test_cache_round_trip_gives_the_same_trace(cache_dir, small):
     _same(fresh, again)
     # nothing left behind but the entry (no temporary folders)
     assert [p.name for p in cache_dir.iterdir()] == [p.name for p in _entries(cache_dir)]
+
+
+def _analyze(*args: str) -> str:
+    from proflab.cli import main
+
+    out = Path(args[0]).parent / "out.txt"
+    assert main(["analyze", *args, "-o", str(out)]) == 0
+    return out.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["json", "term", "md"])
+def test_cached_report_is_the_fresh_one(cache_dir, small, fmt):
+    """A repeated analyze comes from the report cache and prints exactly what a fresh
+    analysis prints; other options are other entries."""
+    fresh = _analyze(str(small), "-f", fmt, "--no-cache")
+    assert not (cache_dir / "reports").exists()
+    first = _analyze(str(small), "-f", fmt)
+    (report,) = (cache_dir / "reports").iterdir()
+    again = _analyze(str(small), "-f", fmt)
+    assert fresh == first == again
+    top3 = _analyze(str(small), "-f", fmt, "--top", "3")
+    steps = _analyze(str(small), "-f", fmt, "--steps", "4:5")
+    assert len(list((cache_dir / "reports").iterdir())) == 3
+    assert top3 == _analyze(str(small), "-f", fmt, "--top", "3", "--no-cache") != fresh
+    assert steps == _analyze(str(small), "-f", fmt, "--steps", "4:5", "--no-cache") != fresh
+    report.write_text('{"_version": "x", "report": {')  # damaged: analysed again, rewritten
+    assert _analyze(str(small), "-f", fmt) == fresh
+    assert json.loads(report.read_text())["_version"] != "x"
+
+
+def test_cached_report_needs_no_tables(cache_dir, small):
+    """The repeated analyze reads one JSON file: polars is never imported."""
+    from proflab.cli import main
+
+    assert main(["analyze", str(small), "-f", "json", "-o", str(small.parent / "a.json")]) == 0
+    code = ("import sys; from proflab.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, 'polars' in sys.modules, 'numpy' in sys.modules)")
+    env = dict(_env(), PROFLAB_CACHE_DIR=str(cache_dir), PROFLAB_CACHE_MIN_MB="0")
+    for fmt in ("json", "term", "md"):
+        r = subprocess.run([sys.executable, "-c", code, "analyze", str(small), "-f", fmt, "-o", str(small.parent / f"b.{fmt}")],
+                           capture_output=True, text=True, env=env, timeout=300)
+        assert r.stdout.split() == ["0", "False", "False"], r.stderr
+    assert (small.parent / "a.json").read_text() == (small.parent / "b.json").read_text()
+
+
+def test_cache_is_trimmed_least_recently_used_first(cache_dir, small, tmp_path, monkeypatch, capsys):
+    import time
+
+    from proflab.cli import main
+    from proflab.readers import _cachedir, load
+
+    other = tmp_path / "other.pt.trace.json.gz"
+    other.write_bytes((KINETO_DIR / "sync_every_step.pt.trace.json.gz").read_bytes())
+    load(small)
+    (old,) = _entries(cache_dir)
+    time.sleep(0.05)
+    load(other)
+    newer = [e for e in _entries(cache_dir) if e != old]
+    os.utime(old, (time.time() + 5, time.time() + 5))  # used since: now the most recent
+    sizes = {e.path: e.bytes for e in _cachedir.entries(cache_dir)}
+    _cachedir.trim(cache_dir, limit=sizes[old])
+    assert _entries(cache_dir) == [old]
+    # a temporary entry left by a killed run goes once it is old
+    stale = cache_dir / f".{'a' * 32}.x1y2"
+    stale.mkdir()
+    mine = [cache_dir / "notes.txt", cache_dir / ("b" * 32 + ".csv"), cache_dir / "reports" / "keep.json"]
+    (cache_dir / "reports").mkdir(exist_ok=True)
+    for f in mine:  # not proflab's: never touched, whatever the limit
+        f.write_text("user data")
+        os.utime(f, (time.time() - 7200, time.time() - 7200))
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    _cachedir.trim(cache_dir)
+    assert not stale.exists() and newer[0] not in _entries(cache_dir)
+    assert main(["cache", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert old.name in listed and "1 entries" in listed
+    assert main(["cache", "--clear"]) == 0
+    assert [e for e in _entries(cache_dir) if e.is_dir()] == [] and "removed 1 entries" in capsys.readouterr().out
+    assert all(f.read_text() == "user data" for f in mine)
+    monkeypatch.setenv("PROFLAB_CACHE_MAX_MB", "0")  # nothing may stay
+    load(small)
+    assert [e for e in _entries(cache_dir) if e.is_dir()] == []
+    assert all(f.read_text() == "user data" for f in mine)
+
+
+def test_sql_from_the_cache_reads_only_the_tables_it_names(cache_dir, small, monkeypatch):
+    from proflab import sql
+    from proflab.readers import _cache, load
+
+    load(small)
+    read: list[str] = []
+    collect = _cache.Entry.collect
+    monkeypatch.setattr(_cache.Entry, "collect", lambda self, name, frame=None: read.append(name) or collect(self, name, frame))
+    q = "select name, count(*) n, sum(end_ns - start_ns) t from gpu group by name order by t desc, name"
+    cached = sql.query_cached(small, q)
+    assert read == ["gpu"]
+    assert cached.equals(sql.query(load(small, cache=False), q))
+    assert sql.query_cached(small, "select count(*) from kernels") is None  # an analysis table: the whole trace
+    assert sql.query_cached(small, q, cache=False) is None
 
 
 def test_cache_follows_the_file(cache_dir, small):

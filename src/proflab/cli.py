@@ -154,6 +154,18 @@ def _parser() -> argparse.ArgumentParser:
     rs.add_argument("root", nargs="?", default="proflab-runs", metavar="DIR", help="where the runs are (default proflab-runs)")
     rs.add_argument("--width", type=int, default=None, metavar="COLS", help="table width (default: the terminal's, or 80)")
     rs.set_defaults(func=cmd_runs)
+    ca = sub.add_parser(
+        "cache",
+        help="list or clear the cache of large traces' tables and reports",
+        description=("Large traces (16 MB and more) are kept as columnar tables after their first read, and their "
+                     "reports after each analysis, in $PROFLAB_CACHE_DIR (default ~/.cache/proflab), trimmed to "
+                     "$PROFLAB_CACHE_MAX_MB (default 4096), least recently used first. Without options: where it is "
+                     "and what it holds."),
+    )
+    cg = ca.add_mutually_exclusive_group()
+    cg.add_argument("--list", action="store_true", help="every entry, most recently used first")
+    cg.add_argument("--clear", action="store_true", help="remove every entry")
+    ca.set_defaults(func=cmd_cache)
     return p
 
 
@@ -222,6 +234,26 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 0 if rep.can_profile else 1
 
 
+def cmd_cache(args: argparse.Namespace) -> int:
+    import time
+
+    from proflab.readers import _cachedir
+
+    root = _cachedir.cache_root()
+    if args.clear:
+        n, size = _cachedir.clear(root)
+        print(f"removed {n} entries ({size / 1e6:.1f} MB) from {root}")
+        return 0
+    items = [e for e in _cachedir.entries(root) if e.kind != "partial"]
+    total = sum(e.bytes for e in items)
+    print(f"{root}: {len(items)} entries, {total / 1e6:.1f} MB (limit {_cachedir.max_bytes() / 1e6:.0f} MB)")
+    if args.list:
+        for e in items:
+            used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.used))
+            print(f"  {used}  {e.kind:<7} {e.bytes / 1e6:>9.1f} MB  {e.path.name}")
+    return 0
+
+
 def _reading_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("reading")
     part = g.add_mutually_exclusive_group()
@@ -235,9 +267,9 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
 def _loader(args: argparse.Namespace, *, show_progress: bool = False):
     """``load(path)`` with the reading options of the command line; with ``show_progress``
     and a terminal on stderr, a progress bar while a large trace is read."""
-    from proflab.api import load
-
     def read(p):
+        from proflab.api import load
+
         if not (show_progress and sys.stderr.isatty()):
             return load(p, cache=args.cache, steps=args.steps, window=args.window)
         from rich.console import Console
@@ -509,7 +541,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
-    from proflab.api import analyze
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 
@@ -540,6 +571,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         return _emit_reports(args, _job_or_reports(args, paths), fmt)
     else:
         from proflab.collect.rundir import unprofiled_step_ms
+        from proflab.report import cache as report_cache
+
+        # a trace of a `proflab run` directory comes with the step time measured outside its window
+        bare = [args.bare_step_ms or unprofiled_step_ms(p) for p in paths]
+        # (an export that holds a whole job gets a job report, which is never cached: a cached
+        # report for it exists only when it held one process)
+        options = {"top": args.top, "steps": args.steps, "window": args.window, "job": args.job}
+        keys = [report_cache.key(p, {**options, "bare_step_ms": b}, args.cache) for p, b in zip(paths, bare)]
+        reports = [None if args.perfetto else report_cache.get(k) for k in keys]  # --perfetto needs the trace
+        if reports and all(r is not None for r in reports):  # analysed before: nothing to read
+            return _emit_reports(args, reports, fmt)
+        from proflab.api import analyze
 
         traces = [load(p) for p in paths]
         if len(traces) == 1 and args.job and traces[0].meta.format != "kineto":
@@ -551,11 +594,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 if args.perfetto:
                     raise UsageError(f"{paths[0]}: holds several ranks' processes; --perfetto marks one process's trace")
                 return _emit_reports(args, job, fmt)
-        # a trace of a `proflab run` directory comes with the step time measured outside its window
-        reports = [
-            analyze(t, top_kernels=args.top, bare_step_ms=args.bare_step_ms or unprofiled_step_ms(p))
-            for p, t in zip(paths, traces)
-        ]
+        reports = [r or analyze(t, top_kernels=args.top, bare_step_ms=b) for r, t, b in zip(reports, traces, bare)]
+        for k, r in zip(keys, reports):
+            report_cache.put(k, r)
         if args.perfetto:
             _emit_perfetto(args, traces[0], reports[0])
         return _emit_reports(args, reports, fmt, traces=traces)
@@ -1024,7 +1065,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return _emit_frame(args, df, fmt)
     if not (args.trace or ranks) or not args.query:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
-    df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(load(args.trace), args.query)
+    df = None if ranks or args.steps or args.window else sql.query_cached(args.trace, args.query, cache=args.cache)
+    if df is None:
+        df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(load(args.trace), args.query)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
         return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))

@@ -29,6 +29,8 @@ has its own tables, from the cross-rank analysis (``analysis.ranks``; ``JOB_TABL
 
 Enum columns become plain text. Only the tables a query names are built (all of them when it
 names none, e.g. ``SHOW TABLES``), and they are copied into a private in-memory database.
+From the columnar cache (``query_cached``), a query of the trace's own tables reads only
+those tables; the analysis tables need the whole trace.
 Before the user's SQL runs, that database is locked: no file, network or extension access,
 no spilling to a temporary directory, and no setting can be changed back.
 
@@ -49,7 +51,7 @@ from proflab.errors import QueryError
 if TYPE_CHECKING:  # pragma: no cover
     from proflab.model import Trace
 
-__all__ = ["TABLES", "JOB_TABLES", "query", "tables", "catalog", "query_job", "job_tables", "job_catalog"]
+__all__ = ["TABLES", "JOB_TABLES", "query", "query_cached", "tables", "catalog", "query_job", "job_tables", "job_catalog"]
 
 TABLES: dict[str, str] = {
     "gpu": "kernels, memcpy and memset on the devices (ns, bytes)",
@@ -153,15 +155,21 @@ def _or_empty(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return df if df.width else pl.DataFrame(schema=schema)
 
 
+# the trace's own tables as SQL sees them, from the model's
+_RAW = {
+    "gpu": lambda df: _plain(_with_end(df)),
+    "cpu": lambda df: _plain(_with_end(df)),
+    "steps": lambda df: df.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")),
+    "devices": lambda df: df,
+}
+
+
 def _builders(trace: Trace) -> dict[str, Callable[[], pl.DataFrame]]:
     from proflab.analysis import Context
 
     ctx = Context(trace)
     return {
-        "gpu": lambda: _plain(_with_end(trace.gpu)),
-        "cpu": lambda: _plain(_with_end(trace.cpu)),
-        "steps": lambda: trace.steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")),
-        "devices": lambda: trace.devices,
+        **{name: (lambda name=name: _RAW[name](getattr(trace, name))) for name in _RAW},
         "kernels": lambda: _plain(_with_end(ctx.kernel_rows)),
         "memcpy_summary": lambda: _or_empty(_plain(ctx.memcpy_table), MEMCPY_SUMMARY_SCHEMA),
         "gaps": lambda: _plain(ctx.gaps),
@@ -364,6 +372,29 @@ def query(trace: Trace | str | Path, sql: str) -> pl.DataFrame:
         raise QueryError("empty query")
     trace = _as_trace(trace)
     return _run(_builders(trace), TABLES, sql)
+
+
+def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl.DataFrame | None:
+    """``query(path, sql)`` answered from the columnar cache, reading only the tables the query
+    names, when it names only the trace's own tables (gpu, cpu, steps, devices) and the trace
+    has a cache entry; else None (the caller reads the trace)."""
+    from proflab.readers import _cache
+
+    if not sql or not sql.strip():
+        raise QueryError("empty query")
+    p = Path(path)
+    names = _referenced(sql, TABLES)
+    if not set(names) <= _RAW.keys() or not _cache.enabled(p, cache):
+        return None
+    entry = _cache.scan_entry(p)
+    if entry is None:
+        return None
+    try:
+        frames = {name: _RAW[name](entry.collect(name)) for name in names}
+    except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
+        _cache.drop(p)  # damaged after all: the caller reads the trace again
+        return None
+    return _run({name: (lambda df=df: df) for name, df in frames.items()}, TABLES, sql)
 
 
 def _run(builders: dict[str, Callable[[], pl.DataFrame]], names: dict[str, str], sql: str) -> pl.DataFrame:

@@ -9,10 +9,9 @@ a heuristic and is reported as such.
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
+from proflab.analysis.labels import kernel_label
 from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
@@ -34,15 +33,18 @@ GEMM_OPS = r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|addbmm|_addmm_activation
 
 def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels joined to the host call that launched them and the operator it ran under."""
-    ops = (
-        trace.cpu.select("cat", "external_id", "name", "input_types")
-        .filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null())
-        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
-        .unique("external_id", keep="first")
-    )
     # the copy columns are null for kernels: leave them out of a table as long as the kernels
     k = trace.gpu.drop(NOT_KERNEL_COLUMNS).filter(trace.gpu["kind"] == "kernel")
     k = k.join(launches, on="correlation", how="left")
+    # only the operators that launched a kernel: deduplicating every operator's text first
+    # cost 0.9 s of 1.0 s here on a 1.5 M event trace
+    ids = k.get_column("external_id").drop_nulls().unique().implode()
+    ops = (
+        trace.cpu.select("cat", "external_id", "name", "input_types")
+        .filter(pl.col("external_id").is_in(ids) & pl.col("cat").is_in(["cpu_op", "user_annotation"]))
+        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
+        .unique("external_id", keep="first")
+    )
     if ops.height:
         k = k.join(ops, on="external_id", how="left")
     else:  # no operators (an Nsight Systems export): broadcast nulls, not a column of them per kernel
@@ -147,24 +149,3 @@ def hot_kernels(
     if "source" not in table.columns:
         table = table.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
     return table
-
-
-_NAMESPACES = re.compile(r"\b(?:at::native::|at::cuda::|c10::|std::|cub::|cutlass::|\(anonymous namespace\)::|void\s+)")
-
-
-def kernel_label(name: str | None) -> str:
-    """A kernel name cut to what tells kernels apart: no return type, namespaces or
-    parameter list (``void at::native::vectorized_elementwise_kernel<4, at::native::sin_kernel_cuda...>(int, ...)``
-    becomes ``vectorized_elementwise_kernel<4, sin_kernel_cuda...>``)."""
-    if not name:
-        return "-"
-    text = " ".join(str(name).split())
-    if text.endswith(")") and "(" in text:
-        depth = 0
-        for i in range(len(text) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(text[i], 0)
-            if depth == 0:
-                if i > 0 and not text[:i].endswith(("operator", " ")):
-                    text = text[:i]
-                break
-    return _NAMESPACES.sub("", text).strip() or str(name)

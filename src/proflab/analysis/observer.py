@@ -203,8 +203,10 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
     e0, e1 = clock.key(ev["tid"], ev["start_ns"]), clock.key(ev["tid"], ev["end_ns"])
     launched = np.searchsorted(keys, e1, side="right") > np.searchsorted(keys, e0, side="left")
-    quiet = ev.filter(
-        (pl.col("cat") == "user_annotation") & ~pl.Series(launched) & ~pl.col("name").str.contains(_FRAMEWORK)
+    # (the name pattern only over the few annotations left: over every host event it cost
+    # most of this function on a 1.5 M event trace)
+    quiet = ev.filter((pl.col("cat") == "user_annotation") & ~pl.Series(launched)).filter(
+        ~pl.col("name").str.contains(_FRAMEWORK)
     ).select(cols)
     # stretches outside every recorded host event, per thread (keys keep threads apart)
     covered = IntervalSet.from_spans(e0, e1)

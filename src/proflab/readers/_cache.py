@@ -5,8 +5,8 @@ and load from Arrow IPC in a fraction of the time. The first read of a trace of 
 ``PROFLAB_CACHE_MIN_MB`` (default 16) writes an entry; later reads of the same file load it.
 
 * **Where**: ``$PROFLAB_CACHE_DIR``, else ``$XDG_CACHE_HOME/proflab``, else
-  ``~/.cache/proflab``; one folder per entry. Nothing evicts entries: delete the folder to
-  reclaim the space (an entry is about a quarter of the trace's uncompressed size).
+  ``~/.cache/proflab``; one folder per entry (about a quarter of the trace's uncompressed
+  size). The cache is trimmed to a size, least recently used first (``_cachedir``).
 * **Key**: the trace's resolved path, size and modification time, and the reader's version
   (a hash of the reader and model sources, so any change to how traces are read makes new
   entries instead of reusing stale ones).
@@ -21,66 +21,25 @@ and load from Arrow IPC in a fraction of the time. The first read of a trace of 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 
 import polars as pl
 
 from proflab.model.trace import COMM_SCHEMA, CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
+from proflab.readers._cachedir import cache_root, enabled, reader_version, touch, trace_key, trim
 
 __all__ = ["enabled", "entry_dir", "load_entry", "store", "scan_entry", "drop"]
 
 _TABLES = {"gpu": GPU_SCHEMA, "cpu": CPU_SCHEMA, "steps": STEP_SCHEMA, "devices": DEVICE_SCHEMA, "comms": COMM_SCHEMA}
-_FORMAT = 2  # layout of an entry
-
-
-def cache_root() -> Path:
-    env = os.environ.get("PROFLAB_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "proflab"
-
-
-def enabled(path: Path, cache: bool | None) -> bool:
-    """Whether this read uses the cache: not when turned off, and only for large files."""
-    if cache is False or os.environ.get("PROFLAB_NO_CACHE", "").strip() not in ("", "0"):
-        return False
-    try:
-        min_bytes = float(os.environ.get("PROFLAB_CACHE_MIN_MB", "16")) * 1e6
-        return path.stat().st_size >= min_bytes
-    except (OSError, ValueError):
-        return False
-
-
-@lru_cache(maxsize=1)
-def reader_version() -> str:
-    """proflab's version and a hash of the sources that decide the tables."""
-    from proflab import __version__
-
-    h = hashlib.sha256(f"{__version__}/{_FORMAT}".encode())
-    here = Path(__file__).resolve().parent
-    for f in sorted([*here.glob("*.py"), here.parent / "model" / "trace.py"]):
-        try:
-            h.update(f.name.encode() + f.read_bytes())
-        except OSError:
-            pass
-    return h.hexdigest()[:16]
 
 
 def entry_dir(path: Path) -> Path | None:
-    try:
-        p = path.resolve()
-        st = p.stat()
-    except OSError:
-        return None
-    key = hashlib.sha256(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\0{reader_version()}".encode()).hexdigest()[:32]
-    return cache_root() / key
+    key = trace_key(path)
+    return None if key is None else cache_root() / key
 
 
 def _remove(d: Path) -> None:
@@ -143,6 +102,7 @@ def scan_entry(path: Path) -> Entry | None:
             if dict(lf.collect_schema()) != _stored_schema(schema):
                 raise ValueError(f"{name}: schema differs")
             frames[name] = lf
+        touch(d)
         return Entry(d, frames, meta)
     except Exception:  # any damage: drop the entry and read the trace again
         _remove(d)
@@ -191,6 +151,7 @@ def store(path: Path, trace: Trace) -> None:
         (tmp / "meta.json").write_text(json.dumps(meta))
         os.rename(tmp, d)  # atomic; fails when another process put the entry first
         tmp = None
+        trim()
     except Exception:
         pass
     finally:

@@ -65,7 +65,7 @@ class LooseEvent(Struct, gc=False):
     name: Any = ""
     pid: Any = 0
     tid: Any = 0
-    ts: Any = 0.0
+    ts: Any = None  # missing: left None, and the reader drops the event if it uses it
     dur: Any = 0.0
     args: LooseArgs | None = None  # sanitize() puts _NO_ARGS in its place
     id: Any = None  # flow events; only an integer id is used
@@ -158,7 +158,9 @@ def sanitize(events: list[LooseEvent], problems: Problems) -> list[LooseEvent]:
     drop: set[int] = set()
     for attr in ("ts", "dur"):
         values = list(map(get(attr), events))
-        for i in [i for i, v in enumerate(values) if not _is_us(v)]:  # null too: no place on the timeline
+        # a ts that is missing or null stays None: the reader drops (and counts) the events it
+        # would place on the timeline, and ignores the rest as it would anyway
+        for i in [i for i, v in enumerate(values) if not _is_us(v) and (v is not None or attr == "dur")]:
             v = values[i]
             fixed = _as_us(v)
             if fixed is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from proflab.analysis.kernels import kernel_label  # the renderers' label for a kernel name
+from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
 __all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable"]
 

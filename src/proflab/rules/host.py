@@ -369,7 +369,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
         fused = bool(g.filter(pl.Series(in_opt))["kname"].drop_nulls().str.contains(_FUSED_OPTIMIZER).any())
         parts.append({
             "what": f"the optimizer step ({opt_name})" + ("" if fused else ", one parameter at a time"),
-            "share_pct": round(100 * w[in_opt].sum() / total, 1),
+            "share_pct": round(100 * float(w[in_opt].sum()) / total, 1),
             "op": f"Optimizer.step#{opt_name}.step",
             "fix": ("it already runs multi-tensor kernels: use fused=True or capture it in a CUDA graph"
                     if fused else f"update all parameters at once with {opt_name}(..., foreach=True) or fused=True"),
@@ -384,7 +384,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
             names = top_ops(mask)
             parts.append({
                 "what": what + (f" ({', '.join(names)})" if names else ""),
-                "share_pct": round(100 * w[mask].sum() / total, 1),
+                "share_pct": round(100 * float(w[mask].sum()) / total, 1),
                 "op": names[0] if names else None,
                 "fix": fix,
             })

@@ -129,7 +129,8 @@ def _copy_ops(trace: Trace, *, pageable: bool | None) -> list[str]:
     m = trace.memcpy
     if pageable:
         m = m.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
-    ops = trace.cpu.select("cat", "external_id", "name").filter(pl.col("cat") == "cpu_op")
+    ids = m.get_column("external_id").drop_nulls().unique().implode()  # only the copies' operators
+    ops = trace.cpu.select("cat", "external_id", "name").filter(pl.col("external_id").is_in(ids) & (pl.col("cat") == "cpu_op"))
     ops = ops.select("external_id", pl.col("name").alias("op"))
     return (
         m.join(ops.unique("external_id"), on="external_id", how="inner")
