@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["kernel_label"]
+__all__ = ["allocation_label", "kernel_label"]
 
 _NAMESPACES = re.compile(r"\b(?:at::native::|at::cuda::|c10::|std::|cub::|cutlass::|\(anonymous namespace\)::|void\s+)")
 
@@ -26,3 +26,16 @@ def kernel_label(name: str | None) -> str:
                     text = text[:i]
                 break
     return _NAMESPACES.sub("", text).strip() or str(name)
+
+
+def allocation_label(r: dict) -> str:
+    """Who made a live allocation (a row of the memory analysis): the operator, the autograd
+    node or range it ran in, its module and source line, where the trace has them."""
+    who = r.get("op") or "?"
+    if r.get("within"):
+        who += f" in {r['within']}"
+    if r.get("module"):
+        who += f" ({r['module']})"
+    if r.get("source"):
+        who += f" at {r['source']}"
+    return who

@@ -5,20 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from proflab.analysis.labels import allocation_label
 from proflab.render._text import fmt_num, shorten
 
 __all__ = ["memory_lines", "memory_markdown", "plot_memory", "render_memory"]
-
-
-def _who(r: dict[str, Any]) -> str:
-    who = r.get("op") or "?"
-    if r.get("within"):
-        who += f" in {r['within']}"
-    if r.get("module"):
-        who += f" ({r['module']})"
-    if r.get("source"):
-        who += f" at {r['source']}"
-    return who
 
 
 def _sources(m: dict[str, Any]) -> str:
@@ -41,7 +31,7 @@ def memory_lines(m: dict[str, Any], width: int = 100) -> list[str]:
         if cats:
             out.append("  at the peak (MB): " + " · ".join(f"{k.replace('_', ' ')} {fmt_num(v)}" for k, v in cats.items() if v))
         for r in (d.get("top_allocations") or [])[:5]:
-            out.append(shorten(f"  {fmt_num(r['mb']):>9} MB  {r['category']:<15} {_who(r)} [{r['phase']}]" + (f" x{r['count']}" if r["count"] > 1 else ""), width))
+            out.append(shorten(f"  {fmt_num(r['mb']):>9} MB  {r['category']:<15} {allocation_label(r)} [{r['phase']}]" + (f" x{r['count']}" if r["count"] > 1 else ""), width))
     steps = m.get("steps") or []
     if steps:
         out.append("per step (MB): " + "  ".join(
@@ -79,7 +69,7 @@ def memory_markdown(m: dict[str, Any], esc) -> list[str]:
             if top:
                 lines += [f"Largest live allocations at GPU {d['device']}'s peak:", "", "| MB | category | made by | phase | count |", "|---:|---|---|---|---:|"]
                 for r in top:
-                    lines.append(f"| {fmt_num(r['mb'])} | {r['category']} | {esc(_who(r))} | {r['phase']} | {r['count']} |")
+                    lines.append(f"| {fmt_num(r['mb'])} | {r['category']} | {esc(allocation_label(r))} | {r['phase']} | {r['count']} |")
                 lines.append("")
     for n in m.get("notes") or []:
         lines.append(f"- {esc(n)}")

@@ -103,29 +103,23 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
     # `proflab run` measured every rank's step without the profiler: a lead longer than the
     # whole unprofiled step cannot be what the loop does (a disturbed window: the profiler's
     # cost, a machine busy with other work); nothing is claimed for it
+    where = {"ranks": [slow], "steps": [s for s, v in per_step.items() if v > 0]}
+
+    def unconfirmed(title: str, fix_first: str, assumption: str) -> list[Finding]:
+        return [Finding(id="load_imbalance_unconfirmed", category="load_imbalance", severity="info", title=title,
+                        evidence=ev, est_gain_ms=0.0, est_gain_pct=0.0, fix=fix_first + fix, where=where,
+                        assumption=assumption)]  # fmt: skip
+
     bare = [s.stats.get("bare_step_ms") for s in summaries]
     if all(isinstance(b, (int, float)) and b > 0 for b in bare) and typical_ns / 1e6 >= max(bare):
         ev["bare_step_ms_per_rank"] = {str(s.rank): round(float(b), 3) for s, b in zip(summaries, bare)}
-        return [
-            Finding(
-                id="load_imbalance_unconfirmed",
-                category="load_imbalance",
-                severity="info",
-                title=(
-                    f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late in the window, longer than the "
-                    f"whole step without the profiler ({max(bare):.2f} ms): the window was disturbed, not the loop"
-                ),
-                evidence=ev,
-                est_gain_ms=0.0,
-                est_gain_pct=0.0,
-                fix="Record again on a quiet machine (nothing else on the ranks' cores) and compare; " + fix,
-                where={"ranks": [slow], "steps": [s for s, v in per_step.items() if v > 0]},
-                assumption=(
-                    f"no gain claimed: unprofiled, every rank's median step ({', '.join(f'{b:.2f}' for b in bare)} ms) is shorter "
-                    f"than the lead measured in the window"
-                ),
-            )
-        ]
+        return unconfirmed(
+            f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late in the window, longer than the "
+            f"whole step without the profiler ({max(bare):.2f} ms): the window was disturbed, not the loop",
+            "Record again on a quiet machine (nothing else on the ranks' cores) and compare; ",
+            f"no gain claimed: unprofiled, every rank's median step ({', '.join(f'{b:.2f}' for b in bare)} ms) is shorter "
+            f"than the lead measured in the window",
+        )
     obs = (getattr(by_rank[slow].report, "summary", None) or {}).get("observer") or {}
     if cause == "dispatch" and obs.get("unprofiled_host_ms_lo") is not None and obs.get("gpu_work_ms") is not None:
         ev["unprofiled_host_ms_lo"] = obs["unprofiled_host_ms_lo"]
@@ -133,26 +127,13 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
         if obs["unprofiled_host_ms_lo"] <= obs["gpu_work_ms"]:
             # its own report's observer: unprofiled, its host keeps ahead of its GPU; the
             # profiler's own cost may be what makes this rank late (see analysis.observer)
-            return [
-                Finding(
-                    id="load_imbalance_unconfirmed",
-                    category="load_imbalance",
-                    severity="info",
-                    title=(
-                        f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late because its GPU waits "
-                        "for its host, which the profiler's own cost may explain"
-                    ),
-                    evidence=ev,
-                    est_gain_ms=0.0,
-                    est_gain_pct=0.0,
-                    fix="Measure the step time without the profiler on every rank (--bare-step-ms) before acting; " + fix,
-                    where={"ranks": [slow], "steps": [s for s, v in per_step.items() if v > 0]},
-                    assumption=(
-                        f"no gain claimed: unprofiled, rank {slow}'s host work per step ({obs['unprofiled_host_ms_lo']} ms with the largest plausible profiler cost taken out) "
-                        f"fits within its GPU work ({obs['gpu_work_ms']} ms)"
-                    ),
-                )
-            ]
+            return unconfirmed(
+                f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late because its GPU waits "
+                "for its host, which the profiler's own cost may explain",
+                "Measure the step time without the profiler on every rank (--bare-step-ms) before acting; ",
+                f"no gain claimed: unprofiled, rank {slow}'s host work per step ({obs['unprofiled_host_ms_lo']} ms with the "
+                f"largest plausible profiler cost taken out) fits within its GPU work ({obs['gpu_work_ms']} ms)",
+            )
     return [
         gain_finding(
             "load_imbalance",
@@ -164,7 +145,7 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
             ),
             evidence=ev,
             fix=fix,
-            where={"ranks": [slow], "steps": [s for s, v in per_step.items() if v > 0]},
+            where=where,
             assumption=(
                 f"the job saves rank {slow}'s typical lead per step (median over {len(values)} matched steps) "
                 "if it arrived with the others; counted once for the job, not per waiting rank"

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from proflab.analysis.labels import allocation_label
 from proflab.analysis.memory import MemoryAnalysis
 from proflab.report import Finding
 
@@ -52,17 +53,7 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 
 def _top_ops(rows: list[dict[str, Any]], n: int = 3) -> list[str]:
-    out = []
-    for r in rows[:n]:
-        who = r["op"] or "?"
-        if r.get("within"):
-            who += f" in {r['within']}"
-        if r.get("module"):
-            who += f" ({r['module']})"
-        if r.get("source"):
-            who += f" at {r['source']}"
-        out.append(f"{who}: {r['mb']:.1f} MB")
-    return out
+    return [f"{allocation_label(r)}: {r['mb']:.1f} MB" for r in rows[:n]]
 
 
 def memory_rules(a: MemoryAnalysis) -> list[Finding]:
