@@ -92,6 +92,15 @@ def test_run_directory_report_renders_the_gpu_monitor(chromium, tmp_path):
     assert v["charts"] >= 6
 
 
+def test_memory_report_renders(chromium, tmp_path):
+    """A trace recorded with profile_memory (tests/data/memory): the GPU memory section and its
+    allocated/reserved chart draw."""
+    v = _open(chromium, _report(tmp_path, str(ROOT / "tests" / "data" / "memory" / "activation_heavy.pt.trace.json.gz")),
+              "report_memory_activation_heavy")
+    assert "GPU memory" in v["text"] and "largest allocations live at the peak" in v["text"]
+    assert v["charts"] == 3 and v["tables"] >= 5  # the breakdown, the timeline and the memory chart
+
+
 def test_job_report_renders(chromium, tmp_path):
     v = _open(chromium, _report(tmp_path, str(RUNS / "20261122-082928-h200x2_ddp")), "report_job_h200x2")
     assert "Ranks" in v["text"] and "Collectives" in v["text"]

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REALISTIC = ROOT / "tests" / "data" / "realistic"
 RUN_H100 = ROOT / "tests" / "data" / "runs" / "20261122-074634-h100_cuda_train"
 RUN_DDP = ROOT / "tests" / "data" / "runs" / "20261122-082928-h200x2_ddp"
+MEMORY = ROOT / "tests" / "data" / "memory"
 
 
 def _page_parts(page: str) -> tuple[str, str]:
@@ -116,6 +117,56 @@ def test_hostile_names_are_escaped_everywhere(tmp_path):
     assert "rtl_\\u202ekernel_e" in own  # the override is shown, not obeyed
     names = {row.get("what") for spec in _chart_specs(page) for row in spec.get("data", {}).get("values", [])}
     assert HOSTILE[0] in names  # the chart data keeps the name itself (as JSON text, drawn as canvas text)
+
+
+def test_memory_section_from_a_recorded_trace(tmp_path):
+    """A trace recorded with profile_memory on an H100 (tests/data/memory): the page shows the
+    peak per device (the allocator's own max_memory_allocated / max_memory_reserved, in MB),
+    when in the step it comes, what is live at it, and the allocated/reserved chart with the
+    peak and the steps marked."""
+    trace = MEMORY / "activation_heavy.pt.trace.json.gz"
+    gt = json.loads((MEMORY / "ground_truth.json").read_text())["activation_heavy"]
+    out = tmp_path / "m.html"
+    assert main(["report", str(trace), "-o", str(out)]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert len(page.encode()) < SIZE_BUDGET_BYTES
+    d = proflab.analyze(trace).memory["devices"][0]
+    assert d["peak_allocated_mb"] == pytest.approx(gt["max_memory_allocated_mb"], rel=0.02)
+    own, _ = _page_parts(page)
+    section = own[own.index("<h2>GPU memory</h2>"):]
+    cells = re.findall(r'<td[^>]*data-v="([^"]*)"', section)
+    for v in (d["peak_allocated_mb"], d["peak_reserved_mb"], d["peak_at_ms"], d["peak_step"], d["device_memory_mb"]):
+        assert str(v) in cells, f"{v} is not in the memory tables"
+    assert d["peak_phase"] == "backward" and '<td data-v="backward">backward</td>' in section
+    assert "<h3>GPU 0: live at the peak, by category</h3>" in section
+    assert all(str(v) in cells for v in d["by_category_mb"].values())
+    assert "<h3>GPU 0: largest allocations live at the peak</h3>" in section
+    for r in d["top_allocations"]:
+        assert str(r["mb"]) in cells and f'<td class="name" data-v="{r["op"]}">{r["op"]}</td>' in section
+    # the chart: allocated and reserved over the window, the peak point, one rule per step
+    chart = next(s for s in _chart_specs(page)
+                 if s.get("layer") and any(r.get("kind") == "allocated" for r in s["layer"][0]["data"]["values"]))
+    series, steps, peak = chart["layer"]
+    mb = {k: [r["mb"] for r in series["data"]["values"] if r["kind"] == k] for k in ("allocated", "reserved")}
+    assert len(mb["allocated"]) == len(mb["reserved"]) == d["series"]["points"] <= 2000
+    assert max(mb["allocated"]) == d["peak_allocated_mb"] and max(mb["reserved"]) == d["peak_reserved_mb"]
+    assert series["mark"]["interpolate"] == "step-after"
+    assert [r["what"] for r in steps["data"]["values"]] == [f"step {i} starts" for i in range(gt["active_steps"])]
+    assert peak["data"]["values"][0]["t"] == d["peak_at_ms"] and peak["data"]["values"][0]["mb"] == d["peak_allocated_mb"]
+
+
+def test_memory_names_are_escaped(tmp_path):
+    """Operator, module and source names in the memory tables are trace text: a real report's
+    top allocations renamed to markup (a trace with such names and [memory] events was not
+    recorded) reach the page only escaped."""
+    rep = proflab.analyze(MEMORY / "graph_leak.pt.trace.json.gz")
+    top = rep.memory["devices"][0]["top_allocations"][0]
+    top.update(op="<img src=x onerror=alert(1)>", module="</script><!--", source="\u202eevil.py(1): f")
+    rep.memory["devices"][0]["peak_op"] = "<b>op</b>"
+    own, _ = _page_parts(render_html([rep]))
+    for bad in ("<img", "</script><!--", "\u202e", "<b>op"):
+        assert bad not in own
+    assert "&lt;img src=x onerror=alert(1)&gt;" in own and "&lt;b&gt;op&lt;/b&gt;" in own
 
 
 def test_minimal_and_cpu_only_reports_render(cpu_report):

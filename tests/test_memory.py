@@ -222,3 +222,23 @@ def test_run_notes_carry_the_profile_memory_cost(tmp_path):
     notes = json.loads((run / "meta.json").read_text())["notes"]
     line = next(n for n in notes if n.startswith("--profile-memory recorded"))
     assert "93 allocation events per step" in line and "3.30 ms bare, 4.90 ms profiled" in line
+
+
+def test_series_thinned_keeps_measured_points_and_the_peaks():
+    """The chart series (report memory.devices[].series): every event when there are few, else
+    at most max_points of them, each a measured (time, allocated, reserved) event, the peaks
+    kept (activation_heavy's real allocation timeline, thinned hard)."""
+    from proflab.analysis.memory import _series, memory_for_trace
+
+    a = memory_for_trace(proflab.load(DATA / "activation_heavy.pt.trace.json.gz"))
+    t = a.timelines[0]
+    full = a.devices[0]["series"]
+    assert full["points"] == full["events"] == len(t["ts_ns"]) == len(full["t_ms"])
+    s = _series(t["ts_ns"], t["allocated"], t["reserved"], a.origin_ns, a.step_bounds, max_points=300)
+    assert s["events"] == len(t["ts_ns"]) and 0 < s["points"] <= 300
+    measured = set(zip(full["t_ms"], full["allocated_mb"], full["reserved_mb"]))
+    assert set(zip(s["t_ms"], s["allocated_mb"], s["reserved_mb"])) <= measured
+    assert s["t_ms"] == sorted(s["t_ms"])
+    assert max(s["allocated_mb"]) == a.devices[0]["peak_allocated_mb"] and max(s["reserved_mb"]) == a.devices[0]["peak_reserved_mb"]
+    assert min(s["allocated_mb"]) == min(full["allocated_mb"])
+    assert [x["step"] for x in s["step_starts_ms"]] == [0, 1, 2, 3]

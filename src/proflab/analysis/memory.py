@@ -210,6 +210,37 @@ class _Attributor:
         }
 
 
+# -- the series for charts --------------------------------------------------------------------
+
+SERIES_MAX_POINTS = 2000
+
+
+def _series(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, origin_ns: int, bounds, max_points: int = SERIES_MAX_POINTS) -> dict[str, Any]:
+    """Allocated and reserved MB over the window, at most ``max_points`` events: where there
+    are more, the events are cut into equal runs and each run keeps its highest and lowest
+    allocated and its highest reserved event, so every point is a measured one and the peaks
+    are kept. Step starts in ms on the same clock (the first allocation event is 0)."""
+    n = len(ts)
+    if n <= max_points:
+        keep = np.arange(n)
+    else:
+        chunks = np.array_split(np.arange(n), max_points // 3)
+        keep = np.unique(np.concatenate([
+            [c[int(np.argmax(alloc[c]))], c[int(np.argmin(alloc[c]))], c[int(np.argmax(res[c]))]] for c in chunks
+        ]))
+    end = int(ts[-1]) if n else origin_ns
+    return {
+        "events": n,
+        "points": len(keep),
+        "t_ms": [round((int(ts[i]) - origin_ns) / 1e6, 4) for i in keep],
+        "allocated_mb": [_mb(alloc[i]) for i in keep],
+        "reserved_mb": [_mb(res[i]) for i in keep],
+        "step_starts_ms": [
+            {"step": step, "t_ms": round((s0 - origin_ns) / 1e6, 4)} for step, s0, _ in bounds if origin_ns <= s0 <= end
+        ],
+    }
+
+
 # -- the analysis -----------------------------------------------------------------------------
 
 
@@ -426,6 +457,7 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
             "cached_free_then_mb": _mb(max((x[2] for x in reserved_grew_despite_free if x[1] == max(y[1] for y in reserved_grew_despite_free)), default=0)) if reserved_grew_despite_free else 0.0,
         },
     }
+    out["series"] = _series(ts, alloc, res, a.origin_ns, bounds)
     # per step
     for si, (step, s0, s1) in enumerate(bounds):
         m = np.nonzero(step_of == si)[0]
