@@ -56,6 +56,14 @@ def _top_ops(rows: list[dict[str, Any]], n: int = 3) -> list[str]:
     return [f"{allocation_label(r)}: {r['mb']:.1f} MB" for r in rows[:n]]
 
 
+def _memory_finding(category: str, dev: int, severity: str, title: str, evidence: dict[str, Any], fix: str,
+                    assumption: str, where: dict[str, Any] | None = None) -> Finding:
+    """A memory finding: per device (its id names the GPU beyond the first), no time gain claimed."""
+    return Finding(id=f"{category}_gpu{dev}" if dev else category, category=category, severity=severity, title=title,
+                   evidence=evidence, est_gain_ms=0.0, est_gain_pct=0.0, fix=fix, where=where or {},
+                   assumption=assumption)  # fmt: skip
+
+
 def memory_rules(a: MemoryAnalysis) -> list[Finding]:
     findings: list[Finding] = []
     for d in a.devices:
@@ -124,17 +132,10 @@ def _leak(d: dict[str, Any], steps: list[dict[str, Any]]) -> Finding | None:
         "append loss.item() or loss.detach(); run evaluation under torch.no_grad(); do not keep outputs or hidden states "
         "across iterations."
     )
-    return Finding(
-        id=f"memory_leak_gpu{dev}" if dev else "memory_leak",
-        category="memory_leak",
-        severity=sev,
-        title=title,
-        evidence=ev,
-        est_gain_ms=0.0,
-        est_gain_pct=0.0,
-        fix=fix,
+    return _memory_finding(
+        "memory_leak", dev, sev, title, ev, fix,
+        "the growth rate of the steps seen continues; steps until full = (device memory - peak allocated) / rate",
         where={"op": [r["op"] for r in (d.get("retained_never_freed") or [])[:5] if r.get("op")]},
-        assumption="the growth rate of the steps seen continues; steps until full = (device memory - peak allocated) / rate",
     )
 
 
@@ -173,16 +174,9 @@ def _fragmentation(d: dict[str, Any]) -> Finding | None:
     )
     near = d.get("peak_reserved_pct_of_device")
     sev = "warning" if near is None or near >= 50 or 100 * unused / res >= 25 else "info"
-    return Finding(
-        id=f"memory_fragmentation_gpu{dev}" if dev else "memory_fragmentation",
-        category="memory_fragmentation",
-        severity=sev,
-        title=title,
-        evidence=ev,
-        est_gain_ms=0.0,
-        est_gain_pct=0.0,
-        fix=fix,
-        assumption="reserved-but-unallocated memory at the peak is what the allocator could not reuse",
+    return _memory_finding(
+        "memory_fragmentation", dev, sev, title, ev, fix,
+        "reserved-but-unallocated memory at the peak is what the allocator could not reuse",
     )
 
 
@@ -237,18 +231,11 @@ def _headroom(d: dict[str, Any], a: MemoryAnalysis, *, leaking: bool = False) ->
             else "; it grows every step (memory_leak): no larger batch is safe" if leaking else ""
         ) + (f"; {dom_txt} holds the most, the peak is in the {d.get('peak_phase')}" if dom else "")
     fix = (advice + (". Largest at the peak: " + "; ".join(tops) if tops else "")).strip()
-    return Finding(
-        id=f"memory_headroom_gpu{dev}" if dev else "memory_headroom",
-        category="memory_headroom",
-        severity=sev,
-        title=title,
-        evidence=ev,
-        est_gain_ms=0.0,
-        est_gain_pct=0.0,
-        fix=fix or "No memory pressure.",
-        where={"op": [r["op"] for r in (d.get("top_allocations") or [])[:5] if r.get("op")]},
-        assumption=(
+    return _memory_finding(
+        "memory_headroom", dev, sev, title, ev, fix or "No memory pressure.",
+        (
             "activations and temporaries scale with the batch, parameters, gradients, optimizer state and memory from "
             "before the window do not; 10% of device memory kept free; reserved overhead as at the peak"
         ),
+        where={"op": [r["op"] for r in (d.get("top_allocations") or [])[:5] if r.get("op")]},
     )
