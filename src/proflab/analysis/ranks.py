@@ -12,6 +12,13 @@ peers join, and that time is the late rank's cost, not communication's. The rest
 (``end - max(own start, last arrival)``) is the **transfer**. Each part is **exposed** where
 no compute of the same rank ran under it.
 
+Exposed transfer is split once more, because the profiler slows the host: where the rank's
+GPU had no compute *queued* (the next compute kernel's launch had not returned yet), the
+collective ran while the GPU waited for its host anyway (**starved**). Unprofiled, that host
+keeps ahead and the same transfer runs under the compute it has queued by then; only exposed
+transfer with compute queued behind it (the optimizer waiting on the last gradient buckets,
+the next layer waiting on its all-gather) is what the collectives cost the step.
+
 Ranks' clocks are compared as recorded (ranks of one host share a clock). A collective ends
 at about the same instant on every rank, so the spread of the end times is reported
 (``end_spread_us``): a spread comparable to the skew says the clocks disagree (ranks on
@@ -134,6 +141,9 @@ class RankSummary:
     stats: dict[str, Any]
     report: Any = None
     missing: tuple[str, ...] = field(default_factory=tuple)
+    # under the collectives, where the rank's GPU had no compute queued (see _starved)
+    starved_starts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    starved_ends: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
 
 
 def _step_index(t: np.ndarray, steps: pl.DataFrame) -> np.ndarray:
@@ -240,6 +250,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
         missing.append("collectives: the trace holds no NCCL kernels and no CPU-backend collective ranges")
     comm = IntervalSet.from_spans(calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy())
     cov = _intersect(compute, comm)
+    starved = _intersect(_starved(trace, ctx.launches, dev, compute), comm) if side == "gpu" else IntervalSet.empty()
     per_step = _per_step(ctx, trace, steps_win, compute, main_tids, comm)
     # idle by cause on the collectives' device (GPU traces), over the window
     idle_by_cause: dict[str, int] | None = None
@@ -262,7 +273,35 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
         "world_size": (trace.meta.distributed or {}).get("world_size"),
         "backend": (trace.meta.distributed or {}).get("backend"),
     }
-    return RankSummary(rank, trace.meta.source, side, calls, cov.starts, cov.ends, per_step, stats, report, tuple(missing))
+    return RankSummary(
+        rank, trace.meta.source, side, calls, cov.starts, cov.ends, per_step, stats, report, tuple(missing),
+        starved.starts, starved.ends,
+    )
+
+
+def _starved(trace, launches: pl.DataFrame, dev: int, compute: IntervalSet) -> IntervalSet:
+    """Where device ``dev`` runs no compute and has none queued: within each gap between its
+    compute spans, from the gap's start until the earliest launch (its call returned) of any
+    compute kernel that starts after the gap. Compute whose launch is not in the trace counts
+    as queued (nothing is called starved that the trace cannot show)."""
+    if len(compute) < 2 or launches.height == 0:
+        return IntervalSet.empty()
+    k = (
+        trace.gpu.filter((pl.col("device") == dev) & (pl.col("kind") == "kernel") & ~pl.col("is_comm"))
+        .select("start_ns", "correlation")
+        .join(launches.select("correlation", "launch_end_ns").unique("correlation"), on="correlation", how="left")
+        .sort("start_ns")
+    )
+    ks = k["start_ns"].to_numpy()
+    queued = k["launch_end_ns"].fill_null(np.iinfo(np.int64).min).to_numpy()
+    # the earliest launch return among the kernels starting at or after each one
+    sufmin = np.minimum.accumulate(queued[::-1])[::-1]
+    g0, g1 = compute.ends[:-1], compute.starts[1:]
+    nxt = np.searchsorted(ks, g1, side="left")
+    ok = nxt < len(ks)
+    g0, g1, nxt = g0[ok], g1[ok], nxt[ok]
+    until = np.clip(sufmin[nxt], g0, g1)
+    return IntervalSet.from_spans(g0, until)
 
 
 def _step_threads(trace) -> list[int]:
@@ -366,14 +405,17 @@ def job_tables(summaries: list[RankSummary]) -> JobTables:
     for s in summaries:
         w = waits.filter(pl.col("rank") == s.rank)
         if w.height == 0:
-            parts.append(w.with_columns(pl.lit(0, pl.Int64).alias("exposed_wait_ns"), pl.lit(0, pl.Int64).alias("exposed_transfer_ns")))
+            zero = [pl.lit(0, pl.Int64).alias(c) for c in ("exposed_wait_ns", "exposed_transfer_ns", "starved_transfer_ns")]
+            parts.append(w.with_columns(*zero))
             continue
         cov = IntervalSet(s.covered_starts, s.covered_ends)
+        starved = IntervalSet(s.starved_starts, s.starved_ends)
         st, mid, en = w["start_ns"].to_numpy(), w["transfer_start_ns"].to_numpy(), w["end_ns"].to_numpy()
         parts.append(
             w.with_columns(
                 pl.Series("exposed_wait_ns", (mid - st) - cov.covered_within(st, mid), dtype=pl.Int64),
                 pl.Series("exposed_transfer_ns", (en - mid) - cov.covered_within(mid, en), dtype=pl.Int64),
+                pl.Series("starved_transfer_ns", starved.covered_within(mid, en), dtype=pl.Int64),
             )
         )
     waits = pl.concat(parts) if parts else pl.DataFrame(schema=WAITS_SCHEMA)
@@ -388,7 +430,7 @@ _WAIT_SCHEMA = {
     "rank": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64, "last_arrival_ns": pl.Int64, "last_rank": pl.Int64,
     "transfer_start_ns": pl.Int64, "wait_ns": pl.Int64, "transfer_ns": pl.Int64,
 }  # fmt: skip
-WAITS_SCHEMA = {**_WAIT_SCHEMA, "exposed_wait_ns": pl.Int64, "exposed_transfer_ns": pl.Int64}
+WAITS_SCHEMA = {**_WAIT_SCHEMA, "exposed_wait_ns": pl.Int64, "exposed_transfer_ns": pl.Int64, "starved_transfer_ns": pl.Int64}
 
 
 def _match(calls: list[pl.DataFrame], n: int, notes: list[str]) -> pl.DataFrame:
@@ -441,7 +483,7 @@ RANK_SCHEMA = {
     "step_side": pl.String, "bare_step_ms": pl.Float64, "profiled_step_ms": pl.Float64, "window_ms": pl.Float64,
     "compute_ms": pl.Float64, "comm_ms": pl.Float64, "comm_matched_ms": pl.Float64, "wait_ms": pl.Float64,
     "transfer_ms": pl.Float64, "exposed_wait_ms": pl.Float64, "exposed_transfer_ms": pl.Float64,
-    "overlap_pct": pl.Float64, "idle_ms": pl.Float64, "host_only_ms": pl.Float64, "dataloader_ms": pl.Float64,
+    "starved_transfer_ms": pl.Float64, "overlap_pct": pl.Float64, "idle_ms": pl.Float64, "host_only_ms": pl.Float64, "dataloader_ms": pl.Float64,
     "collectives": pl.Int64, "late_ms": pl.Float64,
 }  # fmt: skip
 
@@ -502,6 +544,7 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
         wait, transfer = ws.total_ns, ts.total_ns
         ew = wait - _intersect(ws, cov).total_ns
         et = transfer - _intersect(ts, cov).total_ns
+        starved = _intersect(ts, IntervalSet(s.starved_starts, s.starved_ends)).total_ns
         hidden = cov.total_ns
         steps = s.steps
         rows.append(
@@ -525,6 +568,8 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
                 "transfer_ms": transfer / 1e6,
                 "exposed_wait_ms": ew / 1e6,
                 "exposed_transfer_ms": et / 1e6,
+                # of it, while the rank's GPU had no compute queued (its host was behind)
+                "starved_transfer_ms": starved / 1e6,
                 "overlap_pct": None if comm == 0 else 100.0 * hidden / comm,
                 "idle_ms": None if st.get("idle_ns") is None else st["idle_ns"] / 1e6,
                 "host_only_ms": float(steps["host_only_ns"].sum()) / 1e6 if steps.height else None,

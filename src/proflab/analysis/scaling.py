@@ -8,9 +8,12 @@ Against the point with the fewest GPUs (``base``, N0 GPUs, step T0):
 - **strong** scaling (the same total work): ideal step = T0 x N0 / N; efficiency = ideal / TN.
 
 The loss per step (TN - ideal) is split into what the traces show: exposed communication
-(transfer no compute hid, median rank), imbalance (waiting at collectives for a late rank,
-median rank), and the rest (compute, idle and everything else that grew), each in ms per
-step. Missing is not zero: a point without a figure leaves it null.
+(transfer no compute hid while compute was queued behind it, median rank: transfer that ran
+while a rank's host was behind is the host's, see ``analysis.ranks``), imbalance (how much
+later than the others the latest rank reached the collectives, counted once per step: every
+other rank waits for it together), and the rest (compute, idle and everything else that grew;
+negative where the base run lost more than the traces show here), each in ms per step.
+Missing is not zero: a point without a figure leaves it null.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ class ScalingPoint:
     gpus: int
     step_ms: float | None  # the job's step: slowest rank's median step
     exposed_comm_ms: float | None  # per step, median rank
-    wait_ms: float | None  # per step, median rank
+    wait_ms: float | None  # per step: the latest rank's lead, once for the job
     idle_ms: float | None  # per step, median rank (GPU idle)
 
 
@@ -50,12 +53,17 @@ def point_of(label: str, report) -> ScalingPoint:
         def per_step(key: str) -> float | None:
             return _median([r[key] / r["steps"] for r in rows if r.get(key) is not None and r.get("steps")])
 
+        blocking = _median(
+            [(r["exposed_transfer_ms"] - (r.get("starved_transfer_ms") or 0.0)) / r["steps"]
+             for r in rows if r.get("exposed_transfer_ms") is not None and r.get("steps")]
+        )  # fmt: skip
+        late = [r["late_ms"] / r["steps"] for r in rows if r.get("late_ms") is not None and r.get("steps")]
         return ScalingPoint(
             label,
             report.summary.get("world_size") or len(rows),
             max(steps) if steps else None,
-            per_step("exposed_transfer_ms"),
-            per_step("wait_ms"),
+            blocking,
+            max(late) if late else None,
             per_step("idle_ms"),
         )
     s = report.summary

@@ -29,7 +29,7 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
             # analysis (which is JSON too, but not a trace)
             if (p / "meta.json").is_file() and (p / "traces").is_dir():
                 p = p / "traces"
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES))
+            found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES) and not _companion(f))
             if not found:
                 raise InputNotFound(p, "directory holds no trace files (*.json, *.json.gz)")
             out.extend(found)
@@ -38,6 +38,32 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
         else:
             raise InputNotFound(p, "no such file or directory")
     return out
+
+
+# keys a Kineto / Chrome-trace object carries near its start (metadata precedes the events)
+_TRACE_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"', b'"displayTimeUnit"', b'"traceName"')
+
+
+def _companion(f: Path) -> bool:
+    """A JSON file in a trace folder that is not a trace (ground truth, settings, a run's
+    notes written beside the traces): a JSON object with none of a trace's keys in its first
+    64 KiB. Only for files found in a folder; a file named on the command line is read (and
+    refused with the reason if it is not a trace)."""
+    if not f.name.endswith((".json", ".json.gz")):
+        return False
+    try:
+        if f.name.endswith(".gz"):
+            import gzip
+
+            with gzip.open(f, "rb") as fh:
+                head = fh.read(1 << 16)
+        else:
+            with open(f, "rb") as fh:
+                head = fh.read(1 << 16)
+    except (OSError, EOFError):
+        return False  # unreadable: let the reader say why
+    head = head.lstrip()
+    return head.startswith(b"{") and not any(k in head for k in _TRACE_KEYS)
 
 
 def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None = None):

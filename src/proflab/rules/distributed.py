@@ -19,7 +19,7 @@ import polars as pl
 
 from proflab.analysis.ranks import JobTables, RankSummary, link_reference
 from proflab.report import Finding
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
 
 __all__ = ["job_rules", "load_imbalance", "communication_bound", "job_wall_ns"]
 
@@ -121,12 +121,14 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
             f"than the lead measured in the window",
         )
     obs = (getattr(by_rank[slow].report, "summary", None) or {}).get("observer") or {}
-    if cause == "dispatch" and obs.get("unprofiled_host_ms_lo") is not None and obs.get("gpu_work_ms") is not None:
+    if cause in ("dispatch", "host") and obs.get("unprofiled_host_ms_lo") is not None and obs.get("gpu_work_ms") is not None:
         ev["unprofiled_host_ms_lo"] = obs["unprofiled_host_ms_lo"]
         ev["gpu_work_ms"] = obs["gpu_work_ms"]
         if obs["unprofiled_host_ms_lo"] <= obs["gpu_work_ms"]:
             # its own report's observer: unprofiled, its host keeps ahead of its GPU; the
-            # profiler's own cost may be what makes this rank late (see analysis.observer)
+            # profiler's own cost may be what makes this rank late (see analysis.observer).
+            # Host work that launches nothing (a sleep, I/O) counts in its host work too: a
+            # delay that still fits within the GPU's queue never reaches the collectives.
             return unconfirmed(
                 f"Rank {slow} reaches the collectives {ms(typical_ns, 2)} ms per step late because its GPU waits "
                 "for its host, which the profiler's own cost may explain",
@@ -237,18 +239,41 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
         return []
     wall = job_wall_ns(summaries)
     exposed_ms = float(rt["exposed_transfer_ms"].median())
+    starved = rt["starved_transfer_ms"].fill_null(0.0) if "starved_transfer_ms" in rt.columns else pl.Series([0.0] * rt.height)
+    starved_ms = float(starved.median())
+    # A collective's transfer holds the job back where every rank has compute queued behind
+    # it; where one rank's GPU had nothing queued (its host was behind, which the profiler's
+    # own cost makes worse), that rank's host paces the job, not the transfer (analysis.ranks)
+    per = (
+        w.with_columns((pl.col("exposed_transfer_ns") - pl.col("starved_transfer_ns")).clip(0).alias("blocking_ns"))
+        .group_by("group", "step", "seq")
+        .agg(pl.col("blocking_ns").min(), pl.col("transfer_ns").median(), pl.col("start_ns").min())
+    )
+    # never more than the median rank's exposed union (a CPU backend's collectives overlap
+    # on several threads: their per-call sums count the same time twice)
+    blocking_ms = min(float(per["blocking_ns"].sum()) / 1e6, float((rt["exposed_transfer_ms"] - starved).median()))
     # the step's last collective has nothing left in the step to overlap with (DDP's last
-    # bucket): not claimed
-    last = w.sort("start_ns").group_by("rank", "step").agg(pl.col("transfer_ns").last())
-    tail_ms = float(last.group_by("rank").agg(pl.col("transfer_ns").sum())["transfer_ns"].median()) / 1e6
-    gain_ns = max(exposed_ms - tail_ms, 0.0) * 1e6
-    if wall == 0 or pct(gain_ns, wall, 2) < MIN_GAIN_PCT:
+    # bucket): its transfer is not claimed
+    tail_ms = float(per.sort("start_ns").group_by("step").agg(pl.col("transfer_ns").last())["transfer_ns"].sum()) / 1e6
+    gain_ns = max(blocking_ms - tail_ms, 0.0) * 1e6
+    # if every exposed transfer held the job back, the last collectives' too: the most the
+    # collectives can cost this window (an unprofiled run lands between the two)
+    upper_ms = max(exposed_ms, blocking_ms)
+    if wall == 0 or pct(upper_ms * 1e6, wall, 2) < MIN_GAIN_PCT:
+        return []
+    if pct(gain_ns, wall, 2) < MIN_GAIN_PCT and pct(starved_ms * 1e6, wall, 2) < WARNING_PCT:
         return []
     coll = tables.collectives
     sized = coll.drop_nulls("bytes")
-    steps = max(int(w["step"].n_unique()), 1)
-    per_step_calls = coll.height / steps
-    bytes_step = int(sized["bytes"].sum() / steps) if sized.height else None
+    # per step over the profiler's steps; collectives outside every step (the GPU's tail of
+    # the step before the window) only count where the trace has no steps at all
+    if (coll["step"] >= 0).any():
+        coll_s, sized_s = coll.filter(pl.col("step") >= 0), sized.filter(pl.col("step") >= 0)
+    else:
+        coll_s, sized_s = coll, sized
+    steps = max(int(coll_s["step"].n_unique()), 1)
+    per_step_calls = coll_s.height / steps
+    bytes_step = int(sized_s["bytes"].sum() / steps) if sized_s.height else None
     median_bytes = int(sized["bytes"].median()) if sized.height else None
     big = sized.filter(pl.col("bytes") >= 16 << 20).drop_nulls("busbw_gbps")
     busbw = float(big["busbw_gbps"].median()) if big.height else (float(sized["busbw_gbps"].drop_nulls().median()) if sized.height and sized["busbw_gbps"].drop_nulls().len() else None)
@@ -260,7 +285,10 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
     ev: dict[str, Any] = {
         "exposed_transfer_ms": round(exposed_ms, 3),
         "exposed_transfer_pct": pct(exposed_ms * 1e6, wall),
+        "exposed_blocking_ms": round(blocking_ms, 3),
+        "exposed_while_host_starved_ms": round(starved_ms, 3),
         "unavoidable_tail_ms": round(tail_ms, 3),
+        "upper_bound_ms": round(upper_ms, 3),
         "comm_ms_per_rank_median": round(float(rt["comm_ms"].median()), 3),
         "wait_ms_per_rank_median": round(float(rt["wait_ms"].median()), 3),
         "overlap_pct": None if overlap is None else round(overlap, 1),
@@ -309,12 +337,22 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
     if "allreduce" in kinds and any(d in ("Float", "Double") for d in dtypes):
         fixes.append(
             "gradients travel as fp32: a bf16 compression hook halves the bytes "
-            "(model.register_comm_hook(None, default_hooks.bf16_compress_hook)), or train in bf16 end to end"
+            "(model.register_comm_hook(None, default_hooks.bf16_compress_hook)), or train in bf16 end to end; "
+            "the hook casts every bucket on the GPU both ways, which costs compute: worth it where the exposed "
+            "transfer exceeds those casts (compare the step at 1 GPU with and without it)"
         )
     if "allgather" in kinds or "reducescatter" in kinds:
         fixes.append("FSDP: prefetch the next all-gather (forward_prefetch, backward_prefetch) and raise limit_all_gathers' window")
     if "allreduce" in kinds:
         fixes.append("DDP: gradient_as_bucket_view=True saves a copy of every bucket per step")
+    if starved_ms * 1e6 >= 0.5 * max(gain_ns, 1) and pct(starved_ms * 1e6, wall) >= WARNING_PCT:
+        fixes.insert(
+            0,
+            f"{starved_ms:.1f} ms of the exposed transfer (median rank) ran while a rank's GPU had no compute queued: "
+            "its host was behind, which the profiler's own cost makes worse, so whether it holds the job back "
+            f"unprofiled is not known from this trace (between {ms(gain_ns, 1)} and {upper_ms:.1f} ms of this window): "
+            "compare the unprofiled step time at 1 and N GPUs (proflab run records it; proflab scaling)",
+        )
     gain_pct = pct(gain_ns, wall, 2)
     return [
         gain_finding(
@@ -322,16 +360,19 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
             gain_ns,
             wall,
             title=(
-                f"Communication no compute hides: {exposed_ms:.3f} ms of transfer is exposed "
-                f"({pct(exposed_ms * 1e6, wall)}% of the window, median rank)"
+                f"Communication no compute hides: {blocking_ms:.3f} ms of transfer holds back compute that is queued "
+                f"behind it on every rank ({pct(blocking_ms * 1e6, wall)}% of the window)"
             ),
             evidence=ev,
             fix="; ".join(fixes) + ".",
             where={"collectives": kinds, "ranks": rt["rank"].to_list()},
             assumption=(
-                "the exposed transfer after every rank arrived (waiting for a late rank is load_imbalance's), "
-                "less each step's last collective, which has no compute left to hide behind; the job's time, "
-                f"counted once ({gain_pct}% of the median rank's window)"
+                "the exposed transfer after every rank arrived (waiting for a late rank is load_imbalance's) with "
+                "compute queued behind it on every rank (where a rank's GPU had nothing queued, its host was behind, "
+                f"which the profiler's own cost makes worse: {starved_ms:.3f} ms on the median rank, not claimed), "
+                "less each step's last collective, "
+                "which has no compute left to hide behind; the job's time, counted once "
+                f"({gain_pct}% of the median rank's window)"
             ),
         )
     ]
