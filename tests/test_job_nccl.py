@@ -168,3 +168,27 @@ def test_weak_scaling_efficiency_matches_the_bare_runs(scenario, capsys):
         # the loss is exposed communication, within 20% of what the bare runs lost per step
         loss = bare_step(scenario, 2) - bare_step(scenario, 1)
         assert abs(two["exposed_comm_ms_per_step"] - loss) <= 0.2 * loss
+
+
+def test_scaling_states_the_bare_efficiency_where_the_points_have_it(job):
+    """`proflab run` measures each rank's unprofiled step; given those, the scaling table adds
+    the efficiency the program really has beside the profiled one (here the bare steps come
+    from the recordings' ground truth)."""
+    from dataclasses import replace
+
+    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.api import analyze
+    from proflab.render.scaling import render_scaling
+    from proflab.report import ScalingReport
+
+    one = point_of("1gpu", analyze(NCCL / "balanced" / "1gpu" / "rank0.pt.trace.json.gz"))
+    two = point_of("2gpu", job("balanced"))
+    assert one.bare_step_ms is None and two.bare_step_ms is None  # plain traces: not measured
+    rows = scaling_rows([one, two], "weak")
+    assert rows[1]["bare_efficiency_pct"] is None and "bare eff" not in render_scaling(ScalingReport("weak", tuple(rows), ()), "term")
+    one, two = replace(one, bare_step_ms=bare_step("balanced", 1)), replace(two, bare_step_ms=bare_step("balanced", 2))
+    rows = scaling_rows([one, two], "weak")
+    want = round(100 * bare_step("balanced", 1) / bare_step("balanced", 2), 1)
+    assert rows[1]["bare_efficiency_pct"] == want
+    assert rows[1]["efficiency_pct"] != want  # the profiled steps say otherwise: both are shown
+    assert "bare eff %" in render_scaling(ScalingReport("weak", tuple(rows), ()), "term")

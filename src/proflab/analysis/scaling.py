@@ -32,6 +32,9 @@ class ScalingPoint:
     exposed_comm_ms: float | None  # per step, median rank
     wait_ms: float | None  # per step: the latest rank's lead, once for the job
     idle_ms: float | None  # per step, median rank (GPU idle)
+    # the job's step without the profiler, where `proflab run` measured it in every rank's
+    # process (or --bare-step-ms gave it): the slowest rank's
+    bare_step_ms: float | None = None
 
 
 def _median(xs: list[float]) -> float | None:
@@ -58,6 +61,7 @@ def point_of(label: str, report) -> ScalingPoint:
              for r in rows if r.get("exposed_transfer_ms") is not None and r.get("steps")]
         )  # fmt: skip
         late = [r["late_ms"] / r["steps"] for r in rows if r.get("late_ms") is not None and r.get("steps")]
+        bare = [r.get("bare_step_ms") for r in rows]
         return ScalingPoint(
             label,
             report.summary.get("world_size") or len(rows),
@@ -65,11 +69,14 @@ def point_of(label: str, report) -> ScalingPoint:
             blocking,
             max(late) if late else None,
             per_step("idle_ms"),
+            max(bare) if bare and all(isinstance(b, (int, float)) and b > 0 for b in bare) else None,
         )
     s = report.summary
     idle = (s.get("breakdown_ms") or {}).get("idle")
     n = s.get("step_count") or 0
-    return ScalingPoint(label, 1, s.get("median_step_ms"), 0.0, 0.0, None if idle is None or not n else idle / n)
+    obs = s.get("observer") or {}
+    bare = obs.get("bare_step_ms") if obs.get("source") == "measured" else None
+    return ScalingPoint(label, 1, s.get("median_step_ms"), 0.0, 0.0, None if idle is None or not n else idle / n, bare)
 
 
 def scaling_rows(points: list[ScalingPoint], mode: str) -> list[dict[str, Any]]:
@@ -81,7 +88,7 @@ def scaling_rows(points: list[ScalingPoint], mode: str) -> list[dict[str, Any]]:
     rows = []
     for p in pts:
         if p.step_ms is None or base.step_ms is None:
-            rows.append({"label": p.label, "gpus": p.gpus, "step_ms": p.step_ms, "efficiency_pct": None})
+            rows.append({"label": p.label, "gpus": p.gpus, "step_ms": p.step_ms, "efficiency_pct": None, **_bare(p, base, mode)})
             continue
         ideal = base.step_ms if mode == "weak" else base.step_ms * base.gpus / p.gpus
         loss = p.step_ms - ideal
@@ -100,6 +107,16 @@ def scaling_rows(points: list[ScalingPoint], mode: str) -> list[dict[str, Any]]:
                 "imbalance_wait_ms_per_step": None if wait is None else round(wait, 3),
                 "other_ms_per_step": None if other is None else round(other, 3),
                 "idle_ms_per_step": None if p.idle_ms is None else round(p.idle_ms, 3),
+                **_bare(p, base, mode),
             }
         )
     return rows
+
+
+def _bare(p: ScalingPoint, base: ScalingPoint, mode: str) -> dict[str, Any]:
+    """The same efficiency from the unprofiled steps, where both points have them: the
+    profiler slows host-bound loops more than GPU-bound ones, so the two can differ."""
+    if p.bare_step_ms is None or base.bare_step_ms is None:
+        return {"bare_step_ms": p.bare_step_ms, "bare_efficiency_pct": None}
+    ideal = base.bare_step_ms if mode == "weak" else base.bare_step_ms * base.gpus / p.gpus
+    return {"bare_step_ms": round(p.bare_step_ms, 3), "bare_efficiency_pct": round(100.0 * ideal / p.bare_step_ms, 1)}

@@ -20,21 +20,24 @@ _COLS = (
     ("imbalance_wait_ms_per_step", "imbalance"),
     ("other_ms_per_step", "other"),
 )
+# shown where a point has its unprofiled step (proflab run measures it)
+_BARE = (("bare_step_ms", "bare ms"), ("bare_efficiency_pct", "bare eff %"))
 
 
 def render_scaling(rep, fmt: str) -> str:
     d = rep.to_dict()
-    cells = [[h for _, h in _COLS]] + [[r[k] if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in _COLS] for r in d["points"]]
+    cols = _COLS + (_BARE if any(r.get("bare_step_ms") is not None for r in d["points"]) else ())
+    cells = [[h for _, h in cols]] + [[r[k] if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in cols] for r in d["points"]]
     head = (
         f"{d['mode']} scaling: efficiency against the run with the fewest GPUs; loss per step (ms) split into "
         "exposed communication, waiting for late ranks (imbalance) and the rest"
     )
     if fmt == "md":
-        lines = ["# proflab scaling", "", head, "", "| " + " | ".join(cells[0]) + " |", "|" + "---:|" * len(_COLS)]
+        lines = ["# proflab scaling", "", head, "", "| " + " | ".join(cells[0]) + " |", "|" + "---:|" * len(cols)]
         lines += ["| " + " | ".join(c) + " |" for c in cells[1:]]
         lines += [f"- note: {n}" for n in d["notes"]]
         return "\n".join(lines) + "\n"
-    widths = [max(len(c[i]) for c in cells) for i in range(len(_COLS))]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
     lines = [head, ""] + ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     lines += [f"note: {n}" for n in d["notes"]]
     return "\n".join(lines) + "\n"
