@@ -555,3 +555,36 @@ def test_compare_of_two_runs_uses_their_measured_step_times(tmp_path, torch_requ
     assert main(["compare", str(runs[0]), str(runs[1]), "-f", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["step_time_ms"]["side"] == "unprofiled"
+
+
+def test_scaling_command_takes_each_gpu_count():
+    from proflab.cli import _scaling_command
+    from proflab.errors import UsageError
+
+    assert _scaling_command(["torchrun", "--nproc_per_node", "8", "t.py"], 2) == ["torchrun", "--nproc_per_node", "2", "t.py"]
+    assert _scaling_command(["torchrun", "--nproc-per-node=8", "t.py"], 4) == ["torchrun", "--nproc-per-node=4", "t.py"]
+    assert _scaling_command(["mpirun", "-n", "{gpus}", "python", "t.py", "--tag", "g{gpus}"], 2) == [
+        "mpirun", "-n", "2", "python", "t.py", "--tag", "g2"]  # fmt: skip
+    with pytest.raises(UsageError, match="placeholder"):
+        _scaling_command(["python", "t.py"], 2)
+
+
+def test_scaling_launches_one_run_per_gpu_count(tmp_path, torch_required):
+    """`proflab scaling --gpus 1,2 -- torchrun ...` runs the program under proflab run at each
+    count (CPU ranks over gloo here) and reports both efficiencies: from the profiled steps,
+    and from the steps proflab run timed outside its window."""
+    (tmp_path / "prog.py").write_text(DDP_GLOO.replace("range(12)", "range(40)"))
+    done = subprocess.run(
+        [*PROFLAB, "scaling", "--mode", "weak", "--gpus", "2,1", "--runs-dir", str(tmp_path / "runs"), "-f", "json", "--",
+         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "prog.py"],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    points = json.loads(done.stdout)["points"]
+    assert [p["gpus"] for p in points] == [1, 2]
+    (batch,) = (tmp_path / "runs").iterdir()
+    made = sorted(p.name.split("-")[-1] for p in batch.iterdir())
+    assert made == ["1gpu", "2gpu"]
+    for p in points:
+        assert p["step_ms"] > 0 and p["bare_step_ms"] > 0
+    assert points[0]["efficiency_pct"] == 100.0 and points[1]["bare_efficiency_pct"] is not None

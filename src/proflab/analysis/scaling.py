@@ -45,8 +45,9 @@ def _median(xs: list[float]) -> float | None:
     return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
-def point_of(label: str, report) -> ScalingPoint:
-    """A point from a JobReport (several ranks) or a Report (one GPU)."""
+def point_of(label: str, report, *, bare_step_ms: float | None = None) -> ScalingPoint:
+    """A point from a JobReport (several ranks) or a Report (one GPU). ``bare_step_ms``: the
+    one process's unprofiled step, where measured (a job's ranks carry their own)."""
     from proflab.report import JobReport
 
     if isinstance(report, JobReport):
@@ -75,7 +76,7 @@ def point_of(label: str, report) -> ScalingPoint:
     idle = (s.get("breakdown_ms") or {}).get("idle")
     n = s.get("step_count") or 0
     obs = s.get("observer") or {}
-    bare = obs.get("bare_step_ms") if obs.get("source") == "measured" else None
+    bare = bare_step_ms or (obs.get("bare_step_ms") if obs.get("source") == "measured" else None)
     return ScalingPoint(label, 1, s.get("median_step_ms"), 0.0, 0.0, None if idle is None or not n else idle / n, bare)
 
 
