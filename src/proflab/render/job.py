@@ -16,6 +16,7 @@ _RANK_COLS = (
     ("comm_ms", "comm"),
     ("exposed_wait_ms", "exp.wait"),
     ("exposed_transfer_ms", "exp.xfer"),
+    ("starved_transfer_ms", "starved"),
     ("overlap_pct", "ovl %"),
     ("late_ms", "late"),
     ("host_only_ms", "host-only"),
@@ -91,7 +92,8 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
 
     legend = (
         "Per rank (ms over the window; comm: in collectives; exp.wait: waiting in them for the last rank and "
-        "exp.xfer: transferring after it, with no compute underneath; ovl %: collective time under compute; "
+        "exp.xfer: transferring after it, with no compute underneath; starved: of that, while the rank's GPU had no "
+        "compute queued (its host behind); ovl %: collective time under compute; "
         f"late: how much later than all others it arrived; {_step_legend(d['ranks'])})"
     )
     lines += textwrap.wrap(legend, width=max(60, min(width or 80, 100)))
