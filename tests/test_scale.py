@@ -445,3 +445,61 @@ def test_cache_round_trip_of_an_nsys_export(cache_dir, tmp_path):
     assert len(_entries(cache_dir)) == 1
     _same(fresh, load(p))
     assert fresh.gpu.height > 1000 and fresh.cpu.height > 1000  # a round trip of real data
+
+
+def _compare(*args: str) -> str:
+    from proflab.cli import main
+
+    out = Path(args[0]).parent / "cmp.out"
+    assert main(["compare", *args, "-o", str(out)]) == 0
+    return out.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["json", "term", "md"])
+def test_compare_of_cached_traces_is_the_fresh_one_and_reads_no_trace(cache_dir, small, fmt, monkeypatch):
+    """compare keeps each side's report and the small tables it takes from the trace in the
+    report cache: a repeated compare reads neither trace and prints exactly what a fresh one
+    printed; other options are other entries."""
+    other = small.parent / "sync.pt.trace.json.gz"
+    other.write_bytes((KINETO_DIR / "sync_every_step.pt.trace.json.gz").read_bytes())
+    fresh = _compare(str(small), str(other), "-f", fmt, "--no-cache")
+    assert not (cache_dir / "reports").exists()
+    first = _compare(str(small), str(other), "-f", fmt)
+    assert len(list((cache_dir / "reports").iterdir())) == 2  # one per side
+    import proflab.readers
+
+    def no_read(*a, **k):
+        raise AssertionError("a cached side was read")
+
+    with monkeypatch.context() as m:
+        m.setattr(proflab.readers, "load", no_read)
+        again = _compare(str(small), str(other), "-f", fmt)
+    assert fresh == first == again
+    top3 = _compare(str(small), str(other), "-f", fmt, "--top", "3")
+    assert top3 == _compare(str(small), str(other), "-f", fmt, "--top", "3", "--no-cache")
+    steps = _compare(str(small), str(other), "-f", fmt, "--window", "0ms:40ms")
+    assert steps == _compare(str(small), str(other), "-f", fmt, "--window", "0ms:40ms", "--no-cache") != fresh
+    # a damaged entry is analysed again and replaced
+    for f in (cache_dir / "reports").iterdir():
+        d = json.loads(f.read_text())
+        if "extra" in d:
+            d["extra"]["frames"]["kernels"] = "not base64 IPC"
+            f.write_text(json.dumps(d))
+    assert _compare(str(small), str(other), "-f", fmt) == fresh
+
+
+def test_compare_parts_round_trip_exactly(small):
+    """The tables a comparison keeps per trace come back with the same types and values."""
+    from proflab.analysis import Context
+    from proflab.analysis.compare import PART_FRAMES, decode_part, encode_part, trace_part
+    from proflab.readers import load
+
+    part = trace_part(Context(load(small, cache=False)))
+    back = decode_part(json.loads(json.dumps(encode_part(part))))
+    for name in PART_FRAMES:
+        a, b = getattr(part, name), getattr(back, name)
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert a.schema == b.schema and a.equals(b), name
+    assert (back.gpu_steps, back.with_stack, back.record_shapes) == (part.gpu_steps, part.with_stack, part.record_shapes)
+    assert part.kernels.height and part.steps is not None and part.steps.height

@@ -948,7 +948,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         measured = [unprofiled_steps_ms(p) for p in sides]
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
-                         unprofiled_steps_ms=unprofiled)
+                         unprofiled_steps_ms=unprofiled, cache=args.cache, steps=args.steps, window=args.window)
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
