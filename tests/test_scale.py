@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -590,3 +591,23 @@ def test_sql_from_the_kept_tables_cannot_reach_outside(cache_dir, small, tmp_pat
             refused += 1
         assert sorted(p.name for p in tmp_path.iterdir()) == before, "the query wrote a file"
     assert refused >= len(ways) - 3  # (sniff_csv's result type, a COPY naming kernels, PRAGMA)
+
+
+def test_report_page_of_a_cached_trace_is_the_fresh_one_and_reads_no_trace(cache_dir, small, monkeypatch):
+    """report keeps the page's report and timeline of one trace in the report cache: a
+    repeated report reads no trace and writes the same page."""
+    from proflab.cli import main
+
+    pages = {}
+    for name, extra in (("fresh", ["--no-cache"]), ("first", []), ("again", [])):
+        out = small.parent / f"{name}.html"
+        if name == "again":
+            import proflab.readers
+
+            monkeypatch.setattr(proflab.readers, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
+        assert main(["report", str(small), "-o", str(out), *extra]) == 0
+        # (each page has its own random nonce for its scripts)
+        pages[name] = re.sub(r"nonce-[A-Za-z0-9_-]+|nonce=\"[A-Za-z0-9_-]+\"", "NONCE", out.read_text())
+    assert pages["fresh"] == pages["first"] == pages["again"]
+    assert pages["fresh"].count("NONCE") >= 2
+    assert len(list((cache_dir / "reports").iterdir())) == 1

@@ -801,7 +801,8 @@ def _write_html(args: argparse.Namespace) -> int:
     """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
     from proflab.report.page import html_report
 
-    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job)
+    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
+                       cache={"cache": args.cache, "steps": args.steps, "window": args.window})
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
         from proflab.api import analyze

@@ -7,7 +7,8 @@ columnar cache's, ``readers._cachedir``), a hash of every proflab source (any ch
 code makes new entries), and the options that change the report: the path as given (it is
 in the report), ``--top``, the unprofiled step time, ``--steps`` and ``--window``.
 ``compare`` keeps each side's trace the same way, under its own key, with the small tables a
-comparison takes from the trace beside its report (``analysis.compare.TracePart``).
+comparison takes from the trace beside its report (``analysis.compare.TracePart``), and
+``report`` keeps the page's report of one trace with its timeline (``analysis.overview``).
 
 Tuples and dictionaries with keys that are not text are tagged in the JSON, and a report is
 kept only when it survives the round trip exactly (same types, same values), so a cached
@@ -145,8 +146,9 @@ def put(k: str | None, report: Report, extra: dict[str, Any] | None = None) -> b
     tmp = None
     try:
         encoded = _encode(report)
-        text = json.dumps({"_version": analysis_version(), "report": encoded, **({"extra": extra} if extra else {})})
-        if not _same(_decode(json.loads(text, object_hook=_unwrap)["report"]), report):
+        text = json.dumps({"_version": analysis_version(), "report": encoded, **({"extra": _wrap(extra)} if extra else {})})
+        back = json.loads(text, object_hook=_unwrap)
+        if not _same(_decode(back["report"]), report) or (extra and not _same(back["extra"], extra)):
             return False  # a value JSON cannot carry as it is (a tuple in evidence, a non-text key)
         f = _file(k)
         f.parent.mkdir(parents=True, exist_ok=True)
