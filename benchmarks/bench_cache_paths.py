@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append(("report", "report -o page.html, first (table cache; keeps the page's parts)", child([*pf, "report", str(trace), "-o", str(html)], env), None, None))
     rep("report", "report -o page.html (report cache)", [*pf, "report", str(trace), "-o", str(html)], 0.3, floor_py)
 
-    print(f"\n| command | wall s (best; all) | CPU s (all) | peak MiB | floor | proflab / floor | target | met |")
+    print("\n| command | wall s (best; all) | CPU s (all) | peak MiB | floor | proflab / floor | target | met |")
     print("|---|---|---|---:|---|---:|---:|---|")
     out = []
     for group, label, r, target, floor in rows:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from proflab._sqlfast import CATALOG_WORDS as _CATALOG_WORDS
+from proflab._sqlfast import _ArrowStream
 from proflab._sqlfast import TABLES, lock
 from proflab._sqlfast import one_line as _one_line
 from proflab._sqlfast import referenced as _referenced
@@ -202,16 +202,6 @@ def tables(trace: Trace | str | Path) -> dict[str, pl.DataFrame]:
 
 
 # -- DuckDB ------------------------------------------------------------------------------------
-
-
-class _ArrowStream:
-    """Hands a polars frame to DuckDB through the Arrow PyCapsule interface (no pyarrow)."""
-
-    def __init__(self, df: pl.DataFrame) -> None:
-        self._df = df
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        return self._df.__arrow_c_stream__(requested_schema)
 
 
 def _connect(frames: dict[str, pl.DataFrame]):
