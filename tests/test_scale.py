@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -445,3 +446,168 @@ def test_cache_round_trip_of_an_nsys_export(cache_dir, tmp_path):
     assert len(_entries(cache_dir)) == 1
     _same(fresh, load(p))
     assert fresh.gpu.height > 1000 and fresh.cpu.height > 1000  # a round trip of real data
+
+
+def _compare(*args: str) -> str:
+    from proflab.cli import main
+
+    out = Path(args[0]).parent / "cmp.out"
+    assert main(["compare", *args, "-o", str(out)]) == 0
+    return out.read_text()
+
+
+@pytest.mark.parametrize("fmt", ["json", "term", "md"])
+def test_compare_of_cached_traces_is_the_fresh_one_and_reads_no_trace(cache_dir, small, fmt, monkeypatch):
+    """compare keeps each side's report and the small tables it takes from the trace in the
+    report cache: a repeated compare reads neither trace and prints exactly what a fresh one
+    printed; other options are other entries."""
+    other = small.parent / "sync.pt.trace.json.gz"
+    other.write_bytes((KINETO_DIR / "sync_every_step.pt.trace.json.gz").read_bytes())
+    fresh = _compare(str(small), str(other), "-f", fmt, "--no-cache")
+    assert not (cache_dir / "reports").exists()
+    first = _compare(str(small), str(other), "-f", fmt)
+    assert len(list((cache_dir / "reports").iterdir())) == 2  # one per side
+    import proflab.readers
+
+    def no_read(*a, **k):
+        raise AssertionError("a cached side was read")
+
+    with monkeypatch.context() as m:
+        m.setattr(proflab.readers, "load", no_read)
+        again = _compare(str(small), str(other), "-f", fmt)
+    assert fresh == first == again
+    top3 = _compare(str(small), str(other), "-f", fmt, "--top", "3")
+    assert top3 == _compare(str(small), str(other), "-f", fmt, "--top", "3", "--no-cache")
+    steps = _compare(str(small), str(other), "-f", fmt, "--window", "0ms:40ms")
+    assert steps == _compare(str(small), str(other), "-f", fmt, "--window", "0ms:40ms", "--no-cache") != fresh
+    # a damaged entry is analysed again and replaced
+    for f in (cache_dir / "reports").iterdir():
+        d = json.loads(f.read_text())
+        if "extra" in d:
+            d["extra"]["frames"]["kernels"] = "not base64 IPC"
+            f.write_text(json.dumps(d))
+    assert _compare(str(small), str(other), "-f", fmt) == fresh
+
+
+def test_compare_parts_round_trip_exactly(small):
+    """The tables a comparison keeps per trace come back with the same types and values."""
+    from proflab.analysis import Context
+    from proflab.analysis.compare import PART_FRAMES, decode_part, encode_part, trace_part
+    from proflab.readers import load
+
+    part = trace_part(Context(load(small, cache=False)))
+    back = decode_part(json.loads(json.dumps(encode_part(part))))
+    for name in PART_FRAMES:
+        a, b = getattr(part, name), getattr(back, name)
+        assert (a is None) == (b is None), name
+        if a is not None:
+            assert a.schema == b.schema and a.equals(b), name
+    assert (back.gpu_steps, back.with_stack, back.record_shapes) == (part.gpu_steps, part.with_stack, part.record_shapes)
+    assert part.kernels.height and part.steps is not None and part.steps.height
+
+
+_SQL_QUERIES = [
+    "select count(*) from gpu",
+    "select name, count(*) n, sum(dur_ns) t, avg(dur_ns) / 1e3 us, max(is_comm) c from gpu group by name order by t desc, name",
+    "select cat, count(*), sum(end_ns - start_ns) from cpu group by cat order by 1",
+    "select * from steps order by step",
+    "select name, input_types, external_id from cpu where cat = 'cpu_op' order by start_ns, name limit 70",
+    "select * from devices",
+    "select * from gpu where dur_ns < 0",  # no rows
+    "select kind, copy_kind, bytes / 3 as third from gpu where kind != 'kernel' order by start_ns limit 5",
+]
+
+
+def _sql(*args: str) -> str:
+    from proflab.cli import main
+
+    out = Path(args[0]).parent / "sql.out"
+    assert main(["sql", *args, "-o", str(out), *(() if "-f" in args else ("-f", "table"))]) == 0
+    return out.read_text()
+
+
+def test_sql_of_a_cached_trace_needs_no_polars_and_prints_the_same(cache_dir, small):
+    """The first query of a cached trace keeps the tables it read as DuckDB files in the
+    cache entry; later queries of them run on DuckDB alone (no polars, no numpy) and print
+    exactly what the polars path prints."""
+    from proflab import _sqlfast
+    from proflab.readers import load
+
+    load(small)  # the table cache entry
+    fresh = {q: _sql(str(small), q, "--no-cache") for q in _SQL_QUERIES}
+    assert all(_sqlfast.cached_result(small, q) is None for q in _SQL_QUERIES)  # nothing kept yet
+    assert {q: _sql(str(small), q) for q in _SQL_QUERIES} == fresh  # polars path; keeps the tables
+    (entry,) = _entries(cache_dir)
+    assert sorted(p.name.split(".")[0] for p in entry.glob("sql-*.duckdb")) == ["sql-cpu", "sql-devices", "sql-gpu", "sql-steps"]
+    for q in _SQL_QUERIES:
+        assert _sqlfast.cached_result(small, q) is not None, q
+        assert _sql(str(small), q) == fresh[q], q
+    assert _sql(str(small), _SQL_QUERIES[1], "--limit", "3") == _sql(str(small), _SQL_QUERIES[1], "--limit", "3", "--no-cache")
+    code = ("import sys; from proflab.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, 'polars' in sys.modules, 'numpy' in sys.modules)")
+    env = dict(_env(), PROFLAB_CACHE_DIR=str(cache_dir), PROFLAB_CACHE_MIN_MB="0")
+    r = subprocess.run([sys.executable, "-c", code, "sql", str(small), _SQL_QUERIES[1], "-o", str(small.parent / "s.txt"), "-f", "table"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert r.stdout.split() == ["0", "False", "False"], r.stderr
+    assert r.stderr == ""
+    assert (small.parent / "s.txt").read_text() == fresh[_SQL_QUERIES[1]]
+    # a table not kept, an analysis table, or another format: the polars path, same answer
+    assert _sqlfast.cached_result(small, "select count(*) from kernels") is None
+    assert _sql(str(small), "select count(*) n from gpu", "-f", "csv") == "n\n" + fresh[_SQL_QUERIES[0]].split()[2] + "\n"
+    # a damaged file: the polars path answers
+    for f in entry.glob("sql-gpu.*.duckdb"):
+        f.write_bytes(b"not a database")
+    assert _sqlfast.cached_result(small, _SQL_QUERIES[0]) is None
+    assert _sql(str(small), _SQL_QUERIES[0]) == fresh[_SQL_QUERIES[0]]
+
+
+def test_sql_from_the_kept_tables_cannot_reach_outside(cache_dir, small, tmp_path, monkeypatch):
+    """The database the kept tables are attached to is locked as proflab.sql's own: every way
+    out that tests/test_hardening.py tries is refused there too (each query names a table of
+    the trace, so that it takes this path)."""
+    from test_hardening import _SQL_WAYS_OUT
+
+    from proflab import _sqlfast
+    from proflab.errors import QueryError
+    from proflab.readers import load
+    from proflab.sql import query_cached
+
+    load(small)
+    query_cached(small, "select count(*) from gpu, cpu, steps, devices")  # keeps the four tables
+    monkeypatch.chdir(tmp_path)
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    ways = [*_SQL_WAYS_OUT, "INSERT INTO _proflab_gpu.gpu SELECT * FROM gpu", "DETACH _proflab_gpu; ATTACH '{d}/x.db' AS y",
+            "CREATE TABLE _proflab_gpu.gpu2 AS SELECT 1"]
+    refused = 0
+    for template in ways:
+        before = sorted(p.name for p in tmp_path.iterdir())
+        try:
+            # None: not this path's to answer (a catalog word, a result type it does not serve,
+            # decided before anything runs); the polars path then refuses it (test_hardening)
+            assert _sqlfast.cached_result(small, template.format(f=secret, d=tmp_path) + "\n-- gpu") is None, template
+        except QueryError as e:
+            assert "\n" not in str(e)
+            refused += 1
+        assert sorted(p.name for p in tmp_path.iterdir()) == before, "the query wrote a file"
+    assert refused >= len(ways) - 3  # (sniff_csv's result type, a COPY naming kernels, PRAGMA)
+
+
+def test_report_page_of_a_cached_trace_is_the_fresh_one_and_reads_no_trace(cache_dir, small, monkeypatch):
+    """report keeps the page's report and timeline of one trace in the report cache: a
+    repeated report reads no trace and writes the same page."""
+    from proflab.cli import main
+
+    pages = {}
+    for name, extra in (("fresh", ["--no-cache"]), ("first", []), ("again", [])):
+        out = small.parent / f"{name}.html"
+        if name == "again":
+            import proflab.readers
+
+            monkeypatch.setattr(proflab.readers, "load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
+        assert main(["report", str(small), "-o", str(out), *extra]) == 0
+        # (each page has its own random nonce for its scripts)
+        pages[name] = re.sub(r"nonce-[A-Za-z0-9_-]+|nonce=\"[A-Za-z0-9_-]+\"", "NONCE", out.read_text())
+    assert pages["fresh"] == pages["first"] == pages["again"]
+    assert pages["fresh"].count("NONCE") >= 2
+    assert len(list((cache_dir / "reports").iterdir())) == 1

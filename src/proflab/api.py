@@ -49,18 +49,23 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
 
 
 def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,
-            unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None):
+            unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None,
+            cache: bool | None = None, steps: str | None = None, window: str | None = None):
     """Compare two runs: each a trace (path or :class:`Trace`), a list of them (a trace set),
     a folder of traces, or a ``proflab run`` directory (its traces, ``meta.json`` and
     ``monitor.parquet``). Returns a :class:`proflab.analysis.compare.Comparison` whose
     tables are polars DataFrames. ``threshold_pct`` replaces the default noise floor (%);
     ``unprofiled_steps_ms``: (before, after) step times in ms measured without the profiler,
-    which the verdict then rests on."""
+    which the verdict then rests on. ``cache``, ``steps`` and ``window`` as for :func:`load`;
+    a trace file compared before is answered from the report cache (its report and the small
+    tables the comparison needs) without reading it. ``load_trace``, when given, must read
+    with the same ``cache``, ``steps`` and ``window``."""
     from proflab.analysis.compare import compare as _compare
 
-    read = load_trace or load
-    return _compare(_side(before, "before", read, top_kernels), _side(after, "after", read, top_kernels), threshold_pct=threshold_pct,
-                    unprofiled_steps_ms=unprofiled_steps_ms)
+    opts = {"cache": cache, "steps": steps, "window": window}
+    read = load_trace or (lambda p: load(p, **opts))
+    return _compare(_side(before, "before", read, top_kernels, opts), _side(after, "after", read, top_kernels, opts),
+                    threshold_pct=threshold_pct, unprofiled_steps_ms=unprofiled_steps_ms)
 
 
 def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: float | None = None):
@@ -78,7 +83,7 @@ def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: f
     return a
 
 
-def _side(what: Any, tag: str, read: Any, top_kernels: int):
+def _side(what: Any, tag: str, read: Any, top_kernels: int, opts: dict[str, Any] | None = None):
     """One side of a comparison from what ``compare`` accepts."""
     import json
 
@@ -87,10 +92,10 @@ def _side(what: Any, tag: str, read: Any, top_kernels: int):
     from proflab.readers import expand_paths
 
     items = list(what) if isinstance(what, (list, tuple)) else [what]
-    run, monitor, traces = None, None, []
+    run, monitor, sources = None, None, []
     for item in items:
         if isinstance(item, Trace):
-            traces.append(item)
+            sources.append(item)
             continue
         p = Path(item)
         if p.is_dir() and (p / "meta.json").is_file():
@@ -106,8 +111,33 @@ def _side(what: Any, tag: str, read: Any, top_kernels: int):
                 raise SchemaError(p / "meta.json", "expected a JSON object")
             if (p / "monitor.parquet").is_file():
                 monitor = pl.read_parquet(p / "monitor.parquet")
-        traces.extend(read(f) for f in expand_paths([p]))
-    contexts = tuple(Context(t) for t in traces)
-    reports = tuple(report_for(c, top_kernels=top_kernels) for c in contexts)
-    label = str(items[0]) if len(items) == 1 and not isinstance(items[0], Trace) else f"{tag} ({len(traces)} traces)"
-    return Side(label, reports, contexts, run, monitor)
+        sources.extend(expand_paths([p]))
+    # the energy of a run directory needs its traces: such a side is always read
+    got = [_trace_part(s, read, top_kernels, opts or {}, keep_trace=monitor is not None) for s in sources]
+    reports, parts = tuple(r for r, _ in got), tuple(p for _, p in got)
+    label = str(items[0]) if len(items) == 1 and not isinstance(items[0], Trace) else f"{tag} ({len(parts)} traces)"
+    return Side(label, reports, parts, run, monitor)
+
+
+def _trace_part(source: Trace | Path, read: Any, top_kernels: int, opts: dict[str, Any], *, keep_trace: bool):
+    """A trace's report and the tables a comparison takes from it: from the report cache when
+    the file was compared before with the same options, else read, analysed and kept there."""
+    from proflab.analysis.compare import decode_part, encode_part, trace_part
+    from proflab.report import cache as report_cache
+
+    key = None
+    if isinstance(source, Path) and not keep_trace:
+        options = {"compare": 1, "top": top_kernels, "steps": opts.get("steps"), "window": opts.get("window")}
+        key = report_cache.key(source, options, opts.get("cache"))
+        got = report_cache.get_with_extra(key)
+        if got is not None and got[1] is not None:
+            try:
+                return got[0], decode_part(got[1])
+            except Exception:  # a damaged entry: analyse again (and replace it)
+                pass
+    ctx = Context(source if isinstance(source, Trace) else read(source))
+    report = report_for(ctx, top_kernels=top_kernels)
+    part = trace_part(ctx, keep_trace=keep_trace)
+    if key is not None:
+        report_cache.put(key, report, extra=encode_part(part))
+    return report, part

@@ -875,7 +875,8 @@ def _write_html(args: argparse.Namespace) -> int:
     """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
     from proflab.report.page import html_report
 
-    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job)
+    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
+                       cache={"cache": args.cache, "steps": args.steps, "window": args.window})
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
         from proflab.api import analyze
@@ -1022,7 +1023,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         measured = [unprofiled_steps_ms(p) for p in sides]
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
-                         unprofiled_steps_ms=unprofiled)
+                         unprofiled_steps_ms=unprofiled, cache=args.cache, steps=args.steps, window=args.window)
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
@@ -1110,6 +1111,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     if args.output and args.trace and Path(args.output).resolve() == Path(args.trace).resolve():
         raise UsageError(f"{args.output}: refusing to overwrite the input trace")
 
+    text = _cached_sql_text(args, fmt)
+    if text is not None:
+        return _write_out(args, text)
     from proflab import sql
 
     load = _loader(args, show_progress=fmt == "table")
@@ -1214,6 +1218,17 @@ def _cells(values: list, *, is_float: bool) -> list[str]:
 def _frame_text(df, *, width: int, limit: int | None) -> str:
     """A result as a plain table in ``width`` columns: the leading columns that fit, at most
     ``limit`` rows, and a note saying what was left out and how to get it."""
+    if df.width == 0:
+        return "(the statement returned no result)\n"
+    shown = _flat(df.head(limit) if limit else df)
+    return _table_text(shown.columns, [t.is_numeric() for t in shown.dtypes],
+                       {c: _cells(shown[c].to_list(), is_float=t.is_float()) for c, t in shown.schema.items()},
+                       shown.height, df.height, width)
+
+
+def _table_text(columns: list[str], numeric: list[bool], cells: dict[str, list[str]], height: int, total: int, width: int) -> str:
+    """The table of ``_frame_text`` from its columns' text (``_cells``): ``height`` rows shown
+    of ``total``. Needs no polars (``proflab sql`` from the cache uses it directly)."""
     import io
     import textwrap
 
@@ -1225,35 +1240,30 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
 
     from proflab.render._text import printable
 
-    if df.width == 0:
-        return "(the statement returned no result)\n"
-    total = df.height
-    shown = _flat(df.head(limit) if limit else df)
-    cells = {c: _cells(shown[c].to_list(), is_float=t.is_float()) for c, t in shown.schema.items()}
-    right = {c: t.is_numeric() for c, t in shown.schema.items()}
+    right = dict(zip(columns, numeric))
     console = Console(width=width, file=io.StringIO(), color_system=None, highlight=False)
 
     def table(cols: list[str]) -> Table:
         t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="")
         for c in cols:
             t.add_column(Text(printable(c)), justify="right" if right[c] else "left", no_wrap=True, overflow="ellipsis", max_width=_MAX_CELL)
-        for i in range(shown.height):
+        for i in range(height):
             t.add_row(*(Text(cells[c][i]) for c in cols))
         return t
 
     # The leading columns that fit at their natural width (3 cells between columns).
     cols: list[str] = []
     used = -_GUTTER
-    for c in shown.columns:
+    for c in columns:
         natural = min(max(cell_len(x) for x in [printable(c), *cells[c]]), _MAX_CELL)
         if cols and used + _GUTTER + natural > width:
             break
         cols.append(c)
         used += _GUTTER + natural
     console.print(table(cols))
-    notes = [f"{total} row{'s' if total != 1 else ''}" if shown.height == total else
-             f"{shown.height} of {total} rows shown (--limit N; 0 for all; -f csv, json or parquet writes all)"]
-    hidden = shown.columns[len(cols):]
+    notes = [f"{total} row{'s' if total != 1 else ''}" if height == total else
+             f"{height} of {total} rows shown (--limit N; 0 for all; -f csv, json or parquet writes all)"]
+    hidden = columns[len(cols):]
     if hidden:
         notes.append(f"{len(hidden)} more column{'s' if len(hidden) != 1 else ''} not shown: {', '.join(hidden)}")
     text = "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines())
@@ -1261,6 +1271,22 @@ def _frame_text(df, *, width: int, limit: int | None) -> str:
         text += "\n".join(textwrap.wrap(note, width=width, subsequent_indent="  ", break_on_hyphens=False)) + "\n"
     return text
 
+
+def _cached_sql_text(args: argparse.Namespace, fmt: str) -> str | None:
+    """The terminal table of a query over a cached trace's own tables, by DuckDB alone
+    (``_sqlfast``: no polars); None when that path cannot answer it."""
+    if fmt != "table" or args.tables or not args.trace or not args.query or args.steps or args.window or Path(args.trace).is_dir():
+        return None
+    from proflab import _sqlfast
+
+    limit = args.limit if args.limit is not None else _TABLE_ROWS
+    r = _sqlfast.cached_result(args.trace, args.query, cache=args.cache, limit=limit or None)
+    if r is None:
+        return None
+    if not r.columns:
+        return "(the statement returned no result)\n"
+    cells = {c: _cells([row[i] for row in r.rows], is_float=f) for i, (c, f) in enumerate(zip(r.columns, r.floats))}
+    return _table_text(r.columns, r.numeric, cells, len(r.rows), r.total, _sql_width(args))
 
 
 def _emit_frame(args: argparse.Namespace, df, fmt: str) -> int:

@@ -30,7 +30,8 @@ has its own tables, from the cross-rank analysis (``analysis.ranks``; ``JOB_TABL
 Enum columns become plain text. Only the tables a query names are built (all of them when it
 names none, e.g. ``SHOW TABLES``), and they are copied into a private in-memory database.
 From the columnar cache (``query_cached``), a query of the trace's own tables reads only
-those tables; the analysis tables need the whole trace.
+those tables, and keeps them as DuckDB files in the cache entry: the next query of them is
+answered by DuckDB alone (``_sqlfast``); the analysis tables need the whole trace.
 Before the user's SQL runs, that database is locked: no file, network or extension access,
 no spilling to a temporary directory, and no setting can be changed back.
 
@@ -46,25 +47,16 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
+from proflab._sqlfast import _ArrowStream
+from proflab._sqlfast import TABLES, lock
+from proflab._sqlfast import one_line as _one_line
+from proflab._sqlfast import referenced as _referenced
 from proflab.errors import QueryError
 
 if TYPE_CHECKING:  # pragma: no cover
     from proflab.model import Trace
 
 __all__ = ["TABLES", "JOB_TABLES", "query", "query_cached", "tables", "catalog", "query_job", "job_tables", "job_catalog"]
-
-TABLES: dict[str, str] = {
-    "gpu": "kernels, memcpy and memset on the devices (ns, bytes)",
-    "cpu": "host ops, annotations, Python frames, CUDA API calls (ns)",
-    "steps": "profiler steps (ProfilerStep#N), host-side windows (ns)",
-    "devices": "device properties as the trace reports them",
-    "kernels": "one row per kernel with its launch call and operator (ns)",
-    "memcpy_summary": "copies by direction and memory kinds (bytes, ns, GB/s)",
-    "gaps": "GPU idle gaps and their cause (ns)",
-    "step_breakdown": "GPU time per step and device, split by kind (ns)",
-    "hot_kernels": "kernels by name, largest total time first (ns, %)",
-    "ranges": "NVTX/record_function ranges and GPU time launched (ns)",
-}
 
 JOB_TABLES: dict[str, str] = {
     "job_ranks": "one row per rank: step, compute, communication, wait, exposed parts, overlap (ms, %); "
@@ -109,8 +101,6 @@ MEMCPY_SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "pageable": pl.Boolean,
 }
 # Memcpy-only columns, always null on a kernel row.
-# Words that query DuckDB's catalog: such a query should see every table.
-_CATALOG_WORDS = {"information_schema", "duckdb_tables", "duckdb_columns", "duckdb_views", "show", "pragma"}
 # Result types polars cannot take as they come out of DuckDB: widened, narrowed or spelled out.
 _CAST = {"HUGEINT": "BIGINT", "UHUGEINT": "UBIGINT"}
 _AS_TEXT = re.compile(r"^(?:UUID|BIT|ENUM\(|UNION\(|MAP\(|VARINT|BIGNUM|TIME WITH TIME ZONE|TIMETZ|GEOMETRY)")
@@ -214,29 +204,6 @@ def tables(trace: Trace | str | Path) -> dict[str, pl.DataFrame]:
 # -- DuckDB ------------------------------------------------------------------------------------
 
 
-class _ArrowStream:
-    """Hands a polars frame to DuckDB through the Arrow PyCapsule interface (no pyarrow)."""
-
-    def __init__(self, df: pl.DataFrame) -> None:
-        self._df = df
-
-    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
-        return self._df.__arrow_c_stream__(requested_schema)
-
-
-def _one_line(e: BaseException, names: dict[str, str] = TABLES) -> str:
-    """DuckDB's message on one line: caret-marker lines dropped, the rest joined."""
-    lines = [ln.strip() for ln in str(e).splitlines()]
-    text = " ".join(ln for ln in lines if ln and set(ln) - set("^ "))
-    # DuckDB suggests its own catalog tables ("Did you mean pg_enum?"): name ours instead.
-    m = re.search(r'Did you mean "([^"]+)"\?', text)
-    if m and m.group(1) not in names:
-        text = text[: m.start()].rstrip()
-    if "Table with name" in text and "does not exist" in text:
-        text += f" (tables: {', '.join(names)}; `proflab sql --tables` lists their columns)"
-    return text
-
-
 def _connect(frames: dict[str, pl.DataFrame]):
     """A private in-memory database holding ``frames`` as tables, locked against the outside."""
     import duckdb
@@ -249,22 +216,11 @@ def _connect(frames: dict[str, pl.DataFrame]):
             con.register("_proflab_load", _ArrowStream(df))
             con.execute(f'CREATE TABLE "{name}" AS SELECT * FROM _proflab_load')
             con.unregister("_proflab_load")
-        # The temporary directory is always readable and writable, even without external
-        # access: with none, user SQL can touch no file at all (large sorts stay in memory).
-        con.execute("SET temp_directory = ''")
-        con.execute("SET enable_external_access = false")
-        con.execute("SET lock_configuration = true")
+        lock(con)
     except BaseException:
         con.close()
         raise
     return con
-
-
-def _referenced(sql: str, names: dict[str, str] = TABLES) -> list[str]:
-    """The tables a query may read: every one whose name appears in it as a word, or all."""
-    words = set(re.findall(r"[a-z_][a-z0-9_]*", sql.lower()))
-    named = [t for t in names if t in words]
-    return list(names) if not named or words & _CATALOG_WORDS else named
 
 
 def _polars_type(duck_type: str) -> pl.DataType | None:
@@ -394,6 +350,10 @@ def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl
     except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
         _cache.drop(p)  # damaged after all: the caller reads the trace again
         return None
+    from proflab._sqlfast import store_table
+
+    for name, df in frames.items():  # the next query of these tables needs no polars (_sqlfast)
+        store_table(entry.dir, name, df)
     return _run({name: (lambda df=df: df) for name, df in frames.items()}, TABLES, sql)
 
 

@@ -21,9 +21,9 @@ from reading as a change, while a sync removal on a loop whose host holds 22 % o
 (floor 11 %) still shows. A side of several traces (repeats, ranks) is resampled by run, so
 its own drift widens the interval. Three runs are few: record more and revise the constants.
 
-Everything here is computed from the two sides' analysis contexts (their models) and
-reports; per-step quantities are means over the GPU-side steps, so the parts of the
-breakdown add up to the mean step. Times are ms per step unless a name says otherwise; with
+Everything here is computed from the two sides' analysis contexts (their models, through
+:func:`trace_part`) and reports; per-step quantities are means over the GPU-side steps, so
+the parts of the breakdown add up to the mean step. Times are ms per step unless a name says otherwise; with
 no profiler steps on either side they are totals over the analysed window (``per`` says).
 """
 
@@ -44,7 +44,7 @@ from proflab.report import Report
 
 __all__ = [
     "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
-    "Side", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
+    "Side", "TracePart", "trace_part", "encode_part", "decode_part", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
 ]  # fmt: skip
 
 SCHEMA_ID = "proflab.compare/1"
@@ -63,14 +63,140 @@ _PARTS = ("compute", "communication", "memcpy", "memset")
 
 @dataclass(frozen=True)
 class Side:
-    """One side of a comparison: the reports of its traces and the contexts (models) they
-    came from; for a run directory also its ``meta.json`` and monitor samples."""
+    """One side of a comparison: the reports of its traces and what the comparison takes from
+    each trace (:class:`TracePart`, from its context); for a run directory also its
+    ``meta.json`` and monitor samples."""
 
     label: str
     reports: tuple[Report, ...]
-    contexts: tuple[Context, ...]
+    parts: tuple[TracePart, ...]
     run: dict[str, Any] | None = None
     monitor: pl.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class TracePart:
+    """What a comparison needs of one trace: a few small tables, summed per name or per step,
+    so that comparing traces analysed before is answered from the report cache
+    (``report.cache``) without reading them. ``trace`` is kept only where the energy of a run
+    directory needs it."""
+
+    steps: pl.DataFrame | None  # per step and device: dur_ns, GPU parts, idle by cause; None: no steps
+    gpu_steps: int  # GPU-side step rows (all step rows when the trace has no GPU-side steps)
+    kernels_in_steps: pl.DataFrame  # name, ns, count: kernels that start inside a GPU-side step
+    kernels: pl.DataFrame  # the same over the whole window
+    op_gpu_in_steps: pl.DataFrame  # name, gpu_ns: GPU time by launching operator, inside steps
+    op_gpu: pl.DataFrame
+    op_host_in_steps: pl.DataFrame  # name, host_ns: cpu_op host time, starting inside host steps
+    op_host: pl.DataFrame
+    ranges: pl.DataFrame  # name, gpu_ns, host_ns
+    with_stack: bool | None = None  # None: not a Kineto trace (its settings are not compared)
+    record_shapes: bool | None = None
+    trace: Any = None
+
+
+PART_FRAMES = ("steps", "kernels_in_steps", "kernels", "op_gpu_in_steps", "op_gpu", "op_host_in_steps", "op_host", "ranges")
+
+
+def trace_part(ctx: Context, *, keep_trace: bool = False) -> TracePart:
+    """The comparison's tables of one trace (see :class:`TracePart`)."""
+    st = ctx.step_table
+    has_gpu = ctx.trace.has_gpu
+    gpu_side = st.height and "gpu" in st["side"].cast(pl.String).to_list()
+    gs = st.filter(pl.col("side").cast(pl.String) == "gpu") if gpu_side else st
+    steps = None
+    if st.height:
+        rows = gs
+        if has_gpu:
+            g = ctx.gaps.filter(pl.col("step").is_not_null())
+            causes = (
+                g.with_columns(pl.col("cause").cast(pl.String))
+                .group_by("step", "device")
+                .agg([pl.col("dur_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns") for c in CAUSES])
+            )
+            rows = rows.join(causes, on=["step", "device"], how="left").with_columns(
+                pl.col(f"idle_{c}_ns").fill_null(0) for c in CAUSES
+            )
+        # a trace with no GPU activity has no GPU parts at all: missing, not zero
+        gpu_cols = ("busy_ns", *(f"{p}_ns" for p in _PARTS), "idle_ns", *(f"idle_{c}_ns" for c in CAUSES)) if has_gpu else ()
+        steps = rows.select([c for c in ("step", "device", "dur_ns", *gpu_cols) if c in rows.columns])
+    k = ctx.kernel_rows.select("name", "op", "start_ns", "dur_ns") if has_gpu else None
+    k_in = _in_steps(k, gs, "start_ns") if k is not None else None
+    cpu = ctx.trace.cpu.filter(pl.col("cat") == "cpu_op").select("name", "start_ns", "dur_ns")
+    host_steps = ctx.trace.steps.select("start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+    rt = ctx.range_table
+    ranges = (
+        rt.group_by("name").agg(pl.col("gpu_ns").sum(), pl.col("host_ns").sum())
+        if rt.height
+        else pl.DataFrame(schema={"name": pl.String, "gpu_ns": pl.Int64, "host_ns": pl.Int64})
+    )
+    m, allcpu = ctx.trace.meta, ctx.trace.cpu
+    stack = shapes = None
+    if m.format == "kineto":
+        stack = m.with_stack if m.with_stack is not None else bool((allcpu["cat"] == "python_function").any())
+        ops = allcpu.filter(pl.col("cat") == "cpu_op")
+        has_shapes = bool(ops.height and "input_types" in ops.columns and ops["input_types"].null_count() < ops.height)
+        shapes = m.record_shapes if m.record_shapes is not None else has_shapes
+    return TracePart(
+        steps=steps,
+        gpu_steps=gs.height,
+        kernels_in_steps=_by_kernel(k_in),
+        kernels=_by_kernel(k),
+        op_gpu_in_steps=_by_op(k_in),
+        op_gpu=_by_op(k),
+        op_host_in_steps=_by_host(_in_steps(cpu, host_steps, "start_ns")),
+        op_host=_by_host(cpu),
+        ranges=ranges,
+        with_stack=stack,
+        record_shapes=shapes,
+        trace=ctx.trace if keep_trace else None,
+    )
+
+
+def encode_part(part: TracePart) -> dict[str, Any]:
+    """``part`` as JSON values for the report cache: each table as Arrow IPC (base64), which
+    keeps its types exactly."""
+    import base64
+    import io
+
+    frames = {}
+    for name in PART_FRAMES:
+        df = getattr(part, name)
+        if df is not None:
+            buf = io.BytesIO()
+            df.write_ipc(buf)
+            frames[name] = base64.b64encode(buf.getvalue()).decode("ascii")
+    return {"frames": frames, "gpu_steps": part.gpu_steps, "with_stack": part.with_stack, "record_shapes": part.record_shapes}
+
+
+def decode_part(d: dict[str, Any]) -> TracePart:
+    """The inverse of :func:`encode_part` (raises on anything damaged)."""
+    import base64
+    import io
+
+    frames = {name: (pl.read_ipc(io.BytesIO(base64.b64decode(d["frames"][name]))) if name in d["frames"] else None)
+              for name in PART_FRAMES}
+    if any(frames[n] is None for n in PART_FRAMES if n != "steps"):
+        raise ValueError("a table is missing")
+    return TracePart(**frames, gpu_steps=int(d["gpu_steps"]), with_stack=d["with_stack"], record_shapes=d["record_shapes"])
+
+
+def _by_kernel(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None or not df.height:
+        return pl.DataFrame(schema={"name": pl.String, "ns": pl.Int64, "count": pl.UInt32})
+    return df.group_by("name").agg(pl.col("dur_ns").sum().alias("ns"), pl.len().alias("count"))
+
+
+def _by_op(df: pl.DataFrame | None) -> pl.DataFrame:
+    if df is None or not df.height:
+        return pl.DataFrame(schema={"name": pl.String, "gpu_ns": pl.Int64})
+    return df.group_by(pl.col("op").fill_null("(no operator)").alias("name")).agg(pl.col("dur_ns").sum().alias("gpu_ns"))
+
+
+def _by_host(df: pl.DataFrame) -> pl.DataFrame:
+    if not df.height:
+        return pl.DataFrame(schema={"name": pl.String, "host_ns": pl.Int64})
+    return df.group_by("name").agg(pl.col("dur_ns").sum().alias("host_ns"))
 
 
 # -- names -------------------------------------------------------------------------------
@@ -165,27 +291,11 @@ def _r(v: float | None, nd: int = 3) -> float | None:
 def _step_rows(side: Side) -> pl.DataFrame:
     """One row per step and device over all of a side's traces: duration and its parts
     (ns), idle by cause. GPU-side steps where a trace has them, its host ranges otherwise."""
-    frames = []
-    for i, ctx in enumerate(side.contexts):
-        st = ctx.step_table
-        if st.height == 0:
-            continue
-        if "gpu" in st["side"].cast(pl.String).to_list():
-            st = st.filter(pl.col("side").cast(pl.String) == "gpu")
-        if ctx.trace.has_gpu:
-            g = ctx.gaps.filter(pl.col("step").is_not_null())
-            causes = (
-                g.with_columns(pl.col("cause").cast(pl.String))
-                .group_by("step", "device")
-                .agg([pl.col("dur_ns").filter(pl.col("cause") == c).sum().alias(f"idle_{c}_ns") for c in CAUSES])
-            )
-            st = st.join(causes, on=["step", "device"], how="left").with_columns(
-                pl.col(f"idle_{c}_ns").fill_null(0) for c in CAUSES
-            )
-        # a trace with no GPU activity has no GPU parts at all: missing, not zero
-        gpu_cols = ("busy_ns", *(f"{p}_ns" for p in _PARTS), "idle_ns", *(f"idle_{c}_ns" for c in CAUSES)) if ctx.trace.has_gpu else ()
-        cols = [c for c in ("step", "device", "dur_ns", *gpu_cols) if c in st.columns]
-        frames.append(st.select(cols).with_columns(pl.lit(i, dtype=pl.Int32).alias("trace")))
+    frames = [
+        part.steps.with_columns(pl.lit(i, dtype=pl.Int32).alias("trace"))
+        for i, part in enumerate(side.parts)
+        if part.steps is not None
+    ]
     if not frames:
         return pl.DataFrame(schema={"trace": pl.Int32, "step": pl.Int64, "dur_ns": pl.Int64})
     return pl.concat(frames, how="diagonal_relaxed")
@@ -214,28 +324,18 @@ class _Totals:
 
 def _totals(side: Side, per_step: bool) -> _Totals:
     kernels, ops, ranges, n = [], [], [], 0
-    for ctx in side.contexts:
-        st = ctx.step_table
+    for part in side.parts:
         if per_step:
-            gs = st.filter(pl.col("side").cast(pl.String) == "gpu") if "gpu" in st["side"].cast(pl.String).to_list() else st
-            n += gs.height
-        else:
-            gs = st.clear()
-        k = ctx.kernel_rows.select("name", "op", "start_ns", "dur_ns") if ctx.trace.has_gpu else None
-        if k is not None and per_step:
-            k = _in_steps(k, gs, "start_ns")
-        if k is not None and k.height:
-            kernels.append(k.group_by("name").agg(pl.col("dur_ns").sum().alias("ns"), pl.len().alias("count")))
-            ops.append(k.group_by(pl.col("op").fill_null("(no operator)").alias("name")).agg(pl.col("dur_ns").sum().alias("gpu_ns")))
-        cpu = ctx.trace.cpu.filter(pl.col("cat") == "cpu_op").select("name", "start_ns", "dur_ns")
-        if per_step:
-            host_steps = ctx.trace.steps.select("start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-            cpu = _in_steps(cpu, host_steps, "start_ns")
-        if cpu.height:
-            ops.append(cpu.group_by("name").agg(pl.col("dur_ns").sum().alias("host_ns")))
-        rt = ctx.range_table
-        if rt.height:
-            ranges.append(rt.group_by("name").agg(pl.col("gpu_ns").sum(), pl.col("host_ns").sum()))
+            n += part.gpu_steps
+        k = part.kernels_in_steps if per_step else part.kernels
+        if k.height:
+            kernels.append(k)
+            ops.append(part.op_gpu_in_steps if per_step else part.op_gpu)
+        host = part.op_host_in_steps if per_step else part.op_host
+        if host.height:
+            ops.append(host)
+        if part.ranges.height:
+            ranges.append(part.ranges)
     per_n = max(n, 1) if per_step else 1
 
     def cat(frames, schema):
@@ -331,8 +431,8 @@ class Comparison:
         y = a["dur_ns"].to_numpy() / 1e6 if a.height else np.array([])
         gx = b["trace"].to_numpy() if b.height else None
         gy = a["trace"].to_numpy() if a.height else None
-        return _change(x, y, gx, gy) | {"side": self._side_name(), "runs_before": len(self.before.contexts),
-                                        "runs_after": len(self.after.contexts)}
+        return _change(x, y, gx, gy) | {"side": self._side_name(), "runs_before": len(self.before.parts),
+                                        "runs_after": len(self.after.parts)}
 
     def _samples(self) -> tuple[np.ndarray, np.ndarray]:
         if self.unprofiled_steps_ms is not None:
@@ -632,14 +732,11 @@ def _settings(side: Side) -> dict[str, bool | None]:
     """What the profiler recorded, from the traces themselves where the metadata is silent:
     Python stacks (python_function events) and input shapes."""
     stack, shapes = set(), set()
-    for ctx in side.contexts:
-        m, cpu = ctx.trace.meta, ctx.trace.cpu
-        if m.format != "kineto":
+    for part in side.parts:
+        if part.with_stack is None:  # not a Kineto trace
             continue
-        stack.add(m.with_stack if m.with_stack is not None else bool((cpu["cat"] == "python_function").any()))
-        ops = cpu.filter(pl.col("cat") == "cpu_op")
-        has_shapes = bool(ops.height and "input_types" in ops.columns and ops["input_types"].null_count() < ops.height)
-        shapes.add(m.record_shapes if m.record_shapes is not None else has_shapes)
+        stack.add(part.with_stack)
+        shapes.add(part.record_shapes)
     one = lambda s: next(iter(s)) if len(s) == 1 else None  # noqa: E731
     return {"with_stack": one(stack), "record_shapes": one(shapes)}
 
@@ -677,7 +774,7 @@ def _energy(side: Side) -> dict[str, Any] | None:
         return None
     from proflab.analysis.energy import energy_of, energy_per_step
 
-    a = energy_of(mon, side.run, [c.trace for c in side.contexts])
+    a = energy_of(mon, side.run, [p.trace for p in side.parts])
     e, why = energy_per_step(a)
     return {"energy_per_step_j": e, "refused": why or None, "run_energy_j": a.energy_j}
 

@@ -6,6 +6,9 @@ holds the trace's own key (resolved path, size, modification time, reader versio
 columnar cache's, ``readers._cachedir``), a hash of every proflab source (any change to the
 code makes new entries), and the options that change the report: the path as given (it is
 in the report), ``--top``, the unprofiled step time, ``--steps`` and ``--window``.
+``compare`` keeps each side's trace the same way, under its own key, with the small tables a
+comparison takes from the trace beside its report (``analysis.compare.TracePart``), and
+``report`` keeps the page's report of one trace with its timeline (``analysis.overview``).
 
 Tuples and dictionaries with keys that are not text are tagged in the JSON, and a report is
 kept only when it survives the round trip exactly (same types, same values), so a cached
@@ -28,7 +31,7 @@ from typing import Any
 from proflab.readers._cachedir import analysis_version, cache_root, enabled, touch, trace_key, trim
 from proflab.report import Finding, Missing, Report
 
-__all__ = ["key", "get", "put"]
+__all__ = ["key", "get", "get_with_extra", "put"]
 
 
 def key(path: Path, options: dict[str, Any], cache: bool | None) -> str | None:
@@ -106,6 +109,13 @@ def _same(a: Any, b: Any) -> bool:
 
 def get(k: str | None) -> Report | None:
     """The cached report, or None (a damaged entry is removed)."""
+    got = get_with_extra(k)
+    return None if got is None else got[0]
+
+
+def get_with_extra(k: str | None) -> tuple[Report, Any] | None:
+    """The cached report and what was kept with it (``put``'s ``extra``; None when nothing),
+    or None (a damaged entry is removed)."""
     if k is None:
         return None
     f = _file(k)
@@ -125,18 +135,20 @@ def get(k: str | None) -> Report | None:
             pass
         return None
     touch(f)
-    return report
+    return report, d.get("extra")
 
 
-def put(k: str | None, report: Report) -> bool:
-    """Keep ``report`` under ``k`` when it survives the JSON round trip; never raises."""
+def put(k: str | None, report: Report, extra: dict[str, Any] | None = None) -> bool:
+    """Keep ``report`` under ``k`` when it survives the JSON round trip; never raises.
+    ``extra``: JSON values kept beside it (a comparison keeps its per-trace tables there)."""
     if k is None:
         return False
     tmp = None
     try:
         encoded = _encode(report)
-        text = json.dumps({"_version": analysis_version(), "report": encoded})
-        if not _same(_decode(json.loads(text, object_hook=_unwrap)["report"]), report):
+        text = json.dumps({"_version": analysis_version(), "report": encoded, **({"extra": _wrap(extra)} if extra else {})})
+        back = json.loads(text, object_hook=_unwrap)
+        if not _same(_decode(back["report"]), report) or (extra and not _same(back["extra"], extra)):
             return False  # a value JSON cannot carry as it is (a tuple in evidence, a non-text key)
         f = _file(k)
         f.parent.mkdir(parents=True, exist_ok=True)

@@ -15,24 +15,27 @@ __all__ = ["html_report"]
 
 
 def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | None = None, top_kernels: int = 15,
-                bare_step_ms: float | None = None, job: bool = True, title: str | None = None) -> str:
+                bare_step_ms: float | None = None, job: bool = True, title: str | None = None,
+                cache: dict[str, Any] | None = None) -> str:
     """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
     view), a folder of traces or a run directory. ``load`` reads one trace (default
-    ``proflab.load``)."""
-    from proflab.analysis.context import Context
-    from proflab.analysis.overview import overview
-    from proflab.api import load as _load
+    ``proflab.load``). ``cache``: the reading options ``load`` uses (``cache``, ``steps``,
+    ``window``); with them, the page of one trace file is built from the report cache (its
+    report and timeline) when it was made before, without reading the trace."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.readers import expand_paths
     from proflab.render.html import render_html
-    from proflab.report.assemble import report_for
 
-    read = load or _load
     files = expand_paths([str(p) for p in paths])
     run_dir = Path(paths[0]) if len(paths) == 1 and Path(paths[0]).is_dir() else None
     monitor, energy = _run_extras(run_dir)
     if len(files) >= 2 and job:
         from proflab.analysis import jobs
+        from proflab.analysis.context import Context
+        from proflab.analysis.overview import overview
+        from proflab.api import load as _load
+
+        read = load or _load
 
         try:
             rep = jobs.analyze_job(files, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
@@ -44,6 +47,22 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
             return render_html(rep, overviews=overviews, monitor=monitor, energy=energy, title=title)
     reports, overviews = [], []
     deep = _ncu_pages(run_dir)
+    key = None
+    if cache is not None and len(files) == 1 and not deep:
+        from proflab.report import cache as report_cache
+
+        options = {"html": 1, "top": top_kernels, "bare_step_ms": bare_step_ms or unprofiled_step_ms(files[0]),
+                   "steps": cache.get("steps"), "window": cache.get("window"), "job": job}
+        key = report_cache.key(files[0], options, cache.get("cache"))
+        got = report_cache.get_with_extra(key)
+        if got is not None and isinstance(got[1], dict) and "overview" in got[1]:
+            return render_html([got[0]], overviews=[got[1]["overview"]], monitor=monitor, energy=energy, title=title)
+    from proflab.analysis.context import Context
+    from proflab.analysis.overview import overview
+    from proflab.api import load as _load
+    from proflab.report.assemble import report_for
+
+    read = load or _load
     traces = {}
     if len(files) == 1 and job and not deep:
         trace = traces[files[0]] = read(files[0])
@@ -65,6 +84,8 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         else:
             reports.append(report_for(ctx, top_kernels=top_kernels))
         overviews.append(overview(ctx) if trace.has_gpu or trace.steps.height else None)
+    if key is not None:  # (one Kineto trace, or an export of one process: a job page returned above)
+        report_cache.put(key, reports[0], extra={"overview": overviews[0]})
     return render_html(reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
 
 
