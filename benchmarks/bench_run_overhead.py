@@ -203,6 +203,10 @@ def main() -> int:
         longest[mode] = max(longest.get(mode, 0.0), r["wall_s"])
         m = medians(r["iter_ms"])
         runs[mode].append({"kind": kind, **m, "wall_s": round(r["wall_s"], 1), "meta": r["meta"]})
+        if args.json:  # kept as it goes: a run cut short still leaves its runs
+            Path(args.json + ".partial").write_text(json.dumps(
+                {m_: [{k: v for k, v in x.items() if k != "meta"} | {"notes": (x["meta"] or {}).get("notes")} for x in rs]
+                 for m_, rs in runs.items()}))
         print(f"  run {sum(map(len, runs.values())):2d} {mode:8s} {kind:8s} after {m['after_ms']:.2f}  in-window "
               f"{m['window_ms']:.2f}  iteration 8 {m['window_end_ms']:.1f}  held {held_ms(r['meta'])}  "
               f"({r['wall_s']:.1f} s)", flush=True)
