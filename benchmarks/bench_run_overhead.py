@@ -2,7 +2,7 @@
 with runs interleaved so that drift between processes hits both alike.
 
     python benchmarks/bench_run_overhead.py [--iters 120] [--eager-pairs 5] [--nomon 2]
-        [--compiled-pairs 2] [--budget-s 400] [--json OUT.json] [--probe-if-residual]
+        [--compiled-pairs 2] [--budget-s 400] [--json OUT.json] [--probe-if-residual] [--cpus 0-7]
 
 Runs examples/gpt_train.py (a small GPT that times its own iterations, synchronised by
 ``loss.item()``) bare and under ``proflab run`` with the default window (wait 3, warm-up 1,
@@ -23,7 +23,7 @@ the mean of the bare runs next to them in the schedule, the in-window ratio (ite
 and the window-end stall (iteration 8 over its bare median, and the stall the run's notes
 state). ``--probe-if-residual``: when a profiled variant's ratio exceeds 1.02, runs
 ``probe_profiler_residue.py`` scenarios with ``TEARDOWN_CUPTI=1`` (as ``proflab run`` sets) in
-the time left.
+the time left. ``--cpus`` pins every run (bare and profiled alike) to those CPUs.
 """
 
 from __future__ import annotations
@@ -47,9 +47,10 @@ AFTER_FROM = 20
 
 
 def run_once(mode: str, proflab: list[str] | None, *, iters: int, startup_s: float, env_extra: dict | None = None,
-             root: str | None = None, timeout_s: int = 400) -> dict:
+             root: str | None = None, timeout_s: int = 400, cpus: set[int] | None = None) -> dict:
     """One run of the GPT script: bare (``proflab=None``) or under ``proflab run`` with
-    those options. Returns {"iter_ms": [...], "meta": {...} or None}."""
+    those options, on ``cpus`` when given (the affinity every process of the run inherits).
+    Returns {"iter_ms": [...], "meta": {...} or None}."""
     prog = [sys.executable, str(SCRIPT), "--iters", str(iters), "--startup-s", str(startup_s)]
     if mode == "compiled":
         prog.append("--compile")
@@ -57,7 +58,8 @@ def run_once(mode: str, proflab: list[str] | None, *, iters: int, startup_s: flo
     root = root or tempfile.mkdtemp(prefix="bench_run_")
     cmd = prog if proflab is None else [sys.executable, "-m", "proflab", "run", "-o", root, "--no-analyze", *proflab, "--", *prog]
     t0 = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, preexec_fn=pin)
     wall = time.perf_counter() - t0
     lines = [l for l in done.stdout.splitlines() if l.startswith('{"iter_ms"')]
     if done.returncode != 0 or not lines:
@@ -72,8 +74,10 @@ def run_once(mode: str, proflab: list[str] | None, *, iters: int, startup_s: flo
 
 
 def medians(iter_ms: list[float]) -> dict:
+    after = sorted(iter_ms[AFTER_FROM:])
     return {
-        "after_ms": statistics.median(iter_ms[AFTER_FROM:]),
+        "after_ms": statistics.median(after),
+        "after_p10_p90_ms": [after[len(after) // 10], after[len(after) * 9 // 10]],
         "window_ms": statistics.median(iter_ms[IN_WINDOW.start:IN_WINDOW.stop]),
         "window_end_ms": iter_ms[IN_WINDOW.stop - 1],
     }
@@ -182,11 +186,18 @@ def main() -> int:
     p.add_argument("--budget-s", type=float, default=1e9, help="start no run that would end after this")
     p.add_argument("--json", help="write every run's medians and the summaries here")
     p.add_argument("--probe-if-residual", action="store_true")
+    p.add_argument("--cpus", help="run every process on these CPUs (e.g. 0-7,16): the same for bare and profiled")
     args = p.parse_args()
+    cpus = None
+    if args.cpus:
+        cpus = set()
+        for part in args.cpus.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
     t_start = time.perf_counter()
     print(f"bench_run_overhead: {args.iters} iterations; after-window = iterations {AFTER_FROM}..{args.iters - 1}, "
           f"in-window = iterations {IN_WINDOW.start}..{IN_WINDOW.stop - 1}; {STARTUP_S:.0f} s slow start; "
-          f"profiled: proflab run {' '.join(PROFILED)}; times in ms", flush=True)
+          f"profiled: proflab run {' '.join(PROFILED)}; CPUs {args.cpus or 'any'}; times in ms", flush=True)
     plan = [("eager", k) for k in schedule(args.eager_pairs, args.nomon)]
     plan += [("compiled", k) for k in schedule(args.compiled_pairs, 0)]
     longest: dict[str, float] = {}
@@ -199,7 +210,7 @@ def main() -> int:
             skipped.append(f"{mode} {kind}")
             continue
         opts = None if kind == "bare" else PROFILED + (["--no-monitor"] if kind == "nomon" else [])
-        r = run_once(mode, opts, iters=args.iters, startup_s=STARTUP_S)
+        r = run_once(mode, opts, iters=args.iters, startup_s=STARTUP_S, cpus=cpus)
         longest[mode] = max(longest.get(mode, 0.0), r["wall_s"])
         m = medians(r["iter_ms"])
         runs[mode].append({"kind": kind, **m, "wall_s": round(r["wall_s"], 1), "meta": r["meta"]})
@@ -232,6 +243,7 @@ def main() -> int:
             for r in rs:
                 r["notes"] = (r.pop("meta") or {}).get("notes")
         Path(args.json).write_text(json.dumps({"iters": args.iters, "startup_s": STARTUP_S, "profiled": PROFILED,
+                                               "cpus": args.cpus,
                                                "runs": runs, "summaries": summaries, "skipped": skipped,
                                                "probes": probes}, indent=1))
     print(f"done in {time.perf_counter() - t_start:.0f} s", flush=True)
