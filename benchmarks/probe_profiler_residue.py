@@ -38,6 +38,13 @@ SCENARIOS = {
     "dropped_kept_then_saved": (["keep"], "after", {}),
     # the stopped session's result freed at once (del + gc.collect())
     "dropped_collected": (["dropgc"], "after", {}),
+    # with CUPTI teardown (what proflab run sets): one session, two, a dropped one then a saved
+    # one, and the same without lazy re-initialisation
+    "one_exported_teardown": (["export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "two_exported_teardown": (["export", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "dropped_then_exported_teardown": (["drop", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "dropped_then_exported_teardown_no_lazy_reinit": (["drop", "export"], "after", {"TEARDOWN_CUPTI": "1", "DISABLE_CUPTI_LAZY_REINIT": "1"}),
+    "before_ctx_then_exported_teardown": (["drop", "export"], "before", {"TEARDOWN_CUPTI": "1"}),
 }
 
 
