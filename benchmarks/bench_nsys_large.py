@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{'yes' if rss_ok else 'NO':>10s} {'yes' if time_ok else 'NO':>7s}"
         )
     if len(rows) >= 2:
-        (s0, n0, _, p0), (s1, n1, _, p1) = rows[0], rows[-1]
+        (_, n0, _, p0), (_, n1, _, p1) = rows[0], rows[-1]
         print(f"peak RSS grows {(p1[1] - p0[1]) * 2**20 / (n1 - n0):.0f} bytes per added event "
               f"({p0[1]:.0f} -> {p1[1]:.0f} MiB for {n0:,} -> {n1:,} events)")  # fmt: skip
     return 0
