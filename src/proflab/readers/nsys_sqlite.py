@@ -261,10 +261,10 @@ class _Ctx:
 
     # -- names: codes into one dictionary until the tables are merged ----------------------
     def _add_texts(self, values: pl.Series) -> int:
-        """Append distinct texts to the dictionary; returns the code of the first. Rebuilt
-        from Python strings, so the dictionary never keeps a chunk's buffers alive."""
+        """Append distinct texts to the dictionary; returns the code of the first. (Kept as
+        polars strings, never Python ones: a damaged export's text need not be UTF-8.)"""
         first = self._n_texts
-        self._texts.append(pl.Series(values.to_list(), dtype=pl.String))
+        self._texts.append(values.rename("value"))
         self._n_texts += values.len()
         return first
 
@@ -289,8 +289,8 @@ class _Ctx:
         return ids.replace_strict(known["id"], known["code"], default=None, return_dtype=pl.UInt32)
 
     def text_codes(self, text: pl.Series) -> pl.Series:
-        """Dictionary codes for text given per row (few distinct values): each distinct
-        value enters the dictionary once per chunk, rows keep a code."""
+        """Dictionary codes for text given per row: each distinct value enters the
+        dictionary once per chunk, rows keep a code."""
         distinct = text.drop_nulls().unique(maintain_order=True)
         if distinct.len() == 0:
             return pl.repeat(None, text.len(), dtype=pl.UInt32, eager=True)
@@ -461,8 +461,8 @@ class _Ctx:
         """Ranges of a named domain read "domain:range", as Nsight Systems shows them; a range
         without a name reads "". Built once per distinct (domain, name), not per row."""
         texts = None
-        if domains:
-            texts = pl.concat(self._texts, rechunk=True) if self._texts else pl.Series(dtype=pl.String)
+        if domains:  # (not rechunked: a chunk gathers a few names, never a copy of the dictionary)
+            texts = pl.concat(self._texts, rechunk=False) if self._texts else pl.Series(dtype=pl.String)
         combos = df.select("domain_id", "name").unique(maintain_order=True)
         named = combos.with_columns(
             (texts.gather(combos["name"]) if texts is not None else pl.repeat(None, combos.height, dtype=pl.String, eager=True))
