@@ -261,10 +261,14 @@ class _Ctx:
 
     # -- names: codes into one dictionary until the tables are merged ----------------------
     def _add_texts(self, values: pl.Series) -> int:
-        """Append distinct texts to the dictionary; returns the code of the first. (Kept as
-        polars strings, never Python ones: a damaged export's text need not be UTF-8.)"""
+        """Append distinct texts to the dictionary; returns the code of the first. Copied into
+        buffers of their own, so the dictionary never keeps a whole chunk's text alive."""
         first = self._n_texts
-        self._texts.append(values.rename("value"))
+        try:  # (as bytes: a damaged export's text need not be UTF-8, and polars then says so)
+            own = pl.Series("value", values.cast(pl.Binary).to_list(), dtype=pl.Binary).cast(pl.String)
+        except pl.exceptions.PolarsError:  # not UTF-8: kept as read, the reader's checks decide
+            own = values.rename("value")
+        self._texts.append(own)
         self._n_texts += values.len()
         return first
 
