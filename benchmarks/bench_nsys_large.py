@@ -1,20 +1,20 @@
 """A large Nsight Systems export: `proflab analyze` next to the SQL a user would run by hand.
 
-Scales a real export (``gen_nsys.py``) to ``--size-mb``, then runs, each as a child process
-(wall time around it, peak RSS from ``os.wait4``):
+Scales a real export (``gen_nsys.py``) to each ``--size-mb``, then runs, each as a child
+process (wall time around it; CPU seconds, user + system, and peak RSS from ``os.wait4``: the
+machine may be shared, so CPU seconds are printed beside wall time):
 
 - **baseline**: the seeds' "SQLite export & custom queries" route, in the sqlite3 module: a
   kernel summary (time per kernel name, joined to StringIds) and a runtime-API summary, the
   two tables ``nsys stats`` starts from. SQLite aggregates while it scans, so this is the
   floor for time and memory; it diagnoses nothing.
-- **proflab**: ``python -m proflab analyze BIG.sqlite --format json``, every rule, as a user
-  runs it.
+- **proflab**: ``python -m proflab analyze BIG.sqlite --format json --no-cache``, every rule,
+  as a user runs it the first time (no columnar or report cache to read from or write).
 
-It prints both, the time ratio, proflab's peak RSS per event and per byte of export.
-Target (issue "Nsight Systems input"): memory follows the events kept, not the file, with no
-second copy of the tables; the numbers are in the issue's closing note.
+It prints both per size, the wall and CPU time ratios, proflab's peak RSS per event, and
+whether the targets hold: peak RSS <= 1.5 GB, and time within 3x the baseline's.
 
-    python benchmarks/bench_nsys_large.py --size-mb 1000
+    python benchmarks/bench_nsys_large.py --size-mb 1000 2000
 """
 
 from __future__ import annotations
@@ -46,8 +46,12 @@ print(len(kern), "kernel names;", len(api), "runtime APIs")
 """
 
 
-def run_child(argv: list[str], out: Path) -> tuple[float, float, int]:
-    """(wall s, peak RSS MiB, exit status) of one child process."""
+RSS_TARGET = 1.5e9  # bytes
+TIME_TARGET = 3.0  # x the baseline
+
+
+def run_child(argv: list[str], out: Path) -> tuple[float, float, int, float]:
+    """(wall s, peak RSS MiB, exit status, CPU s) of one child process."""
     t0 = time.perf_counter()
     with open(out, "wb") as f:
         proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.PIPE)
@@ -56,7 +60,7 @@ def run_child(argv: list[str], out: Path) -> tuple[float, float, int]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         sys.stderr.write(proc.stderr.read().decode(errors="replace") if proc.stderr else "")
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+    return wall, usage.ru_maxrss / 1024, proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 def events(path: Path) -> int:
@@ -72,33 +76,51 @@ def events(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real export to scale up")
-    p.add_argument("--size-mb", type=float, default=1000)
-    p.add_argument("--export", type=Path, help="use this large export instead of generating one")
+    p.add_argument("--size-mb", type=float, nargs="+", default=[1000, 2000], help="export sizes to generate (MB)")
+    p.add_argument("--export", type=Path, nargs="+", help="use these large exports instead of generating them")
     args = p.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from gen_nsys import scale
 
+    rows = []
     with tempfile.TemporaryDirectory(prefix="proflab-bench-") as tmp:
-        big = args.export
-        if big is None:
-            if not args.source.exists():
-                print(f"no source export at {args.source}; pass --source or --export", file=sys.stderr)
-                return 2
-            big = Path(tmp) / "big.sqlite"
-            print(f"scaling {args.source.name} to {args.size_mb:.0f} MB ...", file=sys.stderr)
-            scale(args.source, big, args.size_mb)
-        n, size = events(big), big.stat().st_size
-        base = run_child([sys.executable, "-c", BASELINE, str(big)], Path(tmp) / "baseline.txt")
-        prof = run_child([sys.executable, "-m", "proflab", "analyze", str(big), "--format", "json"], Path(tmp) / "report.json")
-        if prof[2] not in (0, 1):  # 1: findings above the threshold, still a full report
-            print(f"proflab failed with exit status {prof[2]}", file=sys.stderr)
-            return 1
-        print(f"export: {size / 1e6:.0f} MB, {n:,} events")
-        print(f"{'':34s} {'wall s':>8s} {'peak RSS MiB':>13s}")
-        print(f"{'baseline (SQLite summaries)':34s} {base[0]:8.2f} {base[1]:13.0f}")
-        print(f"{'proflab analyze (every rule)':34s} {prof[0]:8.2f} {prof[1]:13.0f}")
-        print(f"proflab / baseline wall time: {prof[0] / base[0]:.2f}x")
-        print(f"proflab peak RSS: {prof[1] * 2**20 / n:.0f} bytes per event, {prof[1] * 2**20 / size:.2f} bytes per export byte")
+        for i, target in enumerate(args.export or args.size_mb):
+            if args.export:
+                big = target
+            else:
+                if not args.source.exists():
+                    print(f"no source export at {args.source}; pass --source or --export", file=sys.stderr)
+                    return 2
+                big = Path(tmp) / "big.sqlite"
+                print(f"scaling {args.source.name} to {target:.0f} MB ...", file=sys.stderr)
+                scale(args.source, big, target)
+            n, size = events(big), big.stat().st_size
+            base = run_child([sys.executable, "-c", BASELINE, str(big)], Path(tmp) / "baseline.txt")
+            prof = run_child(
+                [sys.executable, "-m", "proflab", "analyze", str(big), "--format", "json", "--no-cache"], Path(tmp) / "report.json"
+            )
+            if prof[2] not in (0, 1):  # 1: findings above the threshold, still a full report
+                print(f"proflab failed with exit status {prof[2]}", file=sys.stderr)
+                return 1
+            rows.append((size, n, base, prof))
+            print(f"export {i + 1}: {size / 1e6:.0f} MB, {n:,} events", file=sys.stderr)
+            if not args.export:
+                big.unlink()
+    print(f"{'export':>9s} {'events':>11s} | {'SQLite summaries':^26s} | {'proflab analyze (every rule)':^32s} | {'ratio':^11s} | targets")
+    print(f"{'MB':>9s} {'':>11s} | {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s} | {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s} {'B/event':>7s} | "
+          f"{'wall':>5s} {'CPU':>5s} | RSS<=1.5GB time<=3x")  # fmt: skip
+    for size, n, base, prof in rows:
+        rss_ok = prof[1] * 2**20 <= RSS_TARGET
+        time_ok = prof[0] / base[0] <= TIME_TARGET
+        print(
+            f"{size / 1e6:9.0f} {n:11,d} | {base[0]:7.2f} {base[3]:7.2f} {base[1]:8.0f} | {prof[0]:7.2f} {prof[3]:7.2f} {prof[1]:8.0f} "
+            f"{prof[1] * 2**20 / n:7.0f} | {prof[0] / base[0]:4.1f}x {prof[3] / base[3]:4.1f}x | "
+            f"{'yes' if rss_ok else 'NO':>10s} {'yes' if time_ok else 'NO':>7s}"
+        )
+    if len(rows) >= 2:
+        (_, n0, _, p0), (_, n1, _, p1) = rows[0], rows[-1]
+        print(f"peak RSS grows {(p1[1] - p0[1]) * 2**20 / (n1 - n0):.0f} bytes per added event "
+              f"({p0[1]:.0f} -> {p1[1]:.0f} MiB for {n0:,} -> {n1:,} events)")  # fmt: skip
     return 0
 
 

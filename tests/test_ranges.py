@@ -66,3 +66,16 @@ def test_nsys_flash_attention_ranges_per_device():
     table = Context(proflab.load(path)).range_table
     got = {r["device"]: r["gpu_ns"] for r in table.filter(table["name"] == "FlashAttnFunc").iter_rows(named=True)}
     assert want and got == want and sorted(got) == [0, 1]
+
+
+def test_projection_read_in_pieces_equals_whole(monkeypatch):
+    """The projection reads the host table in pieces (bounded memory on exports with millions
+    of ranges); pieces of 7 rows, so names and threads straddle them, give the same table."""
+    from proflab.analysis import ranges as ranges_mod
+
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    ctx = Context(trace)
+    whole = ranges_mod.range_projection(trace, ctx.launches)
+    assert whole.height > 0
+    monkeypatch.setattr(ranges_mod, "_PIECE_ROWS", 7)
+    assert ranges_mod.range_projection(trace, ctx.launches).equals(whole)

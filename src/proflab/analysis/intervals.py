@@ -27,12 +27,20 @@ class IntervalSet:
         s = np.asarray(starts, dtype=np.int64)
         e = np.asarray(ends, dtype=np.int64)
         keep = e > s
-        s, e = s[keep], e[keep]
+        if not keep.all():
+            s, e = s[keep], e[keep]
+        del keep
         if s.size == 0:
             return cls.empty()
-        order = np.argsort(s, kind="stable")
-        s, e = s[order], e[order]
-        reach = np.maximum.accumulate(e)
+        # (millions of host events: no sort when already in order, and no array kept longer
+        # than needed; ``reach`` is built in place when ``e`` is already a private copy)
+        copied = False
+        if not bool((s[1:] >= s[:-1]).all()):
+            order = np.argsort(s, kind="stable")
+            s, e = s[order], e[order]
+            del order
+            copied = True
+        reach = np.maximum.accumulate(e, out=e) if copied else np.maximum.accumulate(e)
         new = np.empty(s.size, dtype=bool)
         new[0] = True
         new[1:] = s[1:] > reach[:-1]

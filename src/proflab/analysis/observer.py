@@ -192,22 +192,33 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     ``__next__``, the program's record_function around I/O), and stretches of at least
     QUIET_STRETCH_NS outside any recorded operator, annotation or runtime call (named
     ``(outside operators)``)."""
-    ev = trace.cpu.select("cat", "tid", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")).filter(
-        pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#")
-    ).drop_nulls("tid")
-    cols = ("tid", "name", "start_ns", "end_ns")
+    # host events as row numbers and times only: the names are read for the few annotations
+    # that launch nothing, not copied for every event
+    rows = trace.cpu.select(
+        (pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null())
+        .arg_true()
+        .alias("row")
+    )["row"]
     lt = launches.drop_nulls("tid")
-    if ev.height == 0:
-        return ev.select(cols)
+    if rows.len() == 0:
+        return pl.DataFrame(schema={"tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    ev = trace.cpu.select(pl.col("tid", "start_ns").gather(rows), (pl.col("start_ns") + pl.col("dur_ns")).gather(rows).alias("end_ns"))
     clock = ThreadClock([ev["tid"], lt["tid"]], [ev["start_ns"], ev["end_ns"], lt["launch_start_ns"]])
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
     e0, e1 = clock.key(ev["tid"], ev["start_ns"]), clock.key(ev["tid"], ev["end_ns"])
+    del ev
     launched = np.searchsorted(keys, e1, side="right") > np.searchsorted(keys, e0, side="left")
+    del keys
     # (the name pattern only over the few annotations left: over every host event it cost
     # most of this function on a 1.5 M event trace)
-    quiet = ev.filter((pl.col("cat") == "user_annotation") & ~pl.Series(launched)).filter(
-        ~pl.col("name").str.contains(_FRAMEWORK)
-    ).select(cols)
+    quiet = rows.filter(pl.Series(~launched))
+    del launched
+    quiet = quiet.filter(trace.cpu.get_column("cat").gather(quiet) == "user_annotation")
+    quiet = quiet.filter(~trace.cpu.get_column("name").gather(quiet).str.contains(_FRAMEWORK))
+    quiet = trace.cpu.select(
+        pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns")
+    )
+    del rows
     # stretches outside every recorded host event, per thread (keys keep threads apart)
     covered = IntervalSet.from_spans(e0, e1)
     gs, ge = covered.gaps()

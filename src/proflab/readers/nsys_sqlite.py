@@ -19,10 +19,13 @@ model's ``correlation`` is ``pid << 32 | correlationId`` so joins never cross pr
 
 Exports are large (several GB is a real case), so memory follows the events kept, not the
 file: tables are read through the ADBC SQLite driver straight into Arrow columns (no Python
-object per value), only the columns the model needs are selected, names stay ids until one
-join against ``StringIds`` (whose strings are cleaned once, not once per row), and the
-per-table frames are merged into time order one column at a time, so the merge costs one
-column of extra memory rather than a second copy of every table.
+object per value), a million rows at a time, and only the columns the model needs are
+selected. Names travel as UInt32 codes into one small dictionary of texts: a StringIds id
+becomes a code by an integer lookup, each string cleaned once when first met; text stored in
+a row (NVTX) and names built from enums (copies, memsets) enter it once per distinct value
+of each chunk. The per-table frames are merged into time order one column at a time, and only
+then do the codes become text, by one gather from the dictionary: a 175-byte kernel name
+costs a 16-byte view per row, never a copy, and no name is joined as text per row.
 """
 
 from __future__ import annotations
@@ -138,6 +141,7 @@ def _read(path: Path, con: sqlite3.Connection, bulk) -> Trace:
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
+    gpu, cpu = ctx.decode(gpu), ctx.decode(cpu)
     ctx.release()
     gpu, cpu = _timed(gpu, "GPU", ctx.notes), _timed(cpu, "host", ctx.notes)
     if gpu.height == 0 and cpu.height == 0:
@@ -172,9 +176,14 @@ class _Ctx:
         self.notes: list[str] = []
         self._strings: pl.DataFrame | None = None
         self._comm_ids: pl.Series | None = None
+        # names travel as UInt32 codes into these texts until the tables are merged
+        self._texts: list[pl.Series] = []
+        self._n_texts = 0
+        self._lookups: dict[str, pl.DataFrame] = {}
 
     def release(self) -> None:
         self._strings = self._comm_ids = None
+        self._lookups = {}
 
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')}
@@ -250,27 +259,56 @@ class _Ctx:
             self._comm_ids = strings.filter(pl.col("value").str.contains(COMM_KERNEL_PATTERN))["id"]
         return self._comm_ids
 
-    def named(self, df: pl.DataFrame, id_col: str = "name_id", out: str = "name", clean=None) -> pl.DataFrame:
-        """Replace a StringIds id column by its text: one join, so the text of a repeated
-        name is never built once per row. ``clean`` (an expression over ``value``) rewrites
-        the strings the frame uses once each, before the join, never per row."""
-        ids = df.get_column(id_col)
-        if ids.null_count() == ids.len():  # every name is stored inline (NVTX text)
-            text = pl.repeat(None, ids.len(), dtype=pl.String, eager=True)
-        else:
-            strings = self.strings()
+    # -- names: codes into one dictionary until the tables are merged ----------------------
+    def _add_texts(self, values: pl.Series) -> int:
+        """Append distinct texts to the dictionary; returns the code of the first. Copied into
+        buffers of their own, so the dictionary never keeps a whole chunk's text alive."""
+        first = self._n_texts
+        try:  # (as bytes: a damaged export's text need not be UTF-8, and polars then says so)
+            own = pl.Series("value", values.cast(pl.Binary).to_list(), dtype=pl.Binary).cast(pl.String)
+        except pl.exceptions.PolarsError:  # not UTF-8: kept as read, the reader's checks decide
+            own = values.rename("value")
+        self._texts.append(own)
+        self._n_texts += values.len()
+        return first
+
+    def codes(self, ids: pl.Series, kind: str = "raw", clean: pl.Expr | None = None) -> pl.Series:
+        """Dictionary codes (UInt32) for StringIds ids; null where the id has no string.
+        ``clean`` (an expression over ``value``) rewrites each string once, when its id is
+        first met, never per row. Ids are looked up as integers: no text is built per row."""
+        known = self._lookups.get(kind)
+        new = ids.drop_nulls().unique()
+        if known is not None:
+            new = new.filter(~new.is_in(known["id"].implode()))
+        if new.len():
+            found = self.strings().join(new.rename("id").to_frame(), on="id", how="semi")
             if clean is not None:
-                strings = strings.join(ids.unique().alias("id").to_frame(), on="id", how="semi")
-                strings = strings.with_columns(clean.alias("value"))
-            # the join gathers the id column alone, not every column of the frame
-            text = (
-                ids.to_frame()
-                .join(strings.rename({"id": id_col, "value": out}), on=id_col, how="left", maintain_order="left")
-                .get_column(out)
-            )
-        if out in df.columns:
-            text = df.get_column(out).fill_null(text)
-        return df.with_columns(text.alias(out)).drop(id_col)
+                found = found.with_columns(clean.alias("value"))
+            first = self._add_texts(found["value"])
+            add = found.select("id", pl.int_range(first, first + found.height, dtype=pl.UInt32).alias("code"))
+            known = add if known is None else pl.concat([known, add])
+            self._lookups[kind] = known
+        if known is None:
+            return pl.repeat(None, ids.len(), dtype=pl.UInt32, eager=True)
+        return ids.replace_strict(known["id"], known["code"], default=None, return_dtype=pl.UInt32)
+
+    def text_codes(self, text: pl.Series) -> pl.Series:
+        """Dictionary codes for text given per row: each distinct value enters the
+        dictionary once per chunk, rows keep a code."""
+        distinct = text.drop_nulls().unique(maintain_order=True)
+        if distinct.len() == 0:
+            return pl.repeat(None, text.len(), dtype=pl.UInt32, eager=True)
+        first = self._add_texts(distinct)
+        return text.replace_strict(distinct, pl.int_range(first, first + distinct.len(), dtype=pl.UInt32, eager=True),
+                                   default=None, return_dtype=pl.UInt32)  # fmt: skip
+
+    def decode(self, df: pl.DataFrame) -> pl.DataFrame:
+        """The merged frame's name codes replaced by their text: one gather from the small
+        dictionary, so each row holds a 16-byte view into it, never a copy of the text."""
+        if df.schema["name"] == pl.String:  # nothing was read (the empty schema)
+            return df
+        texts = pl.concat(self._texts, rechunk=True) if self._texts else pl.Series(dtype=pl.String)
+        return df.with_columns(texts.gather(df.get_column("name")).alias("name"))
 
     # -- GPU ---------------------------------------------------------------------------
     def _gpu_frame(self, df: pl.DataFrame, kind: str) -> pl.DataFrame:
@@ -280,10 +318,10 @@ class _Ctx:
             ((pid * (1 << 32)) + pl.col("correlation")).alias("correlation"),
             pl.lit(None, dtype=pl.Int64).alias("external_id"),
         )
-        for col, dtype in GPU_SCHEMA.items():
+        for col, dtype in _CODED_GPU.items():
             if col not in df.columns:
                 df = df.with_columns(pl.lit(None, dtype=dtype).alias(col))
-        return df.select([pl.col(c).cast(t) for c, t in GPU_SCHEMA.items()])
+        return df.select([pl.col(c).cast(t) for c, t in _CODED_GPU.items()])
 
     def kernels(self) -> pl.DataFrame:
         t = "CUPTI_ACTIVITY_KIND_KERNEL"
@@ -303,7 +341,10 @@ class _Ctx:
              "shared_mem_bytes": pl.Int64},
             lambda df: self._gpu_frame(
                 # by id: the pattern runs over each distinct name once, not over every kernel's
-                self.named(df.with_columns(pl.col("name_id").is_in(self.comm_ids().implode()).alias("is_comm"))),
+                df.with_columns(
+                    pl.col("name_id").is_in(self.comm_ids().implode()).alias("is_comm"),
+                    self.codes(df["name_id"]).alias("name"),
+                ),
                 "kernel",
             ),
         )  # fmt: skip
@@ -324,9 +365,10 @@ class _Ctx:
                     _mapped("sk", _MEM_KIND, MEMORY_KINDS).alias("src_kind"),
                     _mapped("dk", _MEM_KIND, MEMORY_KINDS).alias("dst_kind"),
                     pl.lit(False).alias("is_comm"),
-                ).with_columns(
+                ).pipe(
                     # the same names Kineto gives copies, so reports read alike whatever the input
-                    pl.format("Memcpy {} ({} -> {})", "copy_kind", "src_kind", "dst_kind").alias("name"),
+                    self._coded_names, ["copy_kind", "src_kind", "dst_kind"],
+                    pl.format("Memcpy {} ({} -> {})", "copy_kind", "src_kind", "dst_kind"),
                 ),
                 "memcpy",
             ),
@@ -344,10 +386,9 @@ class _Ctx:
             {"device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64,
              "global_pid": pl.Int64, "bytes": pl.Int64, "mk": pl.Int64},
             lambda df: self._gpu_frame(
-                df.with_columns(
-                    pl.format("Memset ({})", _mapped("mk", _MEM_KIND, MEMORY_KINDS).cast(pl.String).fill_null("unknown"))
-                    .alias("name"),
-                    pl.lit(False).alias("is_comm"),
+                df.with_columns(pl.lit(False).alias("is_comm")).pipe(
+                    self._coded_names, ["mk"],
+                    pl.format("Memset ({})", _mapped("mk", _MEM_KIND, MEMORY_KINDS).cast(pl.String).fill_null("unknown")),
                 ),
                 "memset",
             ),
@@ -364,10 +405,10 @@ class _Ctx:
             ((pid * (1 << 32)) + pl.col("correlation")).alias("correlation") if correlated
             else pl.lit(None, dtype=pl.Int64).alias("correlation"),
         )  # fmt: skip
-        for col, dtype in CPU_SCHEMA.items():
+        for col, dtype in _CODED_CPU.items():
             if col not in df.columns:
                 df = df.with_columns(pl.lit(None, dtype=dtype).alias(col))
-        return df.select([pl.col(c).cast(t) for c, t in CPU_SCHEMA.items()])
+        return df.select([pl.col(c).cast(t) for c, t in _CODED_CPU.items()])
 
     def api(self, table: str, cat: str) -> pl.DataFrame:
         if table not in self.tables:
@@ -376,7 +417,11 @@ class _Ctx:
         df = self.fetch(
             f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
-            lambda df: self._host_frame(self.named(df, clean=pl.col("value").str.replace(r"(?:_v\d+)+$", "")), cat, correlated=True),
+            lambda df: self._host_frame(
+                df.with_columns(self.codes(df["name_id"], "api", pl.col("value").str.replace(r"(?:_v\d+)+$", "")).alias("name")),
+                cat,
+                correlated=True,
+            ),
         )
         return df
 
@@ -394,7 +439,12 @@ class _Ctx:
              "dur_ns": pl.Int64},
             lambda df: self._host_frame(
                 self._nvtx_names(
-                    self.named(df.with_columns(pl.col("name").replace("", None)), clean=_operator_only(pl.col("value"))),
+                    # text stored in the row wins over its textId
+                    df.with_columns(
+                        self.text_codes(df["name"].replace("", None))
+                        .fill_null(self.codes(df["name_id"], "nvtx", _operator_only(pl.col("value"))))
+                        .alias("name")
+                    ),
                     domains,
                 ),
                 "user_annotation",
@@ -403,17 +453,42 @@ class _Ctx:
         )
         return df
 
-    @staticmethod
-    def _nvtx_names(df: pl.DataFrame, domains: dict[int, str]) -> pl.DataFrame:
-        if domains:  # ranges of a named domain read "domain:range", as Nsight Systems shows them
-            domain = pl.col("domain_id").replace_strict(domains, default=None, return_dtype=pl.String)
-            df = df.with_columns(
-                pl.when(domain.is_not_null())
-                .then(pl.concat_str([domain, pl.lit(":"), pl.col("name").fill_null("")]))
-                .otherwise(pl.col("name"))
-                .alias("name")
-            )
-        return df.with_columns(pl.col("name").fill_null(""))
+    def _coded_names(self, df: pl.DataFrame, keys: list[str], text: pl.Expr) -> pl.DataFrame:
+        """``name`` as a code: ``text`` (an expression over ``keys``) is formatted once per
+        distinct combination of the keys, not once per row."""
+        combos = df.select(keys).unique(maintain_order=True)
+        first = self._add_texts(combos.select(text)[:, 0])
+        combos = combos.with_columns(pl.int_range(first, first + combos.height, dtype=pl.UInt32).alias("name"))
+        return df.join(combos, on=keys, how="left", nulls_equal=True, maintain_order="left")
+
+    def _nvtx_names(self, df: pl.DataFrame, domains: dict[int, str]) -> pl.DataFrame:
+        """Ranges of a named domain read "domain:range", as Nsight Systems shows them; a range
+        without a name reads "". Built once per distinct (domain, name), not per row."""
+        texts = None
+        if domains:  # (not rechunked: a chunk gathers a few names, never a copy of the dictionary)
+            texts = pl.concat(self._texts, rechunk=False) if self._texts else pl.Series(dtype=pl.String)
+        combos = df.select("domain_id", "name").unique(maintain_order=True)
+        named = combos.with_columns(
+            (texts.gather(combos["name"]) if texts is not None else pl.repeat(None, combos.height, dtype=pl.String, eager=True))
+            .alias("text"),
+            pl.col("domain_id").replace_strict(domains, default=None, return_dtype=pl.String).alias("domain")
+            if domains else pl.lit(None, dtype=pl.String).alias("domain"),
+        )  # fmt: skip
+        renamed = named.filter(pl.col("domain").is_not_null() | pl.col("name").is_null())
+        if renamed.height == 0:
+            return df
+        full = renamed.select(
+            pl.when(pl.col("domain").is_not_null())
+            .then(pl.concat_str([pl.col("domain"), pl.lit(":"), pl.col("text").fill_null("")]))
+            .otherwise(pl.lit(""))
+        )[:, 0]
+        first = self._add_texts(full)
+        renamed = renamed.select("domain_id", "name", pl.int_range(first, first + renamed.height, dtype=pl.UInt32).alias("_new"))
+        return (
+            df.join(renamed, on=["domain_id", "name"], how="left", nulls_equal=True, maintain_order="left")
+            .with_columns(pl.col("_new").fill_null(pl.col("name")).alias("name"))
+            .drop("_new")
+        )
 
     def osrt(self) -> pl.DataFrame:
         t = "OSRT_API"
@@ -423,7 +498,7 @@ class _Ctx:
         df = self.fetch(
             f"SELECT o.nameId, o.globalTid, o.start, o.end - o.start FROM {t} o",
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
-            lambda df: self._host_frame(self.named(df), "os_runtime", correlated=False),
+            lambda df: self._host_frame(df.with_columns(self.codes(df["name_id"]).alias("name")), "os_runtime", correlated=False),
         )
         return df
 
@@ -476,6 +551,11 @@ def _operator_only(name: pl.Expr) -> pl.Expr:
 # unique strings): only the operator name leaves the database. '' stands for "no inline text".
 _CUT_AT = ", ".join(f"coalesce(nullif(instr(n.text, ', {k} = '), 0), 1 << 30)" for k in _EMIT_NVTX_KEYS)
 _OPERATOR_ONLY_SQL = f"coalesce(substr(n.text, 1, min({_CUT_AT}) - 1), '')"
+
+
+# the model's schemas while reading: names are dictionary codes until the merge
+_CODED_GPU = {**GPU_SCHEMA, "name": pl.UInt32}
+_CODED_CPU = {**CPU_SCHEMA, "name": pl.UInt32}
 
 
 def _mapped(col: str, mapping: dict[int, str], values: list[str]) -> pl.Expr:

@@ -1,0 +1,69 @@
+"""Nsight Systems exports at scale: peak memory of `proflab analyze` on a generated export.
+
+The export is the real 2x H100 export (../shared/fixtures/nsys) scaled up by
+``benchmarks/gen_nsys.py`` to ~126 MB (1.7 M events: kernels, copies, runtime calls, NVTX
+ranges). No timing asserts: times are in ``benchmarks/bench_nsys_large.py``; the memory bound
+is what holds on any machine.
+
+The bound is the interpreter and libraries (250 MiB) plus 150 bytes per event. What the
+analysis holds per event was measured at 154 bytes (1 and 2 GB exports: 2,077 and 4,107 MiB);
+at this size the peak was 412 MiB. A reader or analysis that keeps a second copy of the event
+tables (~75 bytes per event) goes past it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GEN = ROOT / "benchmarks" / "gen_nsys.py"
+SOURCE = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
+EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")  # fmt: skip
+
+BASE_MIB = 250
+BYTES_PER_EVENT = 150
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory) -> Path:
+    if not SOURCE.exists():
+        pytest.skip("shared fixtures folder (../shared/fixtures/nsys) is absent")
+    out = tmp_path_factory.mktemp("nsys_scale") / "big.sqlite"
+    subprocess.run([sys.executable, str(GEN), str(SOURCE), str(out), "--size-mb", "100"], check=True, capture_output=True, timeout=300)
+    return out
+
+
+def _events(path: Path) -> int:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return sum(con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in EVENT_TABLES)
+    finally:
+        con.close()
+
+
+def test_analyze_peak_rss_of_a_large_export_within_bound(export, tmp_path):
+    n = _events(export)
+    assert n > 1_500_000  # the export is the size the bound was set for
+    out = tmp_path / "report.json"
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the proflab under test
+    r = subprocess.run([sys.executable, "-c", probe, str(export), str(out)], capture_output=True, text=True, timeout=600, env=env)
+    rc, maxrss_kib = map(int, r.stdout.split())
+    assert rc in (0, 1), r.stderr  # 1: findings above the threshold, still a full report
+    peak = maxrss_kib * 1024  # Linux reports KiB
+    bound = BASE_MIB * 2**20 + BYTES_PER_EVENT * n
+    assert peak <= bound, f"peak RSS {peak / 2**20:.0f} MiB > bound {bound / 2**20:.0f} MiB for {n:,} events"
+    report = json.loads(out.read_text())
+    assert report["source"]["inputs"][0]["events"] == n  # every event was read
