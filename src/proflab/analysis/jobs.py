@@ -99,8 +99,10 @@ def analyze_job(
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
     Dask workers (default: one per core); ``in_process``: every rank here, whatever their
     number (no Dask)."""
+    from proflab.readers import expand_paths
+
     options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window}
-    summaries, engine, world = rank_summaries(paths, options, scheduler=scheduler, workers=workers, in_process=in_process)
+    summaries, engine, world = rank_summaries(expand_paths(paths), options, scheduler=scheduler, workers=workers, in_process=in_process)
     return _job_report(summaries, engine, world_size=world)
 
 
