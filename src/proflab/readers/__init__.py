@@ -51,17 +51,14 @@ def _companion(f: Path) -> bool:
     refused with the reason if it is not a trace)."""
     if not f.name.endswith((".json", ".json.gz")):
         return False
-    try:
-        if f.name.endswith(".gz"):
-            import gzip
+    import gzip
+    import zlib
 
-            with gzip.open(f, "rb") as fh:
-                head = fh.read(1 << 16)
-        else:
-            with open(f, "rb") as fh:
-                head = fh.read(1 << 16)
-    except (OSError, EOFError):
-        return False  # unreadable: let the reader say why
+    try:
+        with (gzip.open if f.name.endswith(".gz") else open)(f, "rb") as fh:
+            head = fh.read(1 << 16)
+    except (OSError, EOFError, zlib.error):
+        return False  # unreadable or damaged: the reader says why
     head = head.lstrip()
     return head.startswith(b"{") and not any(k in head for k in _TRACE_KEYS)
 
