@@ -21,10 +21,9 @@ def _by_name(doc):
 
 def _torch_here():
     try:
-        import torch  # noqa: F401
+        import torch
     except ImportError:
         pytest.skip("torch is not installed in this interpreter")
-    import torch
 
     if torch.cuda.is_available():
         pytest.skip("this test describes a machine without CUDA; tests/gpu/test_doctor_gpu.py covers GPUs")

@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--runs-dir", default=None, metavar="DIR", help="with --gpus: where the run directories go (default: proflab-runs)")
     sc.add_argument("--mode", required=True, choices=("weak", "strong"), help="weak: same work per GPU; strong: same total work")
     sc.add_argument("--plot", metavar="FILE", help="write the efficiency and loss plot here (.png, .svg, .pdf)")
-    sc.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    _format_arg(sc)
     sc.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     sc.set_defaults(func=cmd_scaling)
     en = sub.add_parser(
@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example: proflab energy proflab-runs/20260101-120000-train -f json",
     )
     en.add_argument("run_dir", metavar="RUN_DIR", help="a proflab run directory with monitor.parquet")
-    en.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    _format_arg(en)
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     en.add_argument("--flops-per-step", type=float, metavar="FLOP",
                     help="FLOPs of one step of one rank, when known (default: from the GEMM shapes the trace recorded)")
@@ -150,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="example: proflab memory proflab-runs/20260101-120000-train -o mem.png",
     )
     me.add_argument("path", metavar="PATH", help="trace file, proflab run directory, or memory snapshot")
-    me.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    _format_arg(me)
     me.add_argument("-o", "--output", metavar="FILE", help="a plot (.png, .svg) or the section (.json, .md, .txt), atomically")
     me.set_defaults(func=cmd_memory)
     _run_parser(sub)
@@ -308,7 +308,7 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
 
 def _report_output_args(p: argparse.ArgumentParser) -> None:
     """-f/-o/--width/--color of the commands that print a Report (analyze, kernels)."""
-    p.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
+    _format_arg(p)
     p.add_argument("-o", "--output", metavar="FILE", help="write the report here (atomically) instead of stdout")
     p.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
@@ -510,6 +510,11 @@ def _run_parser(sub) -> None:
     g.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
     g.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
     r.set_defaults(func=cmd_run)
+
+
+def _format_arg(p) -> None:
+    """The -f/--format option of the commands that write a report: term, json or md."""
+    p.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
 
 
 def _return_freed_memory() -> None:

@@ -239,7 +239,7 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
         return []
     wall = job_wall_ns(summaries)
     exposed_ms = float(rt["exposed_transfer_ms"].median())
-    starved = rt["starved_transfer_ms"].fill_null(0.0) if "starved_transfer_ms" in rt.columns else pl.Series([0.0] * rt.height)
+    starved = rt["starved_transfer_ms"].fill_null(0.0)
     starved_ms = float(starved.median())
     # A collective's transfer holds the job back where every rank has compute queued behind
     # it; where one rank's GPU had nothing queued (its host was behind, which the profiler's
@@ -257,8 +257,9 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
     tail_ms = float(per.sort("start_ns").group_by("step").agg(pl.col("transfer_ns").last())["transfer_ns"].sum()) / 1e6
     gain_ns = max(blocking_ms - tail_ms, 0.0) * 1e6
     # if every exposed transfer held the job back, the last collectives' too: the most the
-    # collectives can cost this window (an unprofiled run lands between the two)
-    upper_ms = max(exposed_ms, blocking_ms)
+    # collectives can cost this window (an unprofiled run lands between the two); blocking
+    # is part of it (starved >= 0), so never above
+    upper_ms = exposed_ms
     if wall == 0 or pct(upper_ms * 1e6, wall, 2) < MIN_GAIN_PCT:
         return []
     if pct(gain_ns, wall, 2) < MIN_GAIN_PCT and pct(starved_ms * 1e6, wall, 2) < WARNING_PCT:
