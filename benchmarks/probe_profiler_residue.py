@@ -45,6 +45,26 @@ SCENARIOS = {
     "dropped_then_exported_teardown": (["drop", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
     "dropped_then_exported_teardown_no_lazy_reinit": (["drop", "export"], "after", {"TEARDOWN_CUPTI": "1", "DISABLE_CUPTI_LAZY_REINIT": "1"}),
     "before_ctx_then_exported_teardown": (["drop", "export"], "before", {"TEARDOWN_CUPTI": "1"}),
+    # The second session's start separated from the first's stop: by unprofiled steps (CUDA
+    # calls, on which Kineto's asynchronous teardown finalises CUPTI) or by an idle sleep.
+    "two_exported_teardown_steps0.05": (["export", "steps0.05", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "two_exported_teardown_steps0.5": (["export", "steps0.5", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "two_exported_teardown_steps2": (["export", "steps2", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "two_exported_teardown_sleep0.5": (["export", "sleep0.5", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "two_exported_teardown_settle": (["export", "settle", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "dropped_then_exported_teardown_steps0.5": (["drop", "steps0.5", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    # a session in which the program launched nothing (a fallback window over a sleeping start-up)
+    "idle_exported_teardown": (["idle"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "idle_exported_teardown_then_exported": (["idle", "steps0.5", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "idle_exported_default_env": (["idle"], "after", {}),
+    # the process's kernels first loaded inside the session (a fallback window over the
+    # first iteration), then nothing more, or a second session after unprofiled steps
+    "loads_exported_teardown": (["export"], "loads", {"TEARDOWN_CUPTI": "1"}),
+    "loads_exported_teardown_then_exported": (["export", "steps0.5", "export"], "loads", {"TEARDOWN_CUPTI": "1"}),
+    # what `proflab run` does after each of its sessions (settle_cupti_teardown), then the
+    # next session at once: after a session with CUDA work, and after one over an idle stretch
+    "two_exported_teardown_proflab_settle": (["export", "proflab_settle", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
+    "idle_then_exported_teardown_proflab_settle": (["idle", "proflab_settle", "export"], "after", {"TEARDOWN_CUPTI": "1"}),
 }
 
 
@@ -58,6 +78,29 @@ def child(name: str) -> None:
     out: dict = {"scenario": name}
 
     def session(kind: str, work) -> None:
+        if kind.startswith("steps"):  # unprofiled steps for this many seconds
+            end = time.perf_counter() + float(kind[5:])
+            while time.perf_counter() < end:
+                step_ms(1)
+            return
+        if kind.startswith("sleep"):
+            time.sleep(float(kind[5:]))
+            return
+        if kind == "settle":  # a few CUDA calls spread over 0.2 s, then on
+            for _ in range(4):
+                torch.cuda.synchronize()
+                time.sleep(0.05)
+            return
+        if kind == "proflab_settle":
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+            from proflab.collect._child import settle_cupti_teardown
+
+            t = settle_cupti_teardown(torch)
+            if t is not None:
+                t.join()
+            return
+        if kind == "idle":
+            work, kind = (lambda: time.sleep(1.0)), "export"
         p = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=shapes)
         p.start()
         work()
@@ -96,6 +139,44 @@ def child(name: str) -> None:
             per.append((time.perf_counter() - t0) / 2000 * 1e6)
         return round(statistics.median(per), 3)
 
+    def api_us() -> float:  # one CUDA runtime call that launches nothing (cudaStreamQuery)
+        s = torch.cuda.current_stream()
+        per = []
+        for _ in range(7):
+            t0 = time.perf_counter()
+            for _ in range(2000):
+                s.query()
+            per.append((time.perf_counter() - t0) / 2000 * 1e6)
+        return round(statistics.median(per), 3)
+
+    def graph_kernel_us() -> float:  # GPU time of one tiny kernel replayed from a CUDA graph
+        x = torch.zeros(1, device="cuda")
+        if "graph" not in state:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    x.add_(1)
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(500):
+                    x.add_(1)
+            state["graph"] = g
+        g = state["graph"]
+        per = []
+        for _ in range(7):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            per.append(a.elapsed_time(b) * 1e3 / 500)
+        return round(statistics.median(per), 3)
+
+    def measure() -> dict:
+        return {"launch_us": launch_us(), "api_us": api_us(), "graph_kernel_us": graph_kernel_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
+
     state: dict = {}
     kept: list = []
 
@@ -131,15 +212,15 @@ def child(name: str) -> None:
         session(rest.pop(0), warm)
     else:
         warm()
-        out["before"] = {"launch_us": launch_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
+        out["before"] = measure()
         if rest:
             session(rest.pop(0), lambda: step_ms(3))
     for kind in rest:
         session(kind, lambda: step_ms(3))
-    out["after"] = {"launch_us": launch_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
+    out["after"] = measure()
     for p in kept:
         p.export_chrome_trace(f"/tmp/probe_{os.getpid()}.json")
-        out["after_save"] = {"launch_us": launch_us(), "cpu_op_us": cpu_op_us(), "step_ms": step_ms()}
+        out["after_save"] = measure()
     out["profiler_enabled"] = bool(torch._C._autograd._profiler_enabled())
     out["env"] = {k: v for k, v in SCENARIOS[name][2].items()}
     print(json.dumps(out), flush=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,131 @@ print("done", flush=True)
 """
 
 
+# One tiny kernel replayed from a CUDA graph, timed on the GPU before and after a stretch of
+# Python work that makes no CUDA call, after which the program runs a torch.profiler session of
+# its own. With ``first`` the program itself first runs a session over the start of that
+# stretch (plain torch, the control); under ``proflab run --window time`` proflab's time
+# window does. Kineto tears CUPTI down on the first CUDA runtime call after a stop: with none
+# before the next session starts, the teardown is lost and kernel tracing stays on.
+GRAPH_AFTER_IDLE_STOP = """
+import json, statistics, sys, time
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+x = torch.zeros(1, device="cuda")
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    for _ in range(3):
+        x.add_(1)
+torch.cuda.current_stream().wait_stream(side)
+g = torch.cuda.CUDAGraph()
+with torch.cuda.graph(g):
+    for _ in range(500):
+        x.add_(1)
+
+def kernel_us():
+    per = []
+    for _ in range(15):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        per.append(a.elapsed_time(b) * 1e3 / 500)
+    return statistics.median(per)
+
+def busy(s):  # Python work: no CUDA call
+    t = time.monotonic()
+    while time.monotonic() - t < s:
+        sum(i * i for i in range(20000))
+
+before = kernel_us()
+profiled_before = torch.autograd.profiler._is_profiler_enabled  # must be False: a clean baseline
+if sys.argv[1] == "first":
+    p = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    p.start()
+    for _ in range(20):
+        x.add_(1)
+    p.stop()
+    p.export_chrome_trace("first.json")
+busy(float(sys.argv[2]))
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+    for _ in range(20):
+        x.add_(1)
+    torch.cuda.synchronize()
+print(json.dumps({"before_us": before, "after_us": kernel_us(), "profiled_before": profiled_before}), flush=True)
+"""
+
+
+# The whole flow of a default run over a slow start-up: the time-window fallback starts during
+# it (--delay 1), steps come, the step window records and closes; then the graph kernel again.
+GRAPH_AROUND_A_RUN = GRAPH_AFTER_IDLE_STOP.split("before = kernel_us()")[0] + """
+before = kernel_us()
+profiled_before = torch.autograd.profiler._is_profiler_enabled
+busy(5.0)
+model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+inp = torch.randn(64, 512, device="cuda")
+for i in range(50):
+    model(inp).square().mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if i == 20:  # the fallback is over, the step window (--wait 30) not yet begun
+        between = kernel_us()
+torch.cuda.synchronize()
+print(json.dumps({"before_us": before, "between_us": between, "after_us": kernel_us(), "profiled_before": profiled_before}), flush=True)
+"""
+
+
+def _last_json(out: str) -> dict:
+    return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+
+
+def test_a_session_right_after_the_window_does_not_keep_kernel_tracing_on(tmp_path):
+    (tmp_path / "prog.py").write_text(GRAPH_AFTER_IDLE_STOP)
+    env = {**os.environ, "TEARDOWN_CUPTI": "1"}  # what proflab run sets
+    plain = subprocess.run([sys.executable, "prog.py", "first", "1"], capture_output=True, text=True,
+                           timeout=300, cwd=tmp_path, env=env)  # fmt: skip
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    control = _last_json(plain.stdout)
+    lost = control["after_us"] / control["before_us"]
+    # the time window starts 3 s after the torch import and lasts 1 s, inside 6 s of Python work
+    done = subprocess.run(
+        [*PROFLAB, "-o", str(tmp_path / "runs"), "--window", "time", "--delay", "3", "--duration", "1", "--",
+         sys.executable, "prog.py", "proflab", "6"],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["recorded"], meta["notes"]
+    out = _last_json(done.stdout)
+    print(f"graph kernel: plain torch {control}, x{lost:.2f}; under proflab run {out}")
+    assert out["profiled_before"] is False and control["profiled_before"] is False, (out, control)
+    ratio = out["after_us"] / out["before_us"]
+    if lost < 1.15:
+        pytest.skip(f"this torch no longer loses the teardown (plain torch x{lost:.2f}); under proflab x{ratio:.2f}")
+    assert ratio < 1.05, (out, meta["notes"])
+
+
+def test_after_a_run_with_a_fallback_and_a_step_window_kernel_tracing_is_off(tmp_path):
+    # the mechanism behind the after-window residue, without the host noise of step times:
+    # 1.37-1.44x on a graph kernel whenever CUPTI stayed on (no teardown, or a lost one)
+    (tmp_path / "prog.py").write_text(GRAPH_AROUND_A_RUN)
+    done = subprocess.run([*PROFLAB, "-o", str(tmp_path / "runs"), "--delay", "3", "--wait", "30", "--", sys.executable, "prog.py"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["recorded"] and any("recorded the step window instead" in n for n in meta["notes"]), meta["notes"]
+    out = _last_json(done.stdout)
+    assert out["profiled_before"] is False, out
+    between, ratio = out["between_us"] / out["before_us"], out["after_us"] / out["before_us"]
+    print(f"graph kernel around a run with a fallback and a step window: {out}, x{between:.2f} between, x{ratio:.2f} after")
+    assert between < 1.05 and ratio < 1.05, (out, meta["notes"])
+
+
 def _run(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> Path:
     done = subprocess.run(
         [*PROFLAB, "-o", str(tmp_path / "runs"), *opts, "--", *prog],
@@ -190,21 +316,15 @@ def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
     assert ratio < 1.10, (m, bare, prof["meta"]["notes"])
 
 
-# Measured on 2x H200 (one call each): step window 1.046 and 0.972; after a dropped fallback
-# 1.274 in one call, while in the next the steps *before* the window ran slow (37.3 ms against
-# 22.9 ms without a fallback) and after it 25.1 ms: the dropped session's CUPTI teardown is
-# asynchronous (it runs on a later CUDA call) and races the next session's start, so where its
-# cost lands differs from run to run. Open: the fallback case is expected to fail until the
-# collection stops starting a session it may drop.
-@pytest.mark.parametrize(
-    "fallback",
-    [False, pytest.param(True, marks=pytest.mark.xfail(reason="residue after a dropped time-window fallback (open)", strict=False))],
-    ids=["step-window", "fallback-dropped"],
-)
+# Inside one process the medians still move with the host: on an H100 (five calls) the step
+# window alone gave 0.897-1.108 and the dropped fallback 0.868-1.124, the same spread. The
+# residue this guards against was 1.26-1.48x; its mechanism, kernel tracing left on, is held to
+# 5 % of GPU time by the graph-kernel tests above, which have no host noise in them.
+@pytest.mark.parametrize("fallback", [False, True], ids=["step-window", "fallback-dropped"])
 def test_after_the_window_the_same_process_runs_as_before_it(tmp_path, fallback):
     """The same process before and after its window: no process-to-process spread (bare runs
     of one script differ by up to +-20 % between processes here, which hides a 2 % residue;
-    within one process the medians still move by up to 5 %). 60 steps run before the step
+    within one process the medians still move by up to 12 %). 60 steps run before the step
     window (``--wait 60``) and 160 after it; with the fallback variant, a time-window profiler
     was also started during a slow start-up and dropped before the first of those steps, the
     case that left eager runs 15-26 % slower."""
@@ -219,4 +339,4 @@ def test_after_the_window_the_same_process_runs_as_before_it(tmp_path, fallback)
     after = statistics.median(it[90:])
     ratio = after / before
     print(f"same process: before the window {before:.2f} ms, after {after:.2f} ms, x{ratio:.3f}")
-    assert ratio < 1.06, (before, after, run["meta"]["notes"])
+    assert ratio < 1.15, (before, after, run["meta"]["notes"])

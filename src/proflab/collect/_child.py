@@ -56,8 +56,47 @@ _STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
 _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
 _STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
+_SETTLE_CALLS, _SETTLE_EVERY_S = 15, 0.01  # CUDA calls that let Kineto's teardown run (see settle_cupti_teardown)
+_SETTLE_WAIT_S = 2.0  # the longest a new session waits for them
 _IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
 _COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
+
+
+def settle_cupti_teardown(torch) -> threading.Thread | None:
+    """Let Kineto finish tearing CUPTI down after a profiler stopped, whatever the program
+    does next; returns the thread doing it (join it before the next session starts).
+
+    With ``TEARDOWN_CUPTI=1`` Kineto's stop hands the teardown to a thread of its own, which
+    arms a callback: CUPTI is finalised in the exit of the *next* CUDA runtime call of the
+    process. A session started before any such call (a time window over a start-up that
+    launches nothing, then the step window or the program's own profiler) races it, and the
+    teardown is lost: kernel tracing stays on for the rest of the process. On an H100
+    (PyTorch 2.11, CUDA 13) one tiny kernel replayed from a CUDA graph then took 1.39-1.44 us
+    of GPU time for good instead of 1.00; separated by unprofiled steps, or by a few CUDA
+    calls, the two sessions left 1.00-1.01 (benchmarks/probe_profiler_residue.py).
+
+    So a few calls are made from a thread of our own, off the training thread, spread over
+    ``_SETTLE_CALLS * _SETTLE_EVERY_S`` seconds. The call must be harmless anywhere:
+    ``cudaGetDevice`` (``torch.cuda.current_device()``) launches nothing, waits for nothing
+    and is allowed while another thread captures a CUDA graph (a stream query there would
+    invalidate the capture)."""
+    try:
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None  # no CUDA context: CUPTI has nothing to trace
+    except Exception:
+        return None
+
+    def calls() -> None:
+        try:
+            for _ in range(_SETTLE_CALLS):
+                torch.cuda.current_device()  # cudaGetDevice
+                time.sleep(_SETTLE_EVERY_S)
+        except Exception:  # a failing CUDA call here is the program's to meet, not ours
+            pass
+
+    t = threading.Thread(target=calls, name="proflab-cupti-teardown", daemon=True)
+    t.start()
+    return t
 
 
 class Runtime:
@@ -100,6 +139,7 @@ class Runtime:
         self._outer_import_frames: list = []  # imports that enclose the program's `import torch`
         self._outer_importing: set[str] = set()
         self._exports: list[threading.Thread] = []
+        self._settling: threading.Thread | None = None  # settle_cupti_teardown's calls after our last stop
         self.failure: str | None = None  # why proflab stopped recording, when it failed
         self.last_save_s: float | None = None  # Kineto's save of the last trace, on the training thread
         argv = getattr(sys, "orig_argv", sys.argv)
@@ -262,10 +302,14 @@ class Runtime:
                         self.notes.append("the program started its own torch.profiler: proflab's window was closed there")
                         self._stop_and_export()
                     else:  # the step schedule, still waiting: nothing recorded yet
+                        warming = self._profiling_now()  # past its wait steps: a Kineto session is open
                         self.prof.stop()
+                        if warming:
+                            self._settle()
                 except Exception as e:
                     self.notes.append(f"stopping proflab's torch.profiler failed: {type(e).__name__}: {e}")
                 self.prof, self.prof_kind = None, None
+            self._wait_settled()  # the program's session starts next: our teardown first
             if self._alarm_phase is not None and threading.current_thread() is threading.main_thread():
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 self._alarm_phase = None
@@ -301,6 +345,24 @@ class Runtime:
             if len(self.traces) > before:
                 _serve_later_exports(prof.profiler, self.traces[-1])
 
+    def _settle(self) -> None:
+        """One of our sessions stopped: let Kineto's CUPTI teardown run now (see
+        settle_cupti_teardown). Not at exit: the process ends, and a daemon thread inside a
+        CUDA call while CUDA unloads is a crash waiting to happen."""
+        if self._finished or self.torch is None:
+            return
+        self._wait_settled()
+        try:
+            self._settling = settle_cupti_teardown(self.torch)
+        except Exception:
+            self._settling = None
+
+    def _wait_settled(self) -> None:
+        """A session is about to start: the last one's teardown must be over first."""
+        t, self._settling = self._settling, None
+        if t is not None and t is not threading.current_thread():
+            t.join(_SETTLE_WAIT_S)
+
     def _someone_else_profiles(self) -> bool:
         try:
             return bool(self.torch.autograd.profiler._is_profiler_enabled)
@@ -313,6 +375,8 @@ class Runtime:
             wait=int(c.get("wait", 3)), warmup=int(c.get("warmup", 1)), active=int(c.get("active", 5)), repeat=1
         )
         self.prof = self._profiler(sched)
+        if int(c.get("wait", 3)) == 0:  # warm-up (a Kineto session) begins in start()
+            self._wait_settled()
         self.prof.start()  # in the wait phase: nothing is recorded until warm-up
         self.prof_kind = "steps"
         if hook and self.cfg.get("optimizer_steps", True):
@@ -352,9 +416,11 @@ class Runtime:
                     self._back_to_steps()
                 if self.prof is None or self.prof_kind != "steps" or self.done:
                     return
-                if self.steps - self._step_base == int(self.cfg.get("wait", 3)) and self._someone_else_profiles():
-                    self._stand_aside()
-                    return
+                if self.steps - self._step_base == int(self.cfg.get("wait", 3)):  # this step starts warm-up
+                    if self._someone_else_profiles():
+                        self._stand_aside()
+                        return
+                    self._wait_settled()
                 t0 = time.perf_counter()
                 self.prof.step()
                 if self.done:  # this step closed the window: what did the program wait for?
@@ -429,6 +495,7 @@ class Runtime:
             t0 = time.perf_counter()
             prof.stop()
             self._export(prof, "", background=False, folder="startup")
+            self._settle()
             held_s = time.perf_counter() - t0
         else:
             held_s = 0.0
@@ -468,6 +535,7 @@ class Runtime:
     def _on_trace_ready(self, prof) -> None:
         self._export(prof, background=not self._finished)
         self.done = True
+        self._settle()
 
     def _trace_path(self, suffix: str = "", folder: str = "") -> str:
         rank = os.environ.get("RANK")
@@ -602,6 +670,7 @@ class Runtime:
             if self.prof is not None:  # the step profiler, still waiting: nothing recorded
                 self.prof.stop()
             self.prof = self._profiler()
+            self._wait_settled()
             self.prof.start()
             self.prof_kind = "time"
             self._provisional = self.window == "auto"
@@ -636,6 +705,7 @@ class Runtime:
             self._export(prof, "_capture" if kind == "capture" else "", background=not self._finished)
             if not self._finished:
                 self._note_stall(time.perf_counter() - t0)
+            self._settle()
         self.done = True
 
     # -- capture ranges ----------------------------------------------------------------------
@@ -647,6 +717,7 @@ class Runtime:
                 return
             try:
                 self.prof = self._profiler()
+                self._wait_settled()
                 self.prof.start()
                 self.prof_kind = "capture"
             except Exception as e:
