@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -251,3 +252,27 @@ def test_console_script(tmp_path, cpu_trace):
     assert _strict_json(r.stdout)["schema"] == SCHEMA_ID
     r = _run([exe, "--help"], tmp_path)
     assert r.returncode == 0 and "analyze" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "inherited, expected",
+    [
+        (None, "dirty_decay_ms:0,muzzy_decay_ms:0"),
+        # what polars 1.37 / earlier 1.x wrote in a parent process that had imported it
+        ("dirty_decay_ms:500,muzzy_decay_ms:1000", "dirty_decay_ms:0,muzzy_decay_ms:0"),
+        ("dirty_decay_ms:500,muzzy_decay_ms:-1", "dirty_decay_ms:0,muzzy_decay_ms:0"),
+        # polars' default followed by the parent's own setting: the setting is kept
+        ("dirty_decay_ms:500,muzzy_decay_ms:1000,narenas:2", "narenas:2"),
+        ("narenas:2", "narenas:2"),  # the user's own: never replaced
+    ],
+)
+def test_the_allocator_returns_freed_pages_unless_the_user_said_otherwise(inherited, expected):
+    # a fresh interpreter: the setting only matters before polars loads, and importing the
+    # CLI must not load it
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if inherited is not None:
+        env["_RJEM_MALLOC_CONF"] = inherited
+    code = "import os, sys; from proflab import cli; assert 'polars' not in sys.modules; cli._return_freed_memory(); print(os.environ['_RJEM_MALLOC_CONF'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expected

@@ -522,17 +522,27 @@ def _return_freed_memory() -> None:
     drops a table per slice, so a large trace held up to twice its tables in freed pages
     (500 MB trace: 386 -> 187 MiB after reading). Return them at once: ~3 % more CPU time.
     Only when polars is not loaded yet (the setting is read when it starts), and never over
-    the user's own setting; the reader's helper process inherits it. Polars (1.x) writes its
-    own default into the environment when it is imported, so a process started from one that
-    had imported polars (a test run, a notebook) inherits that value: it is polars', not the
-    user's, and is replaced (it raised the peak of a 126 MB nsys export from 416 to 604 MiB)."""
-    if "polars" not in sys.modules:
-        if os.environ.get("_RJEM_MALLOC_CONF") == _POLARS_DEFAULT_MALLOC_CONF:
+    the user's own setting; the reader's helper process inherits it.
+
+    Polars (1.x) writes its own default into the environment when it is imported, followed by
+    any setting it found there, so a process started from one that had imported polars (a test
+    run, a notebook) inherits that default: it is polars', not the user's, and is dropped
+    (it raised the peak of a 126 MB nsys export from 416 to 604 MiB); what followed it is kept."""
+    if "polars" in sys.modules:
+        return
+    inherited = os.environ.get("_RJEM_MALLOC_CONF")
+    if inherited is not None:
+        own = _POLARS_MALLOC_DEFAULT.sub("", inherited)
+        if own:
+            os.environ["_RJEM_MALLOC_CONF"] = own
+        else:
             del os.environ["_RJEM_MALLOC_CONF"]
-        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
-_POLARS_DEFAULT_MALLOC_CONF = "dirty_decay_ms:500,muzzy_decay_ms:-1"
+# what polars 1.x puts first (1.37: "dirty_decay_ms:500,muzzy_decay_ms:1000"; earlier 1.x: -1),
+# with POLARS_THP=1 its transparent-huge-page options, then "," and the setting it found
+_POLARS_MALLOC_DEFAULT = re.compile(r"^dirty_decay_ms:500,muzzy_decay_ms:-?\d+(?:,thp:always,metadata_thp:always)?(?:,|$)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import tempfile
+import threading
 import urllib.parse
 from pathlib import Path
 
@@ -56,7 +57,8 @@ __all__ = ["sniff", "read", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
-_CHUNK_ROWS = 1 << 20  # rows of a table read and finished at a time
+_CHUNK_ROWS = 1 << 19  # rows of a table read and finished at a time
+_READ_THREADS = 2  # threads reading a large table's next pieces (SQLite runs without the GIL)
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
@@ -86,7 +88,7 @@ def read(path: str | Path) -> Trace:
     except (sqlite3.Error, adbc.Error) as e:
         raise CorruptInput(path, f"cannot open as SQLite: {e}") from e
     try:
-        return _read(path, con, bulk)
+        return _read(path, con, bulk, lambda: adbc.connect(uri))
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
     except UnicodeDecodeError as e:  # a damaged page under a table or column name
@@ -131,13 +133,20 @@ def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection, bulk) -> Trace:
+def _read(path: Path, con: sqlite3.Connection, bulk, connect=None) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         raise EmptyTrace(path, "SQLite database with no tables")
     if "StringIds" not in tables and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in tables):
         raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
-    ctx = _Ctx(path, con, bulk, tables)
+    ctx = _Ctx(path, con, bulk, tables, connect)
+    try:
+        return _read_tables(path, ctx)
+    finally:
+        ctx.close_readers()
+
+
+def _read_tables(path: Path, ctx: _Ctx) -> Trace:
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
@@ -171,8 +180,11 @@ def _timed(df: pl.DataFrame, what: str, notes: list[str]) -> pl.DataFrame:
 
 
 class _Ctx:
-    def __init__(self, path: Path, con: sqlite3.Connection, bulk, tables: set[str]) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection, bulk, tables: set[str], connect=None) -> None:
         self.path, self.con, self.bulk, self.tables = path, con, bulk, tables
+        self._connect = connect  # opens another ADBC connection (for the reading threads)
+        self._readers: list = []  # the reading threads' connections
+        self._local = threading.local()
         self.notes: list[str] = []
         self._strings: pl.DataFrame | None = None
         self._comm_ids: pl.Series | None = None
@@ -180,6 +192,22 @@ class _Ctx:
         self._texts: list[pl.Series] = []
         self._n_texts = 0
         self._lookups: dict[str, pl.DataFrame] = {}
+
+    def close_readers(self) -> None:
+        for c in self._readers:
+            try:
+                c.close()
+            except Exception:  # closing a connection of a failed read: nothing more to do
+                pass
+        self._readers = []
+
+    def _reader(self):
+        """This thread's own ADBC connection (one statement at a time per connection)."""
+        c = getattr(self._local, "bulk", None)
+        if c is None:
+            c = self._local.bulk = self._connect()
+            self._readers.append(c)
+        return c
 
     def release(self) -> None:
         self._strings = self._comm_ids = None
@@ -210,17 +238,36 @@ class _Ctx:
         if top is None or top - low < _CHUNK_ROWS:
             return finish(self._fetch_arrow(sql, schema, table))
         glue = "AND" if " WHERE " in sql else "WHERE"
+        # rowids can start at 0 (StringIds ids) or below
+        pieces = [f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}" for lo in range(low - 1, top, _CHUNK_ROWS)]
         chunks = []
-        for lo in range(low - 1, top, _CHUNK_ROWS):  # rowids can start at 0 (StringIds ids) or below
-            df = self._fetch_arrow(f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}", schema, table)
+        for df in self._fetch_pieces(pieces, schema, table):
             if df.height or not chunks:
                 chunks.append(finish(df))
         return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
 
-    def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str) -> pl.DataFrame:
+    def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str):
+        """Each piece's rows, in order. SQLite decodes rows with the GIL released, so
+        ``_READ_THREADS`` threads, each on a connection of its own, read the next pieces while
+        this thread finishes the last one; at most that many raw pieces are held at a time."""
+        if self._connect is None or len(pieces) < 2:
+            for q in pieces:
+                yield self._fetch_arrow(q, schema, table)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="proflab-nsys") as pool:
+            ahead = [pool.submit(self._fetch_arrow, q, schema, table, True) for q in pieces[:_READ_THREADS]]
+            for i in range(len(pieces)):
+                df = ahead.pop(0).result()
+                if i + _READ_THREADS < len(pieces):
+                    ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True))
+                yield df
+
+    def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False) -> pl.DataFrame:
         from adbc_driver_sqlite.dbapi import DatabaseError
 
-        cur = self.bulk.cursor()
+        cur = (self._reader() if threaded else self.bulk).cursor()
         try:
             cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(_BATCH_ROWS)})
             cur.execute(sql)
