@@ -130,3 +130,22 @@ def test_observer_bounds_contain_the_measured_host_cost():
             obs = _report(loop, setting).summary["observer"]
             enqueue = TRUTH[loop]["enqueue"]["median_ms"]
             assert obs["unprofiled_host_ms_lo"] <= enqueue <= obs["unprofiled_host_ms_hi"], (loop, setting, obs)
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_verdict_the_trace_cannot_settle_says_so_and_the_measured_step_settles_it(setting):
+    """lm_bf16's host is near the GPU's pace: from its trace the unprofiled step is 22-31 ms
+    against 22.3 ms of GPU work, and on the same H100 the loop measured 22.9 ms one hour and
+    27.8 ms the next. Without a measured step the verdict gives that range and says it cannot
+    tell; with one it is sure."""
+    bare = TRUTH["lm_bf16"]["bare"]["median_ms"]
+    (unsure,) = [f for f in _report("lm_bf16", setting).findings if f.id == "healthy"]
+    lo, hi = unsure.evidence["unprofiled_step_ms"]
+    assert lo <= bare <= hi
+    assert "cannot tell" in unsure.title and f"{lo:.1f}-{hi:.1f} ms (estimated)" in unsure.title
+    share = unsure.evidence["host_share_pct_possible"]
+    assert share[0] == 0.0 and share[1] == pytest.approx(100 * (hi - _gpu_work_ms(_report("lm_bf16", setting))) / hi, abs=0.1)
+    assert "--bare-step-ms" in unsure.fix
+    (sure,) = [f for f in _report("lm_bf16", setting, bare_step_ms=bare).findings if f.id == "healthy"]
+    assert "host_share_pct_possible" not in sure.evidence and "cannot tell" not in sure.title
+    assert sure.evidence["unprofiled_step_source"] == "measured"
