@@ -113,32 +113,15 @@ print("done", flush=True)
 # window does. Kineto tears CUPTI down on the first CUDA runtime call after a stop: with none
 # before the next session starts, the teardown is lost and kernel tracing stays on.
 GRAPH_AFTER_IDLE_STOP = """
-import json, statistics, sys, time
+import json, sys, time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-x = torch.zeros(1, device="cuda")
-side = torch.cuda.Stream()
-side.wait_stream(torch.cuda.current_stream())
-with torch.cuda.stream(side):
-    for _ in range(3):
-        x.add_(1)
-torch.cuda.current_stream().wait_stream(side)
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    for _ in range(500):
-        x.add_(1)
+sys.path.insert(0, BENCHMARKS)
+from probe_profiler_residue import graph_kernel_timer
 
-def kernel_us():
-    per = []
-    for _ in range(15):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        per.append(a.elapsed_time(b) * 1e3 / 500)
-    return statistics.median(per)
+kernel_us = graph_kernel_timer(torch, repeats=15)
+x = torch.zeros(1, device="cuda")
 
 def busy(s):  # Python work: no CUDA call
     t = time.monotonic()
@@ -160,7 +143,7 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
         x.add_(1)
     torch.cuda.synchronize()
 print(json.dumps({"before_us": before, "after_us": kernel_us(), "profiled_before": profiled_before}), flush=True)
-"""
+""".replace("BENCHMARKS", repr(str(ROOT / "benchmarks")))
 
 
 # The whole flow of a default run over a slow start-up: the time-window fallback starts during
