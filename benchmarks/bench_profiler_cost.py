@@ -21,8 +21,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch.profiler import ProfilerActivity
+import os
+
+# each setting's window in turn, in one process: without teardown Kineto leaves CUPTI attached
+# after the first and every later measurement pays for it (the 1.27x "bare after" of mlp_foreach)
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "data" / "record"))
 import record_realistic as rr  # noqa: E402  (the loops and the bare timing)
