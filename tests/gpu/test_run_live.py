@@ -214,6 +214,48 @@ def test_after_a_run_with_a_fallback_and_a_step_window_kernel_tracing_is_off(tmp
     assert between < 1.05 and ratio < 1.05, (out, meta["notes"])
 
 
+# A CUDA graph captured the moment the step window closes (its 9th step: wait 3, warm-up 1,
+# active 5), while proflab's thread makes its CUDA calls for Kineto's teardown: a call that is
+# not allowed during a capture (in torch's default "global" mode, from any thread) would make
+# the capture fail: with a stream query in place of cudaGetDevice this test failed on an H100
+# (cudaErrorStreamCaptureInvalidated); with cudaGetDevice it passes.
+GRAPH_CAPTURED_AS_THE_WINDOW_CLOSES = """
+import torch
+from torch import nn
+
+model = nn.Sequential(nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 1024)).cuda()
+opt = torch.optim.AdamW(model.parameters())
+x = torch.randn(256, 1024, device="cuda")
+for _ in range(9):
+    model(x).square().mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+static_x = torch.randn(256, 1024, device="cuda")
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.no_grad(), torch.cuda.stream(side):
+    for _ in range(3):
+        model(static_x)
+torch.cuda.current_stream().wait_stream(side)
+g = torch.cuda.CUDAGraph()
+with torch.no_grad():
+    for _ in range(20):  # captured again and again over the 0.15 s of proflab's calls
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = model(static_x)
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.allclose(static_y, model(static_x), atol=1e-5), "the replayed graph gave another result"
+print("graph ok", flush=True)
+"""
+
+
+def test_a_cuda_graph_captured_as_the_window_closes(tmp_path):
+    (tmp_path / "prog.py").write_text(GRAPH_CAPTURED_AS_THE_WINDOW_CLOSES)
+    meta = _assert_step_windows(_run(tmp_path, [sys.executable, "prog.py"], "--window", "steps"))
+    assert any("window's end held" in n for n in meta["notes"]), meta["notes"]
+
+
 def _run(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> Path:
     done = subprocess.run(
         [*PROFLAB, "-o", str(tmp_path / "runs"), *opts, "--", *prog],

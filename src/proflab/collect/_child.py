@@ -78,8 +78,8 @@ def settle_cupti_teardown(torch) -> threading.Thread | None:
     So a few calls are made from a thread of our own, off the training thread, spread over
     ``_SETTLE_CALLS * _SETTLE_EVERY_S`` seconds. The call must be harmless anywhere:
     ``cudaGetDevice`` (``torch.cuda.current_device()``) launches nothing, waits for nothing
-    and is allowed while another thread captures a CUDA graph (a stream query there would
-    invalidate the capture)."""
+    and is allowed while another thread captures a CUDA graph (a stream query there
+    invalidated a capture made as the window closed: tests/gpu/test_run_live.py)."""
     try:
         if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
             return None  # no CUDA context: CUPTI has nothing to trace
