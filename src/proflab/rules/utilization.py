@@ -100,7 +100,12 @@ def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding
             f"{u0:.1f}-{u1:.1f} ms (estimated), so the host may leave the GPU waiting up to {up_to:.0f}% of each "
             "step; this trace cannot tell how much: measure the step without the profiler"
         )
-        evidence["host_share_pct_possible"] = [0.0, round(up_to, 1)]
+        evidence.update(
+            gpu_work_per_step_ms=round(obs.gpu_work_ms, 3),
+            unprofiled_step_ms=[round(u0, 3), round(u1, 3)],
+            unprofiled_step_source=obs.source,
+            host_share_pct_possible=[0.0, round(up_to, 1)],
+        )
         fix = (
             "Measure the loop's step time without the profiler and pass it (proflab analyze --bare-step-ms MS; "
             "proflab run measures it itself): host and launch verdicts are then judged against it. "
