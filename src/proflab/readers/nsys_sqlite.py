@@ -185,6 +185,7 @@ class _Ctx:
         self._connect = connect  # opens another ADBC connection (for the reading threads)
         self._readers: list = []  # the reading threads' connections
         self._local = threading.local()
+        self._pool = None  # the reading threads, started at the first large table
         self.notes: list[str] = []
         self._strings: pl.DataFrame | None = None
         self._comm_ids: pl.Series | None = None
@@ -194,6 +195,9 @@ class _Ctx:
         self._lookups: dict[str, pl.DataFrame] = {}
 
     def close_readers(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         for c in self._readers:
             try:
                 c.close()
@@ -254,15 +258,21 @@ class _Ctx:
             for q in pieces:
                 yield self._fetch_arrow(q, schema, table)
             return
-        from concurrent.futures import ThreadPoolExecutor
+        if self._pool is None:  # one pool for the whole read: its threads keep their connections
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="proflab-nsys") as pool:
-            ahead = [pool.submit(self._fetch_arrow, q, schema, table, True) for q in pieces[:_READ_THREADS]]
+            self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="proflab-nsys")
+        pool = self._pool
+        ahead = [pool.submit(self._fetch_arrow, q, schema, table, True) for q in pieces[:_READ_THREADS]]
+        try:
             for i in range(len(pieces)):
                 df = ahead.pop(0).result()
                 if i + _READ_THREADS < len(pieces):
                     ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True))
                 yield df
+        finally:  # a failed piece or finish: pieces not yet begun are dropped (close_readers waits for the rest)
+            for f in ahead:
+                f.cancel()
 
     def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False) -> pl.DataFrame:
         from adbc_driver_sqlite.dbapi import DatabaseError
