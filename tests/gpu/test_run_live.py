@@ -147,7 +147,7 @@ print(json.dumps({"before_us": before, "after_us": kernel_us(), "profiled_before
 
 
 # The whole flow of a default run over a slow start-up: the time-window fallback starts during
-# it (--delay 1), steps come, the step window records and closes; then the graph kernel again.
+# it (--delay 3), steps come, the step window records and closes; then the graph kernel again.
 GRAPH_AROUND_A_RUN = GRAPH_AFTER_IDLE_STOP.split("before = kernel_us()")[0] + """
 before = kernel_us()
 profiled_before = torch.autograd.profiler._is_profiler_enabled
@@ -179,16 +179,12 @@ def test_a_session_right_after_the_window_does_not_keep_kernel_tracing_on(tmp_pa
     control = _last_json(plain.stdout)
     lost = control["after_us"] / control["before_us"]
     # the time window starts 3 s after the torch import and lasts 1 s, inside 6 s of Python work
-    done = subprocess.run(
-        [*PROFLAB, "-o", str(tmp_path / "runs"), "--window", "time", "--delay", "3", "--duration", "1", "--",
-         sys.executable, "prog.py", "proflab", "6"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    run, stdout = _run_and_read(
+        tmp_path, [sys.executable, "prog.py", "proflab", "6"], "--window", "time", "--delay", "3", "--duration", "1"
+    )
     meta = json.loads((run / "meta.json").read_text())
     assert meta["recorded"], meta["notes"]
-    out = _last_json(done.stdout)
+    out = _last_json(stdout)
     print(f"graph kernel: plain torch {control}, x{lost:.2f}; under proflab run {out}")
     assert out["profiled_before"] is False and control["profiled_before"] is False, (out, control)
     ratio = out["after_us"] / out["before_us"]
@@ -199,15 +195,12 @@ def test_a_session_right_after_the_window_does_not_keep_kernel_tracing_on(tmp_pa
 
 def test_after_a_run_with_a_fallback_and_a_step_window_kernel_tracing_is_off(tmp_path):
     # the mechanism behind the after-window residue, without the host noise of step times:
-    # 1.37-1.44x on a graph kernel whenever CUPTI stayed on (no teardown, or a lost one)
+    # 1.22-1.44x on a graph kernel whenever CUPTI stayed on (no teardown, or a lost one)
     (tmp_path / "prog.py").write_text(GRAPH_AROUND_A_RUN)
-    done = subprocess.run([*PROFLAB, "-o", str(tmp_path / "runs"), "--delay", "3", "--wait", "30", "--", sys.executable, "prog.py"],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    run, stdout = _run_and_read(tmp_path, [sys.executable, "prog.py"], "--delay", "3", "--wait", "30")
     meta = json.loads((run / "meta.json").read_text())
     assert meta["recorded"] and any("recorded the step window instead" in n for n in meta["notes"]), meta["notes"]
-    out = _last_json(done.stdout)
+    out = _last_json(stdout)
     assert out["profiled_before"] is False, out
     between, ratio = out["between_us"] / out["before_us"], out["after_us"] / out["before_us"]
     print(f"graph kernel around a run with a fallback and a step window: {out}, x{between:.2f} between, x{ratio:.2f} after")
@@ -237,7 +230,6 @@ with torch.no_grad(), torch.cuda.stream(side):
     for _ in range(3):
         model(static_x)
 torch.cuda.current_stream().wait_stream(side)
-g = torch.cuda.CUDAGraph()
 with torch.no_grad():
     for _ in range(20):  # captured again and again over the 0.15 s of proflab's calls
         g = torch.cuda.CUDAGraph()
@@ -257,6 +249,11 @@ def test_a_cuda_graph_captured_as_the_window_closes(tmp_path):
 
 
 def _run(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> Path:
+    return _run_and_read(tmp_path, prog, *opts, timeout=timeout)[0]
+
+
+def _run_and_read(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> tuple[Path, str]:
+    """The run directory of ``proflab run`` over ``prog``, and what the program printed."""
     done = subprocess.run(
         [*PROFLAB, "-o", str(tmp_path / "runs"), *opts, "--", *prog],
         capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
@@ -264,7 +261,7 @@ def _run(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> Pat
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     runs = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
-    return runs[0]
+    return runs[0], done.stdout
 
 
 def _assert_step_windows(run: Path, traces: int = 1) -> dict:

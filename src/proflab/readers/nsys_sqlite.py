@@ -133,7 +133,7 @@ def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection, bulk, connect=None) -> Trace:
+def _read(path: Path, con: sqlite3.Connection, bulk, connect) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         raise EmptyTrace(path, "SQLite database with no tables")
@@ -180,7 +180,7 @@ def _timed(df: pl.DataFrame, what: str, notes: list[str]) -> pl.DataFrame:
 
 
 class _Ctx:
-    def __init__(self, path: Path, con: sqlite3.Connection, bulk, tables: set[str], connect=None) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection, bulk, tables: set[str], connect) -> None:
         self.path, self.con, self.bulk, self.tables = path, con, bulk, tables
         self._connect = connect  # opens another ADBC connection (for the reading threads)
         self._readers: list = []  # the reading threads' connections
@@ -254,7 +254,7 @@ class _Ctx:
         """Each piece's rows, in order. SQLite decodes rows with the GIL released, so
         ``_READ_THREADS`` threads, each on a connection of its own, read the next pieces while
         this thread finishes the last one; at most that many raw pieces are held at a time."""
-        if self._connect is None or len(pieces) < 2:
+        if len(pieces) < 2:
             for q in pieces:
                 yield self._fetch_arrow(q, schema, table)
             return

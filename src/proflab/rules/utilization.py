@@ -74,42 +74,39 @@ def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding
         "minor_findings": [f.id for f in findings],
     }
     obs = ctx.observer
-    if obs is not None and obs.gpu_step_ms > 1.10 * obs.gpu_work_ms:
-        # The trace's idle is the profiler's: say so, with the numbers behind it.
+    fix = "Nothing to change at the timeline level; profile the hot kernels next (proflab kernels)."
+    inflated = obs is not None and obs.gpu_step_ms > 1.10 * obs.gpu_work_ms
+    # The estimate's upper end is a host-limited loop: from this trace alone nobody can tell
+    # (the same 22.3-28.4 ms range held a loop measured at 22.9 ms and one at 27.8 ms, one host
+    # apart), so the verdict says so instead of sounding sure.
+    unsure = obs is not None and obs.source == "estimated" and obs.unprofiled_step_ms[1] > 1.10 * obs.gpu_work_ms
+    if inflated or unsure:
         u0, u1 = obs.unprofiled_step_ms
-        unprof = f"{u0:.1f} ms" if obs.source == "measured" else f"{u0:.1f}-{u1:.1f} ms (estimated)"
-        title = (
-            f"No material timeline problem without the profiler: {obs.gpu_work_ms:.1f} ms of GPU work per step, "
-            f"unprofiled step {unprof}; the {obs.gpu_step_ms:.1f} ms steps of this trace are the profiler's own cost"
-        )
         evidence.update(
             gpu_work_per_step_ms=round(obs.gpu_work_ms, 3),
             profiled_step_ms=round(obs.gpu_step_ms, 3),
             unprofiled_step_ms=[round(u0, 3), round(u1, 3)],
             unprofiled_step_source=obs.source,
         )
-    fix = "Nothing to change at the timeline level; profile the hot kernels next (proflab kernels)."
-    if obs is not None and obs.source == "estimated" and obs.unprofiled_step_ms[1] > 1.10 * obs.gpu_work_ms:
-        # The estimate's upper end is a host-limited loop: from this trace alone nobody can
-        # tell (the same 22.3-28.4 ms range held a loop measured at 22.9 ms and one at 27.8 ms,
-        # one host apart), so the verdict says so instead of sounding sure.
-        u0, u1 = obs.unprofiled_step_ms
+    if unsure:
         up_to = 100.0 * (u1 - obs.gpu_work_ms) / u1
         title = (
             f"No confirmed timeline problem: {obs.gpu_work_ms:.1f} ms of GPU work per step, unprofiled step "
             f"{u0:.1f}-{u1:.1f} ms (estimated), so the host may leave the GPU waiting up to {up_to:.0f}% of each "
             "step; this trace cannot tell how much: measure the step without the profiler"
         )
-        evidence.update(
-            gpu_work_per_step_ms=round(obs.gpu_work_ms, 3),
-            unprofiled_step_ms=[round(u0, 3), round(u1, 3)],
-            unprofiled_step_source=obs.source,
-            host_share_pct_possible=[0.0, round(up_to, 1)],
-        )
+        evidence["host_share_pct_possible"] = [0.0, round(up_to, 1)]
         fix = (
             "Measure the loop's step time without the profiler and pass it (proflab analyze --bare-step-ms MS; "
             "proflab run measures it itself): host and launch verdicts are then judged against it. "
             "If the GPU-side step is near the GPU work, profile the hot kernels next (proflab kernels)."
+        )
+    elif inflated:
+        # The trace's idle is the profiler's: say so, with the numbers behind it.
+        unprof = f"{u0:.1f} ms" if obs.source == "measured" else f"{u0:.1f}-{u1:.1f} ms (estimated)"
+        title = (
+            f"No material timeline problem without the profiler: {obs.gpu_work_ms:.1f} ms of GPU work per step, "
+            f"unprofiled step {unprof}; the {obs.gpu_step_ms:.1f} ms steps of this trace are the profiler's own cost"
         )
     return [
         Finding(
