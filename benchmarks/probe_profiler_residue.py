@@ -71,7 +71,7 @@ SCENARIOS = {
 def graph_kernel_timer(torch, kernels: int = 500, repeats: int = 7):
     """A function giving the GPU time (us, median of ``repeats`` replays) of one tiny kernel
     replayed from a CUDA graph of ``kernels``: no host in it, so what it shows is what stays on
-    in the GPU's path. 1.00 us on an H100 with CUPTI detached; 1.22-1.44 us while CUPTI's
+    in the GPU's path. 1.00 us on an H100 with CUPTI detached; 1.22-1.51 us while CUPTI's
     kernel tracing stays on. Used by the GPU tests of ``proflab run`` too."""
     x = torch.zeros(1, device="cuda")
     side = torch.cuda.Stream()

@@ -195,7 +195,7 @@ def test_a_session_right_after_the_window_does_not_keep_kernel_tracing_on(tmp_pa
 
 def test_after_a_run_with_a_fallback_and_a_step_window_kernel_tracing_is_off(tmp_path):
     # the mechanism behind the after-window residue, without the host noise of step times:
-    # 1.22-1.44x on a graph kernel whenever CUPTI stayed on (no teardown, or a lost one)
+    # 1.22-1.51x on a graph kernel whenever CUPTI stayed on (no teardown, or a lost one)
     (tmp_path / "prog.py").write_text(GRAPH_AROUND_A_RUN)
     run, stdout = _run_and_read(tmp_path, [sys.executable, "prog.py"], "--delay", "3", "--wait", "30")
     meta = json.loads((run / "meta.json").read_text())

@@ -71,7 +71,7 @@ def settle_cupti_teardown(torch) -> threading.Thread | None:
     process. A session started before any such call (a time window over a start-up that
     launches nothing, then the step window or the program's own profiler) races it, and the
     teardown is lost: kernel tracing stays on for the rest of the process. On an H100
-    (PyTorch 2.11, CUDA 13) one tiny kernel replayed from a CUDA graph then took 1.22-1.44 us
+    (PyTorch 2.11, CUDA 13) one tiny kernel replayed from a CUDA graph then took 1.22-1.51 us
     of GPU time for good instead of 1.00; separated by unprofiled steps, or by a few CUDA
     calls, the two sessions left 1.00-1.01 (benchmarks/probe_profiler_residue.py).
 
