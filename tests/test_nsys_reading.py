@@ -1,4 +1,4 @@
-"""How the Nsight Systems reader reads: the time-order merge, names cut inside SQLite, file
+"""How the Nsight Systems reader reads: the time-order merge, emit_nvtx names cut to the operator, file
 names SQLite's URI syntax would misread, and values of the wrong type."""
 
 from __future__ import annotations
@@ -51,15 +51,18 @@ _piece = st.sampled_from(["aten::addmm", "forward, layer 3", ", seq = 4", ", op_
                           ", input_op_ids = [1]", ", seq=4", "x", ", ", " = ", "é"])  # fmt: skip
 
 
-@given(st.lists(_piece, max_size=6).map("".join))
-def test_operator_cut_in_sqlite_matches_the_regex(text):
-    """Inline NVTX text is cut inside SQLite; StringIds text by a regex. Both must agree."""
-    con = sqlite3.connect(":memory:")
-    con.execute("CREATE TABLE t (text TEXT)")
-    con.execute("INSERT INTO t VALUES (?)", (text,))
-    (in_sql,) = con.execute(f"SELECT {nsys_sqlite._OPERATOR_ONLY_SQL} FROM t n").fetchone()
-    in_polars = pl.select(nsys_sqlite._operator_only(pl.lit(text))).item()
-    assert in_sql == in_polars
+@given(st.lists(st.lists(_piece, max_size=6).map("".join), max_size=8))
+def test_inline_nvtx_text_is_cut_to_the_operator_once_per_distinct_text(texts):
+    """Inline NVTX text (unique per row under emit_nvtx) is cut by the same regex as StringIds
+    text, once per distinct text; rows keep codes into the dictionary, and a text that is
+    empty, or cut to nothing, has no code (the row's textId names it instead)."""
+    ctx = nsys_sqlite._Ctx(Path("x.sqlite"), None, None, set(), None)
+    codes = ctx.text_codes(pl.Series(texts, dtype=pl.String).replace("", None), nsys_sqlite._operator_only(pl.col("value")))
+    dictionary = pl.concat(ctx._texts) if ctx._texts else pl.Series(dtype=pl.String)
+    got = [None if c is None else dictionary[c] for c in codes.to_list()]
+    cut = [pl.select(nsys_sqlite._operator_only(pl.lit(t))).item() for t in texts]
+    assert got == [c or None for c in cut]
+    assert dictionary.len() == len({c for c in cut if c})  # each name once
 
 
 @pytest.mark.skipif(not T4.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")

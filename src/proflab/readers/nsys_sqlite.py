@@ -349,12 +349,21 @@ class _Ctx:
             return pl.repeat(None, ids.len(), dtype=pl.UInt32, eager=True)
         return ids.replace_strict(known["id"], known["code"], default=None, return_dtype=pl.UInt32)
 
-    def text_codes(self, text: pl.Series) -> pl.Series:
+    def text_codes(self, text: pl.Series, clean: pl.Expr | None = None) -> pl.Series:
         """Dictionary codes for text given per row: each distinct value enters the
-        dictionary once per chunk, rows keep a code."""
+        dictionary once per chunk, rows keep a code. ``clean`` (an expression over ``value``)
+        rewrites each distinct text once; a text it leaves empty gets no code (null)."""
         distinct = text.drop_nulls().unique(maintain_order=True)
         if distinct.len() == 0:
             return pl.repeat(None, text.len(), dtype=pl.UInt32, eager=True)
+        if clean is not None:
+            # emit_nvtx's texts are unique per row; their cleaned names are few
+            cleaned = distinct.rename("value").to_frame().select(clean.alias("value"))["value"]
+            names = cleaned.filter(cleaned != "").unique(maintain_order=True)
+            first = self._add_texts(names)
+            lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
+            code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
+            return text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
         first = self._add_texts(distinct)
         return text.replace_strict(distinct, pl.int_range(first, first + distinct.len(), dtype=pl.UInt32, eager=True),
                                    default=None, return_dtype=pl.UInt32)  # fmt: skip
@@ -490,7 +499,7 @@ class _Ctx:
         has_domain = "domainId" in self.columns(t)
         domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
         df = self.fetch(
-            f"SELECT {_OPERATOR_ONLY_SQL}, n.textId, {'n.domainId' if has_domain else 'NULL'}, "
+            f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId' if has_domain else 'NULL'}, "
             f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
             {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
              "dur_ns": pl.Int64},
@@ -498,7 +507,7 @@ class _Ctx:
                 self._nvtx_names(
                     # text stored in the row wins over its textId
                     df.with_columns(
-                        self.text_codes(df["name"].replace("", None))
+                        self.text_codes(df["name"].replace("", None), _operator_only(pl.col("value")))
                         .fill_null(self.codes(df["name_id"], "nvtx", _operator_only(pl.col("value"))))
                         .alias("name")
                     ),
@@ -599,15 +608,9 @@ _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
 
 def _operator_only(name: pl.Expr) -> pl.Expr:
     """torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
-    sizes = [...]": the operator is the name; the rest would make every range unique. Applied to
-    StringIds once (``_OPERATOR_ONLY_SQL`` does the same to text stored inline)."""
+    sizes = [...]": the operator is the name; the rest would make every range unique. Applied
+    to each distinct text once (StringIds, or text stored inline per row: ``text_codes``)."""
     return name.str.replace(rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = .*$", "")
-
-
-# The same cut in SQLite, for NVTX text stored inline in each row (emit_nvtx writes millions of
-# unique strings): only the operator name leaves the database. '' stands for "no inline text".
-_CUT_AT = ", ".join(f"coalesce(nullif(instr(n.text, ', {k} = '), 0), 1 << 30)" for k in _EMIT_NVTX_KEYS)
-_OPERATOR_ONLY_SQL = f"coalesce(substr(n.text, 1, min({_CUT_AT}) - 1), '')"
 
 
 # the model's schemas while reading: names are dictionary codes until the merge
