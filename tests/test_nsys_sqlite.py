@@ -141,3 +141,19 @@ def test_nvtx_domain_prefixes_range_names():
     names = trace.cpu.filter(pl.col("cat") == "user_annotation")["name"]
     (in_domain,) = _sql(T4, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE domainId = 1 AND eventType IN (59, 60) AND end IS NOT NULL")[0]
     assert names.str.starts_with("CCCL:").sum() == in_domain > 0
+
+
+def test_emit_nvtx_operator_ranges_are_dispatch_not_host_work():
+    """emit_nvtx writes every operator as an NVTX range; one that launches nothing
+    (aten::view, aten::empty_strided) is the framework's dispatch, as Kineto's cpu_op is,
+    never "host work that launches nothing" to move off the critical path."""
+    from proflab.analysis.context import Context
+
+    path = NSYS / "mfu_2gpu_after.sqlite"
+    trace = proflab.load(path)
+    ops = trace.cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("aten::"))
+    assert ops.height > 1000  # the export's operators are NVTX ranges
+    spans = Context(trace).host_only
+    assert spans.height and not spans["name"].str.contains("::").any()
+    for f in proflab.analyze(path).findings:
+        assert not any("::" in op for op in f.where.get("ops", [])) or f.category != "host_bound"

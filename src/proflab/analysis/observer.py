@@ -50,8 +50,11 @@ FLOOR_LAUNCH_US = 2.5
 _BLOCKED_FACTOR = 3.0
 
 # Annotations PyTorch itself opens around its own dispatch (optimizer, autograd, compiled
-# graphs, modules): framework overhead even where they launch nothing themselves.
-_FRAMEWORK = r"^(?:Optimizer\.|autograd::|## |TorchDynamo|Torch-Compiled|CompiledFunction|nn\.Module:|torch/)"
+# graphs, modules): framework overhead even where they launch nothing themselves. An
+# operator's own range ("aten::view", "c10d::allreduce_": namespace::name) is dispatch too:
+# Kineto lists operators as cpu_op, but torch.autograd.profiler.emit_nvtx writes each as an
+# NVTX range, which an Nsight Systems export holds like any annotation.
+_FRAMEWORK = r"^(?:Optimizer\.|autograd::|## |TorchDynamo|Torch-Compiled|CompiledFunction|nn\.Module:|torch/|[A-Za-z_]\w*::\w)"
 
 _HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
