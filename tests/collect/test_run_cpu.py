@@ -114,11 +114,20 @@ def test_exit_status_3_is_propagated(tmp_path, torch_required):
     assert meta["exit_status"] == 3 and meta["traces"]
 
 
-def test_sigint_to_proflab_flushes_and_exits_130(tmp_path, torch_required):
+# Starts the command with SIGINT ignored, as a script's background job (``cmd &``) is started.
+_SIGINT_IGNORED = ["-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"]
+
+
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_sigint_to_proflab_flushes_and_exits_130(tmp_path, torch_required, inherited):
+    """Also when proflab was started with SIGINT ignored (a CI job or batch script that ran it in
+    the background): the program must still hear the SIGINT proflab forwards (it waited on a
+    program that could not, for ever)."""
     prog = tmp_path / "prog.py"
     prog.write_text(TRAIN)
+    wrap = [sys.executable, *_SIGINT_IGNORED] if inherited == "ignored" else []
     p = subprocess.Popen(
-        [*PROFLAB, "run", "-o", str(tmp_path / "runs"), "--active", "3", "--", sys.executable, str(prog), "100", "sleep"],
+        [*wrap, *PROFLAB, "run", "-o", str(tmp_path / "runs"), "--active", "3", "--", sys.executable, str(prog), "100", "sleep"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         start_new_session=True,  # not the test runner's terminal group: proflab must forward SIGINT
     )  # fmt: skip

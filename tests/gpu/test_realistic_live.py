@@ -1,5 +1,5 @@
 """Realistic loops recorded live on this GPU: the verdicts must agree with the same loop's
-unprofiled timing, measured in the same process (tests/data/record/record_realistic.py).
+unprofiled timing, measured in the recording's own process (tests/data/record/record_realistic.py).
 
 The committed traces (tests/data/realistic) prove this on one recording; these prove it again
 with whatever torch, driver and host the GPU machine has today.
@@ -7,7 +7,9 @@ with whatever torch, driver and host the GPU machine has today.
 
 from __future__ import annotations
 
-import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,21 +22,32 @@ RECORDER = Path(__file__).resolve().parents[1] / "data" / "record" / "record_rea
 HOST_SIDE = {"host_bound", "launch_bound"}
 
 
-@pytest.fixture(scope="module")
-def rr():
-    spec = importlib.util.spec_from_file_location("record_realistic", RECORDER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _record(loop: str, out: Path) -> dict:
+    """The loop recorded and timed by the recorder in a process of its own, as a user's script
+    runs. Imported into the test process instead, the recorder switches TEARDOWN_CUPTI on after
+    the earlier GPU tests' profiler sessions, and Kineto's first session after that switch
+    records no GPU activity (H100, PyTorch 2.11: 40 GPU events, then 0 after the switch, then
+    40 again): the whole GPU suite in one process failed lm_bf16 with a host-only trace."""
+    done = subprocess.run(
+        [sys.executable, str(RECORDER), "--out", str(out), "--only", loop, "--settings", "light,heavy", "--bare-steps", "20"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    truth = json.loads((out / "ground_truth.json").read_text())["loops"][loop]
+    assert "error" not in truth, truth["error"]
+    return truth
 
 
 @pytest.mark.parametrize("loop", ["lm_bf16", "mlp_foreach", "cnn_loader", "lm_sync_drain"])
-def test_live_verdict_agrees_with_bare_timing(rr, tmp_path, loop):
-    truth = rr.measure(loop, str(tmp_path), ["light", "heavy"], n_bare=20)
+def test_live_verdict_agrees_with_bare_timing(tmp_path, loop):
+    truth = _record(loop, tmp_path)
     bare = truth["bare"]["median_ms"]
     for setting in ("light", "heavy"):
         for measured in (None, bare):
-            report = proflab.analyze(tmp_path / truth["profiled"][setting]["trace"], bare_step_ms=measured)
+            trace = proflab.load(tmp_path / truth["profiled"][setting]["trace"])
+            report = proflab.analyze(trace, bare_step_ms=measured)
+            # (no observer: no GPU-side steps; say what the recording holds)
+            assert report.summary["observer"], (setting, trace.gpu.height, trace.steps.height, trace.meta.notes)
             work = report.summary["observer"]["gpu_work_ms"]
             serious = [f for f in report.findings if f.severity in ("warning", "critical")]
             host_side = [f for f in serious if f.category in HOST_SIDE]

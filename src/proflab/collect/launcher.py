@@ -145,6 +145,17 @@ class _Signals:
             pass
 
 
+def _hear_sigint() -> None:
+    """Let the program hear the SIGINT proflab forwards. A command started in the background of
+    a script (``cmd &``, as batch and CI jobs do) or under some service managers inherits SIGINT
+    ignored, and an ignored signal stays ignored across exec: ``kill -INT`` to proflab then
+    reached a program that could not hear it, and proflab waited on it for ever. A handled
+    signal is reset to its default at exec, so the program starts with Python's
+    KeyboardInterrupt (or the default action) as if run from a shell."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _foreground() -> bool:
     """Whether this process is in the foreground process group of its controlling terminal."""
     for fd in (0, 1, 2):
@@ -205,6 +216,7 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
             capture_range=opts.capture_range or opts.window == "capture", python_backtrace=opts.python_backtrace,
         )  # fmt: skip
     t0 = time.perf_counter()
+    _hear_sigint()
     try:
         proc = subprocess.Popen(argv, env=env)
     except OSError as e:
