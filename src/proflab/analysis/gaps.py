@@ -72,6 +72,23 @@ def _with_step(gaps: pl.DataFrame, trace: Trace, step_table: pl.DataFrame | None
 
 
 
+def _work_starting_at(work: pl.DataFrame, device: int, ends: np.ndarray) -> pl.Series:
+    """The correlation id of the GPU work that ended each gap: the first (in the trace's start
+    order) to start on the device exactly at the gap's end; null where none does. One binary
+    search per gap over the device's starts (a sort and join of every GPU event took 0.5 s
+    and its own copy of the table on a million-event export)."""
+    on = work.filter(pl.col("device") == device)
+    starts = on.get_column("start_ns").to_numpy()
+    if not bool((starts[1:] >= starts[:-1]).all()):  # the model keeps start order; not assumed
+        on = on.sort("start_ns", maintain_order=True)
+        starts = on.get_column("start_ns").to_numpy()
+    i = np.searchsorted(starts, ends, side="left")
+    hit = i < starts.size
+    hit[hit] = starts[i[hit]] == ends[hit]
+    found = on.get_column("correlation").gather(pl.Series(np.where(hit, i, 0)))
+    return found.set(~pl.Series(hit), None) if not hit.all() else found
+
+
 def launch_calls(trace: Trace) -> pl.DataFrame:
     """Host runtime/driver calls whose correlation id matches GPU work (they launched it)."""
     # select, then filter: only these columns are copied (the host table can be millions of
@@ -134,24 +151,18 @@ def idle_gaps(
     ``blocking`` is ``blocking_calls(trace)`` when the caller has it already."""
     lo, hi = window
     rows = []
+    work = trace.gpu.select("device", "start_ns", "correlation")
     for device, sets in busy.items():
         gs, ge = sets.gaps(lo, hi)
         if gs.size:
             rows.append(
-                pl.DataFrame({"device": np.full(gs.size, device, dtype=np.int32), "start_ns": gs, "end_ns": ge})
-            )
+                pl.DataFrame({"device": np.full(gs.size, device, dtype=np.int32), "start_ns": gs, "end_ns": ge,
+                              "correlation": _work_starting_at(work, device, ge)})
+            )  # fmt: skip
+    del work
     if not rows:
         return pl.DataFrame(schema=GAP_SCHEMA)
     gaps = pl.concat(rows).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-
-    # The work that ended each gap starts exactly at the gap's end.
-    first_work = (
-        trace.gpu.select("device", "start_ns", "correlation")
-        .sort("start_ns")
-        .unique(["device", "start_ns"], keep="first")
-        .rename({"start_ns": "end_ns"})
-    )
-    gaps = gaps.join(first_work, on=["device", "end_ns"], how="left")
     gaps = gaps.join(launches, on="correlation", how="left")
 
     # The blocking call the launching thread was in when the GPU went idle: the latest one
