@@ -51,10 +51,12 @@ _BLOCKED_FACTOR = 3.0
 
 # Annotations PyTorch itself opens around its own dispatch (optimizer, autograd, compiled
 # graphs, modules): framework overhead even where they launch nothing themselves. An
-# operator's own range ("aten::view", "c10d::allreduce_": namespace::name) is dispatch too:
-# Kineto lists operators as cpu_op, but torch.autograd.profiler.emit_nvtx writes each as an
-# NVTX range, which an Nsight Systems export holds like any annotation.
-_FRAMEWORK = r"^(?:Optimizer\.|autograd::|## |TorchDynamo|Torch-Compiled|CompiledFunction|nn\.Module:|torch/|[A-Za-z_]\w*::\w)"
+# operator's own range ("aten::view", "c10d::allreduce_": a lower-case namespace, "::", the
+# operator) is dispatch too: Kineto lists operators as cpu_op, but
+# torch.autograd.profiler.emit_nvtx writes each as an NVTX range, which an Nsight Systems
+# export holds like any annotation. (A user's "MyModel::forward" stays the user's; FSDP's
+# own ranges, "FSDP::pre_forward", are the framework's.)
+_FRAMEWORK = r"^(?:Optimizer\.|autograd::|## |TorchDynamo|Torch-Compiled|CompiledFunction|nn\.Module:|torch/|FSDP::|[a-z_][a-z0-9_]*::\w)"
 
 _HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
