@@ -131,15 +131,19 @@ def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, laun
     lo = steps["start_ns"].to_numpy()
     hi = steps["end_ns"].to_numpy()
 
-    host = trace.cpu.select("cat", "tid", "start_ns", "dur_ns").filter(pl.col("cat").is_in(_HOST_EVENTS + ("python_function",)))
+    # (a flag per event, not its category as text: a million Python strings cost 130 MB)
+    host = trace.cpu.select(
+        "start_ns", (pl.col("cat") == "python_function").alias("python")
+    ).filter(pl.col("python") | trace.cpu.get_column("cat").is_in(_HOST_EVENTS))
     t = host["start_ns"].to_numpy()
     k = np.searchsorted(lo, t, side="right") - 1
     inside = (k >= 0) & (t < hi[np.maximum(k, 0)])
-    cats = host["cat"].cast(pl.String).to_numpy()
+    is_python = host["python"].to_numpy()
+    del host, t
     n = len(lo)
     per_step = lambda mask: np.bincount(k[inside & mask], minlength=n)  # noqa: E731
-    events = per_step(np.isin(cats, _HOST_EVENTS))
-    python = per_step(cats == "python_function")
+    events = per_step(~is_python)
+    python = per_step(is_python)
     launch_n = np.bincount(_step_of(launches["launch_start_ns"].to_numpy(), lo, hi), minlength=n + 1)[:n]
 
     blocked = _blocked_ns(blocking, launches, lo, hi)

@@ -31,9 +31,11 @@ class FrameIndex:
     """The Python frames of a trace, indexed once for any number of :meth:`lookup` calls."""
 
     def __init__(self, trace: Trace) -> None:
-        frames = trace.cpu.filter(pl.col("cat") == "python_function")
+        # (lazy: only these columns of the frames' rows are copied, never the whole host table's)
         self.frames = (
-            frames.select(
+            trace.cpu.lazy()
+            .filter(pl.col("cat") == "python_function")
+            .select(
                 "tid",
                 "start_ns",
                 (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
@@ -44,12 +46,17 @@ class FrameIndex:
             )
             .sort("start_ns")
             .with_row_index("row")
+            .collect()
         )
-        parent = self.frames.join(
-            self.frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
-            on="python_parent_id",
-            how="left",
-        ).sort("row")["parent_row"]
+        parent = (
+            self.frames.select("row", "python_parent_id")
+            .join(
+                self.frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
+                on="python_parent_id",
+                how="left",
+            )
+            .sort("row")["parent_row"]
+        )
         self.parent_row = parent.fill_null(-1).cast(pl.Int64).to_numpy()
         self.starts = self.frames["start_ns"].to_numpy()
         self.ends = self.frames["end_ns"].to_numpy()
