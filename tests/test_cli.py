@@ -276,3 +276,23 @@ def test_the_allocator_returns_freed_pages_unless_the_user_said_otherwise(inheri
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expected
+
+
+def test_proflab_own_environment_is_undone_for_the_programs_it_runs(monkeypatch):
+    """What proflab sets for itself is not what a program it runs gets; a variable changed
+    by someone else after proflab set it is theirs."""
+    from proflab import _env
+
+    monkeypatch.setattr(_env, "_ORIGINAL", {})
+    monkeypatch.setattr(_env, "_SET", {})
+    monkeypatch.setenv("PROFLAB_TEST_A", "users")
+    monkeypatch.delenv("PROFLAB_TEST_B", raising=False)
+    _env.set_own("PROFLAB_TEST_A", "ours")
+    _env.set_own("PROFLAB_TEST_B", "ours")
+    assert os.environ["PROFLAB_TEST_A"] == os.environ["PROFLAB_TEST_B"] == "ours"
+    env = _env.user_environ()
+    assert env["PROFLAB_TEST_A"] == "users" and "PROFLAB_TEST_B" not in env
+    monkeypatch.setenv("PROFLAB_TEST_B", "changed later")
+    assert _env.user_environ()["PROFLAB_TEST_B"] == "changed later"
+    _env.set_own("PROFLAB_TEST_B", "ours again")  # the new original is the value found
+    assert _env.user_environ()["PROFLAB_TEST_B"] == "changed later"

@@ -350,6 +350,35 @@ def test_program_without_torch_runs_unaffected(tmp_path):
     assert any("never imported torch" in n for n in meta["notes"]), meta["notes"]
 
 
+def test_the_program_gets_the_users_environment(tmp_path, monkeypatch):
+    """proflab tunes polars' allocator (and, for its analysis commands, numpy's BLAS threads)
+    for itself through the environment: a program it runs sees the environment the user gave
+    it, not that tuning."""
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("_RJEM_MALLOC_CONF", "narenas:3")  # the user's own, kept as given
+    script = "import os\nprint('env:', os.environ.get('OPENBLAS_NUM_THREADS'), os.environ.get('_RJEM_MALLOC_CONF'))\n"
+    done = _proflab_run(tmp_path, script=script)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "env: None narenas:3" in done.stdout
+    monkeypatch.delenv("_RJEM_MALLOC_CONF")
+    (tmp_path / "again").mkdir()
+    done = _proflab_run(tmp_path / "again", script=script)
+    assert "env: None None" in done.stdout, done.stdout + done.stderr
+
+
+def test_analysis_runs_with_one_blas_thread(tmp_path, monkeypatch):
+    """The analysis commands set it (unless the user did) before numpy is imported."""
+    from proflab import cli
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as in a fresh `proflab analyze` process
+    cli._one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
+    cli._one_blas_thread()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "8"
+
+
 def test_other_sitecustomize_still_runs(tmp_path):
     other = tmp_path / "site"
     other.mkdir()

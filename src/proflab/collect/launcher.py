@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from proflab import __version__
+from proflab._env import user_environ
 from proflab.collect import rundir
 from proflab.errors import ProflabError, UsageError
 
@@ -197,7 +198,7 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
     rundir.write_json(run_dir / rundir.META, meta)
 
     monitor = _start_monitor(opts, meta)
-    env = dict(os.environ)
+    env = user_environ()  # the user's, without proflab's own tuning of its analysis
     env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP_DIR), *filter(None, [env.get("PYTHONPATH")])])
     env["PROFLAB_RUN_CONFIG"] = json.dumps(_child_config(opts, run_dir))
     # Kineto leaves CUPTI initialised after a profiler stops unless told to tear it down,

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proflab._env import user_environ
 from proflab._io import write_atomic
 from proflab.collect import Availability
 from proflab.errors import ProflabError, UsageError
@@ -191,7 +192,8 @@ def run_ncu(argv: list[str], out_dir: Path, *, timeout_s: float | None = None) -
     timed_out = False
     with open(log, "w") as f:
         try:
-            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            # the program under ncu gets the user's environment, not proflab's own tuning
+            proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, start_new_session=True, env=user_environ())
         except OSError as e:
             raise NcuMissing(f"cannot start ncu ({argv[0]}): {e.strerror}") from e
         try:
