@@ -120,3 +120,23 @@ def test_synchronous_copy_api_is_reported_without_double_counting(tmp_path):
     assert api.evidence["apis"] == [{"api": "cudaMemcpy", "calls": 1, "host_blocked_ms": 0.112}]
     assert api.evidence["gpu_idle_after_them_ms"] == 0.02  # 130 -> 150 us, counted in sync_bound
     assert found["sync_bound"].est_gain_ms == pytest.approx(0.02)
+
+
+def test_the_work_that_ends_a_gap_is_the_first_to_start_at_its_end():
+    """The lookup behind each gap's launch: per device, the first work (in the trace's order)
+    starting exactly at the gap's end; none for an end no work starts at, or a device without
+    work; the same on a table not in start order."""
+    import numpy as np
+
+    from proflab.analysis.gaps import _work_starting_at
+
+    work = pl.DataFrame(
+        {"device": [0, 0, 0, 1, 0], "start_ns": [10, 20, 20, 20, 30], "correlation": [1, 2, 3, 4, None]},
+        schema={"device": pl.Int32, "start_ns": pl.Int64, "correlation": pl.Int64},
+    )
+    ends = np.array([20, 25, 30, 40, 10, 5])
+    assert _work_starting_at(work, 0, ends).to_list() == [2, None, None, None, 1, None]
+    assert _work_starting_at(work, 1, ends).to_list() == [4, None, None, None, None, None]
+    assert _work_starting_at(work, 7, ends).to_list() == [None] * 6
+    shuffled = work[[4, 2, 0, 3, 1]]
+    assert _work_starting_at(shuffled, 0, ends).to_list() == [3, None, None, None, 1, None]  # the first in its order

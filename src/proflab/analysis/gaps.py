@@ -78,6 +78,8 @@ def _work_starting_at(work: pl.DataFrame, device: int, ends: np.ndarray) -> pl.S
     search per gap over the device's starts (a sort and join of every GPU event took 0.5 s
     and its own copy of the table on a million-event export)."""
     on = work.filter(pl.col("device") == device)
+    if on.height == 0:
+        return pl.Series("correlation", [None] * ends.size, dtype=pl.Int64)
     starts = on.get_column("start_ns").to_numpy()
     if not bool((starts[1:] >= starts[:-1]).all()):  # the model keeps start order; not assumed
         on = on.sort("start_ns", maintain_order=True)
