@@ -49,16 +49,25 @@ def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         k = k.join(ops, on="external_id", how="left")
     else:  # no operators (an Nsight Systems export): broadcast nulls, not a column of them per kernel
         k = k.with_columns(pl.lit(None, dtype=ops.schema[c]).alias(c) for c in ops.columns if c != "external_id")
-    return k.with_columns(
-        pl.col("name").str.contains(GEMM_PATTERN).or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
+    # the name patterns once per distinct kernel name (a few hundred), not per kernel (millions
+    # of ~175-byte names on a large export)
+    names = k.select(pl.col("name").unique()).with_columns(
+        pl.col("name").str.contains(GEMM_PATTERN).alias("_gemm_by_name"),
         pl.col("name").str.contains(TENSOR_CORE_PATTERN).alias("tc_by_name"),
         pl.col("name").str.contains(FP32_SIMT_PATTERN).alias("fp32_simt_by_name"),
+    )
+    k = k.join(names, on="name", how="left", nulls_equal=True, maintain_order="left")
+    return k.with_columns(
+        pl.col("_gemm_by_name").or_(pl.col("op").fill_null("").str.contains(GEMM_OPS)).alias("is_gemm"),
         pl.col("op_input_types").fill_null("").str.contains(r"(?:^|,)float(?:,|$)").alias("op_fp32"),
         pl.col("op_input_types").fill_null("").str.contains(r"BFloat16|Half|Float8").alias("op_lowp"),
     ).with_columns(
         # Reduced-precision GEMMs run on tensor cores on every GPU since Volta.
         (pl.col("tc_by_name") | (pl.col("is_gemm") & pl.col("op_lowp"))).alias("tensor_cores"),
-    )
+    ).select(pl.exclude(*_FLAGS, "_gemm_by_name"), *_FLAGS)
+
+
+_FLAGS = ("is_gemm", "tc_by_name", "fp32_simt_by_name", "op_fp32", "op_lowp", "tensor_cores")
 
 
 def launch_sources(trace: Trace, frames: FrameIndex, launches: pl.DataFrame) -> pl.Series:
