@@ -40,6 +40,15 @@ def test_merge_orders_by_start_keeps_table_order_on_ties_and_the_schema():
     assert merged["python_id"].null_count() == 5  # a column nobody fills stays null
 
 
+def test_merge_keeps_epoch_nanoseconds_exact_and_puts_rows_without_a_start_first():
+    """Starts past float64's exact integers (Unix-epoch ns) order exactly, also when a part
+    holds a row without a start (an export's damaged row, dropped after the merge)."""
+    t = 1_700_000_000_000_000_000
+    merged = merge_by_start([_cpu([t + 3, None, t + 1], "a"), _cpu([t + 2], "b")])
+    assert merged["start_ns"].to_list() == [None, t + 1, t + 2, t + 3]
+    assert merged["name"].to_list() == ["a1", "a2", "b0", "a0"]
+
+
 def test_merge_of_one_sorted_part_and_of_nothing():
     one = merge_by_start([_cpu([1, 2, 3], "x"), _cpu([], "y")])
     assert one["name"].to_list() == ["x0", "x1", "x2"]

@@ -14,19 +14,16 @@ __all__ = ["set_own", "user_environ"]
 
 _MISSING = object()
 _ORIGINAL: dict[str, object] = {}  # key -> the value before proflab set it (or _MISSING)
-_SET: dict[str, str | None] = {}  # key -> what proflab set it to (None: removed)
+_SET: dict[str, str] = {}  # key -> what proflab set it to
 
 
-def set_own(key: str, value: str | None) -> None:
-    """Set (or, with None, remove) a variable for proflab's own process and its helpers."""
+def set_own(key: str, value: str) -> None:
+    """Set a variable for proflab's own process and its helpers."""
     current = os.environ.get(key)
     if key not in _SET or current != _SET[key]:  # first time, or changed by someone else since
         _ORIGINAL[key] = _MISSING if current is None else current
     _SET[key] = value
-    if value is None:
-        os.environ.pop(key, None)
-    else:
-        os.environ[key] = value
+    os.environ[key] = value
 
 
 def user_environ() -> dict[str, str]:

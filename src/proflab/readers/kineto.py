@@ -345,7 +345,8 @@ def _tables(events: list, problems: Counter | None = None) -> _Tables:
 
 def _partition(events: list) -> tuple[list, list, list]:
     """GPU activity, Python frames and host operators (both complete events, ph "X"), each
-    in file order, in one pass (three filtering passes cost 1.6x as much)."""
+    in file order, in one pass (three filtering passes cost 1.6x as much, and indices from a
+    polars column of the categories 1.9x: 24 and 28 ms against 15 ms a slice)."""
     gpu: list = []
     frames: list = []
     ops: list = []

@@ -353,20 +353,16 @@ class _Ctx:
         """Dictionary codes for text given per row: each distinct value enters the
         dictionary once per chunk, rows keep a code. ``clean`` (an expression over ``value``)
         rewrites each distinct text once; a text it leaves empty gets no code (null)."""
-        distinct = text.drop_nulls().unique(maintain_order=True)
+        distinct = text.drop_nulls().unique(maintain_order=True).rename("value")
         if distinct.len() == 0:
             return pl.repeat(None, text.len(), dtype=pl.UInt32, eager=True)
-        if clean is not None:
-            # emit_nvtx's texts are unique per row; their cleaned names are few
-            cleaned = distinct.rename("value").to_frame().select(clean.alias("value"))["value"]
-            names = cleaned.filter(cleaned != "").unique(maintain_order=True)
-            first = self._add_texts(names)
-            lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
-            code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
-            return text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
-        first = self._add_texts(distinct)
-        return text.replace_strict(distinct, pl.int_range(first, first + distinct.len(), dtype=pl.UInt32, eager=True),
-                                   default=None, return_dtype=pl.UInt32)  # fmt: skip
+        # (emit_nvtx's texts are unique per row; their cleaned names are few)
+        cleaned = distinct if clean is None else distinct.to_frame().select(clean.alias("value"))["value"]
+        names = cleaned.filter(cleaned != "").unique(maintain_order=True)
+        first = self._add_texts(names)
+        lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
+        code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
+        return text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
 
     def decode(self, df: pl.DataFrame) -> pl.DataFrame:
         """The merged frame's name codes replaced by their text: one gather from the small
