@@ -199,42 +199,80 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     """Host spans (tid, name, start_ns, end_ns) of work that launches nothing: annotations
     that issued no launch on their own thread and are not PyTorch's own (a DataLoader's
     ``__next__``, the program's record_function around I/O), and stretches of at least
-    QUIET_STRETCH_NS outside any recorded operator, annotation or runtime call (named
-    ``(outside operators)``)."""
-    # host events as row numbers and times only: the names are read for the few annotations
-    # that launch nothing, not copied for every event
-    rows = trace.cpu.select(
+    QUIET_STRETCH_NS between two recorded operators, annotations or runtime calls of a thread
+    (named ``(outside operators)``; none before a thread's first event or after its last).
+
+    One pass over the host events in (thread, start) order: a radix sort of their thread
+    ranks (the host table is in start order already), then sorted searches for the launches
+    inside each event and a running maximum of ends for the stretches between them, per
+    chunk of events where a step needs temporaries. On a 13.8 M event export: 1.0-1.2 s and
+    290 MiB above the tables, where a sort of all threads' keys and searches in row order
+    took 2.45 s and 427 MiB (and ran a thread's last event into the next thread's first)."""
+    empty = pl.DataFrame(schema={"tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
+    cpu = trace.cpu
+    rows = cpu.select(
         (pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null())
         .arg_true()
         .alias("row")
     )["row"]
-    lt = launches.drop_nulls("tid")
     if rows.len() == 0:
-        return pl.DataFrame(schema={"tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    ev = trace.cpu.select(pl.col("tid", "start_ns").gather(rows), (pl.col("start_ns") + pl.col("dur_ns")).gather(rows).alias("end_ns"))
-    clock = ThreadClock([ev["tid"], lt["tid"]], [ev["start_ns"], ev["end_ns"], lt["launch_start_ns"]])
+        return empty
+    lt = launches.drop_nulls("tid")
+    tid = cpu.get_column("tid").gather(rows)
+    bounds = cpu.select(pl.col("start_ns").min().alias("lo"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("hi")).row(0)
+    clock = ThreadClock([tid, lt["tid"]], [pl.Series(bounds, dtype=pl.Int64), lt["launch_start_ns"]])
+    rank = clock.rank(tid)
+    del tid
+    # (thread, start) order: numpy's stable sort of small integers is a radix sort
+    order = np.argsort(rank, kind="stable")
+    rank = rank[order]
+    rows = rows.gather(pl.Series(order))
+    del order
+    s = cpu.get_column("start_ns").gather(rows).to_numpy(writable=True)
+    e = s + cpu.get_column("dur_ns").gather(rows).to_numpy()
+    s = clock.key_ranked(rank, s)
+    e = clock.key_ranked(rank, e)
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
-    e0, e1 = clock.key(ev["tid"], ev["start_ns"]), clock.key(ev["tid"], ev["end_ns"])
-    del ev
-    launched = np.searchsorted(keys, e1, side="right") > np.searchsorted(keys, e0, side="left")
+    launched = np.empty(s.size, dtype=bool)
+    for i, j in _chunks(s.size):
+        launched[i:j] = np.searchsorted(keys, e[i:j], side="right") > np.searchsorted(keys, s[i:j], side="left")
     del keys
-    # (the name pattern only over the few annotations left: over every host event it cost
-    # most of this function on a 1.5 M event trace)
     quiet = rows.filter(pl.Series(~launched))
     del launched
-    quiet = quiet.filter(trace.cpu.get_column("cat").gather(quiet) == "user_annotation")
-    quiet = quiet.filter(~trace.cpu.get_column("name").gather(quiet).str.contains(_FRAMEWORK))
-    quiet = trace.cpu.select(
-        pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns")
-    )
+    quiet = quiet.filter(cpu.get_column("cat").gather(quiet) == "user_annotation")
+    quiet = _not_framework(cpu.get_column("name"), quiet)
+    quiet = cpu.select(pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns"))
     del rows
-    # stretches outside every recorded host event, per thread (keys keep threads apart)
-    covered = IntervalSet.from_spans(e0, e1)
-    gs, ge = covered.gaps()
-    long = (ge - gs) >= QUIET_STRETCH_NS
-    gs, ge = gs[long], ge[long]
+    # stretches between a thread's events: where an event starts past every end before it
+    np.maximum.accumulate(e, out=e)
+    opens = np.concatenate([
+        i + np.flatnonzero((s[i + 1 : j + 1] - e[i:j] >= QUIET_STRETCH_NS) & (rank[i + 1 : j + 1] == rank[i:j]))
+        for i, j in _chunks(s.size - 1)
+    ])  # fmt: skip
+    gs, ge = e[opens], s[opens + 1]
+    del s, e, rank
     tid, t0 = clock.unkey(gs)
     bare = pl.DataFrame({"tid": tid, "name": pl.Series(["(outside operators)"] * gs.size, dtype=pl.String), "start_ns": t0, "end_ns": t0 + (ge - gs)})
-    return pl.concat([quiet.cast({"tid": pl.Int64}), bare.cast({"tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})]).filter(
-        pl.col("end_ns") > pl.col("start_ns")
+    return (
+        pl.concat([quiet.cast({"tid": pl.Int64}), bare.cast({"tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})])
+        .filter(pl.col("end_ns") > pl.col("start_ns"))
+        .sort("start_ns", "tid", maintain_order=True)
     )
+
+
+def _not_framework(names: pl.Series, rows: pl.Series) -> pl.Series:
+    """The rows whose name is not PyTorch's own (``_FRAMEWORK``): the pattern once per distinct
+    name (an emit_nvtx export has millions of operator ranges, a few hundred names), the
+    names gathered a chunk of rows at a time (16 bytes a row)."""
+    distinct = pl.concat([names.gather(rows[i:j]).unique() for i, j in _chunks(rows.len())]).unique()
+    own = distinct.filter(distinct.str.contains(_FRAMEWORK)).implode()
+    return pl.concat([rows[i:j].filter(~names.gather(rows[i:j]).is_in(own)) for i, j in _chunks(rows.len())]) if rows.len() else rows
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    """[i, j) ranges of _CHUNK_ROWS over n rows: the per-event work runs a chunk at a time, so
+    its temporaries (8-byte index arrays, 16-byte names) are bounded, not an event's worth each."""
+    return [(i, min(i + _CHUNK_ROWS, n)) for i in range(0, n, _CHUNK_ROWS)] or [(0, 0)]
+
+
+_CHUNK_ROWS = 1 << 20

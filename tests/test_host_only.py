@@ -1,0 +1,86 @@
+"""Host-only spans (``observer.host_only_spans``): annotations that launched nothing and long
+stretches between a thread's recorded events, checked on a real trace and against a
+brute-force reference on random threads."""
+
+from __future__ import annotations
+
+import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import proflab
+from proflab.analysis.context import Context
+from proflab.analysis.observer import QUIET_STRETCH_NS, host_only_spans
+from proflab.model.trace import CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
+
+OUTSIDE = "(outside operators)"
+
+
+def test_stretches_stay_between_their_threads_events(find_trace):
+    """train_loop has four host threads; a stretch is bounded by two events of its own thread.
+    (Keys of all threads in one sort once ran a thread's last event into the next thread's
+    first: a 74.6 ms "stretch" on autograd's thread, past its last event and the window.)"""
+    trace = proflab.load(find_trace("train_loop"))
+    spans = Context(trace).host_only.filter(pl.col("name") == OUTSIDE)
+    assert spans.height > 10
+    events = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"]))
+    bounds = events.group_by("tid").agg(
+        pl.col("start_ns").min().alias("first"), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("last")
+    )
+    joined = spans.join(bounds, on="tid", how="left")
+    assert joined["first"].null_count() == 0
+    assert (joined["start_ns"] >= joined["first"]).all() and (joined["end_ns"] <= joined["last"]).all()
+    assert ((joined["end_ns"] - joined["start_ns"]) >= QUIET_STRETCH_NS).all()
+
+
+def _trace(cpu_rows: list[dict], launches: list[tuple[int, int]]) -> tuple[Trace, pl.DataFrame]:
+    cpu = pl.DataFrame(
+        [{c: r.get(c) for c in CPU_SCHEMA} for r in cpu_rows] or None, schema=CPU_SCHEMA
+    ).sort("start_ns", maintain_order=True)
+    trace = Trace(
+        gpu=pl.DataFrame(schema=GPU_SCHEMA), cpu=cpu, steps=pl.DataFrame(schema=STEP_SCHEMA),
+        devices=pl.DataFrame(schema=DEVICE_SCHEMA), meta=TraceMeta(source="synthetic", format="test"),
+    )  # fmt: skip
+    lt = pl.DataFrame(
+        {"tid": [t for t, _ in launches], "launch_start_ns": [s for _, s in launches]},
+        schema={"tid": pl.Int64, "launch_start_ns": pl.Int64},
+    )
+    return trace, lt
+
+
+def _reference(cpu_rows: list[dict], launches: list[tuple[int, int]]) -> set[tuple]:
+    out = set()
+    for r in cpu_rows:  # annotations (not PyTorch's own) with no launch of their thread inside
+        end = r["start_ns"] + r["dur_ns"]
+        if r["cat"] == "user_annotation" and not r["name"].startswith("aten::") and end > r["start_ns"]:
+            if not any(t == r["tid"] and r["start_ns"] <= s <= end for t, s in launches):
+                out.add((r["tid"], r["name"], r["start_ns"], end))
+    for tid in {r["tid"] for r in cpu_rows}:  # gaps in the union of the thread's events
+        spans = sorted((r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in cpu_rows if r["tid"] == tid)
+        reach = spans[0][1]
+        for s, e in spans[1:]:
+            if s - reach >= QUIET_STRETCH_NS:
+                out.add((tid, OUTSIDE, reach, s))
+            reach = max(reach, e)
+    return out
+
+
+_event = st.fixed_dictionaries({
+    "cat": st.sampled_from(["cpu_op", "user_annotation", "cuda_runtime"]),
+    "name": st.sampled_from(["load_batch", "aten::mm", "log", "cudaLaunchKernel"]),
+    "tid": st.sampled_from([7, 428, 2**40]),
+    "start_ns": st.integers(0, 3_000_000),
+    "dur_ns": st.integers(0, 600_000),
+})  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(_event, min_size=1, max_size=30),
+    launches=st.lists(st.tuples(st.sampled_from([7, 428, 2**40]), st.integers(0, 3_600_000)), max_size=10),
+)
+def test_matches_brute_force(events, launches):
+    trace, lt = _trace(events, launches)
+    got = host_only_spans(trace, lt)
+    assert set(got.iter_rows()) == _reference(events, launches)
+    assert got["start_ns"].is_sorted()
