@@ -4,8 +4,9 @@ The source export is copied, then every event table is doubled in place until th
 reaches the requested size: each doubling appends a copy of all rows shifted in time by the
 span of what is already there, with correlation ids offset past the largest one, so that
 runtime calls still meet the GPU work they launched and nothing overlaps what it copies.
-Strings, devices, enums and metadata are kept as they are. SQLite does the copying, so the
-generator needs little memory at any size.
+Strings, devices, enums and metadata are kept as they are, but for the op id in emit_nvtx's
+NVTX texts, which each copy renumbers (a real capture's texts are unique). SQLite does the
+copying, so the generator needs little memory at any size.
 
 Usage::
 
@@ -60,6 +61,8 @@ def scale(src: Path, out: Path, size_mb: float) -> int:
                     exprs.append(f'"{c}" + {corr}')
                 elif c == "id":  # NVTX/OSRT primary keys, where present
                     exprs.append("NULL")
+                elif t == "NVTX_EVENTS" and c == "text":
+                    exprs.append(_renumbered_op_id(copies))
                 else:
                     exprs.append(f'"{c}"')
             names = ", ".join(f'"{c}"' for c in cols)
@@ -69,6 +72,24 @@ def scale(src: Path, out: Path, size_mb: float) -> int:
         print(f"  {copies} copies, {out.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
     con.close()
     return copies
+
+
+def _renumbered_op_id(copies: int) -> str:
+    """NVTX text with emit_nvtx's op id moved past the copies so far ("aten::view, op_id =
+    314290" -> "op_id = 10314290"): a real capture's operator ranges have a running op id, so
+    nearly every text is unique (99 % in the source exports). Copied verbatim they would
+    repeat every few thousand rows, and a reader's cost per distinct text would look small."""
+    at = "instr(text, 'op_id = ')"
+    rest = f"substr(text, {at} + 8)"
+    number = f"CAST({rest} AS INTEGER)"  # SQLite reads the number at the head of the rest
+    return (
+        f"CASE WHEN {at} > 0 THEN substr(text, 1, {at} + 7) || ({number} + {copies * _OP_IDS}) "
+        f"|| substr({rest}, length({number}) + 1) ELSE text END"
+    )
+
+
+# op ids a copy may hold (the source exports' largest is ~1e6)
+_OP_IDS = 10_000_000
 
 
 def main(argv: list[str] | None = None) -> int:

