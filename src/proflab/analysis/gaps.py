@@ -63,13 +63,31 @@ def _with_step(gaps: pl.DataFrame, trace: Trace, step_table: pl.DataFrame | None
     known); without one, the host's ProfilerStep ranges."""
     if step_table is not None and step_table.height:
         win = step_table.select("device", "step", pl.col("start_ns").alias("_s"), (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"))
-        by = ["device"]
+        by = "device"
     else:
         win = trace.steps.select("step", pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
         by = None
-    gaps = gaps.sort("start_ns").join_asof(win.sort("_s"), left_on="start_ns", right_on="_s", by=by, strategy="backward", check_sortedness=False)
-    return gaps.with_columns(pl.when(pl.col("start_ns") < pl.col("_e")).then(pl.col("step")).alias("step"))
+    hit = _asof(gaps, win.sort("_s"), "_s", by, ["step", "_e"])
+    return gaps.with_columns(pl.when(gaps["start_ns"] < hit["_e"]).then(hit["step"]).alias("step"))
 
+
+def _asof(gaps: pl.DataFrame, right: pl.DataFrame, right_on: str, by: str | None, take: list[str]) -> pl.DataFrame:
+    """``take`` from the last ``right`` row at or before each gap's start (within the same
+    ``by``), in the gaps' row order. The gaps are in (device, start) order: each device's run
+    is already sorted, so it is joined as it is, on its key columns only (a sort and an as-of
+    join of the whole gap table each copied every column: +531 -> +447 MiB at the peak and
+    0.82 -> 0.6 s for 2.2 M gaps)."""
+    keys = ["start_ns", *([by] if by and by != "device" else []), "device"]
+    device = gaps.get_column("device").to_numpy()
+    cuts = [0, *(np.flatnonzero(device[1:] != device[:-1]) + 1).tolist(), gaps.height]
+    right = right.select(right_on, *([by] if by else []), *take)
+    parts = [
+        gaps.slice(a, b - a).select(keys)
+        .join_asof(right, left_on="start_ns", right_on=right_on, by=by, strategy="backward", check_sortedness=False)
+        .select(take)
+        for a, b in zip(cuts[:-1], cuts[1:])
+    ]  # fmt: skip
+    return pl.concat(parts)
 
 
 def _work_starting_at(work: pl.DataFrame, device: int, ends: np.ndarray) -> pl.Series:
@@ -154,7 +172,7 @@ def idle_gaps(
     lo, hi = window
     rows = []
     work = trace.gpu.select("device", "start_ns", "correlation")
-    for device, sets in busy.items():
+    for device, sets in sorted(busy.items()):
         gs, ge = sets.gaps(lo, hi)
         if gs.size:
             rows.append(
@@ -164,20 +182,16 @@ def idle_gaps(
     del work
     if not rows:
         return pl.DataFrame(schema=GAP_SCHEMA)
+    # in (device, start) order from here on, the order of the result
     gaps = pl.concat(rows).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-    gaps = gaps.join(launches, on="correlation", how="left")
+    gaps = gaps.join(launches, on="correlation", how="left", maintain_order="left")
 
     # The blocking call the launching thread was in when the GPU went idle: the latest one
     # that started before the gap (a pageable copy and the stream sync after it both block;
     # the first is the one that waited for the GPU).
     sync = (blocking if blocking is not None else blocking_calls(trace)).drop_nulls("tid").sort("sync_start_ns")
-    gaps = (
-        gaps.with_columns(pl.col("tid").fill_null(-1))
-        .sort("start_ns")
-        .join_asof(
-            sync, left_on="start_ns", right_on="sync_start_ns", by="tid", strategy="backward", check_sortedness=False
-        )
-    )
+    gaps = gaps.with_columns(pl.col("tid").fill_null(-1))
+    gaps = gaps.with_columns(_asof(gaps, sync, "sync_start_ns", "tid", ["sync_name", "sync_end_ns", "sync_external_id"]))
     # The sync owns the gap when it returned as the GPU drained (within the wake-up
     # tolerance of the gap's start) and the host launched again only after it returned.
     synced = (
@@ -203,4 +217,4 @@ def idle_gaps(
         pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
     )
     gaps = _with_step(gaps, trace, step_table)
-    return gaps.select(list(GAP_SCHEMA)).cast(GAP_SCHEMA).sort("device", "start_ns")
+    return gaps.select(list(GAP_SCHEMA)).cast(GAP_SCHEMA)
