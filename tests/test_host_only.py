@@ -53,7 +53,7 @@ def _reference(cpu_rows: list[dict], launches: list[tuple[int, int]]) -> set[tup
     for r in cpu_rows:  # annotations (not PyTorch's own) with no launch of their thread inside
         end = r["start_ns"] + r["dur_ns"]
         if r["cat"] == "user_annotation" and not r["name"].startswith("aten::") and end > r["start_ns"]:
-            if not any(t == r["tid"] and r["start_ns"] <= s <= end for t, s in launches):
+            if not any(t == r["tid"] and r["start_ns"] <= s < end for t, s in launches):
                 out.add((r["tid"], r["name"], r["start_ns"], end))
     for tid in {r["tid"] for r in cpu_rows}:  # gaps in the union of the thread's events
         spans = sorted((r["start_ns"], r["start_ns"] + r["dur_ns"]) for r in cpu_rows if r["tid"] == tid)

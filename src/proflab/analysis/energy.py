@@ -532,7 +532,7 @@ def _range_energy(trace, ctx, d: pl.DataFrame, base: int, device: int, res: floa
     work = (
         trace.gpu.filter(pl.col("device") == device)
         .select("correlation", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-        .join(launches.select("correlation", "tid", "launch_start_ns"), on="correlation", how="inner")
+        .join(launches.select("correlation", "tid", "launch_start_ns").drop_nulls("tid"), on="correlation", how="inner")
         .sort("tid", "launch_start_ns")
     )
     by_tid = {int(k[0]): g for k, g in work.group_by("tid")}

@@ -235,7 +235,9 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
     launched = np.empty(s.size, dtype=bool)
     for i, j in _chunks(s.size):
-        launched[i:j] = np.searchsorted(keys, e[i:j], side="right") > np.searchsorted(keys, s[i:j], side="left")
+        # a launch in [start, end): one at the instant an annotation ends is the next work's,
+        # as a range's GPU work is counted (analysis.ranges)
+        launched[i:j] = np.searchsorted(keys, e[i:j], side="left") > np.searchsorted(keys, s[i:j], side="left")
     del keys
     quiet = rows.filter(pl.Series(~launched))
     del launched

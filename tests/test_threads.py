@@ -1,0 +1,71 @@
+"""ThreadClock: per-thread keys on one int64 line, and events of no known thread.
+
+A Kineto trace's tid without digits (a thread named by text) reads as null; those events sit
+in a band of their own, so they never meet a thread's events, and nothing downstream crashes
+on them (launch_bound's optimizer split and the energy per range did, found in review)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+import proflab
+from proflab.analysis.context import Context
+from proflab.analysis.energy import _range_energy
+from proflab.analysis.threads import ThreadClock
+
+REALISTIC = Path(__file__).resolve().parent / "data" / "realistic"
+
+
+def test_unknown_thread_has_a_band_of_its_own():
+    tids = pl.Series([7, 428, None], dtype=pl.Int64)
+    t = pl.Series([100, 200, 150], dtype=pl.Int64)
+    clock = ThreadClock([tids], [t])
+    keys = clock.key(tids, t)
+    assert keys.dtype == np.int64
+    assert keys[0] < keys[1] < keys[2]  # 7's band, 428's, then the unknown thread's
+    assert (keys[2] - keys[1]) > clock.span - (200 - 100) - 1
+    tid, back = clock.unkey(keys)
+    assert tid.tolist() == [7, 428, -1] and back.tolist() == [100, 200, 150]
+
+
+def test_one_thread_and_unknown_never_share_keys():
+    tids = pl.Series([1, None], dtype=pl.Int64)
+    t = pl.Series([10, 10], dtype=pl.Int64)
+    keys = ThreadClock([tids], [t]).key(tids, t)
+    assert keys[0] != keys[1]
+
+
+def _with_text_tid(src, dst, pick) -> None:
+    doc = json.load(gzip.open(src))
+    for e in doc["traceEvents"]:
+        if pick(e):
+            e["tid"] = "optimizer"
+            break
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+
+
+def test_optimizer_range_on_an_unnamed_thread_keeps_the_report(tmp_path):
+    src = REALISTIC / "mlp_foreach.light.pt.trace.json.gz"
+    dst = tmp_path / "mlp_text_tid.pt.trace.json.gz"
+    _with_text_tid(src, dst, lambda e: e.get("cat") == "user_annotation" and e.get("name", "").startswith("Optimizer.step#"))
+    trace = proflab.load(dst)
+    assert trace.cpu.filter(pl.col("name").str.starts_with("Optimizer.step#") & pl.col("tid").is_null()).height == 1
+    got = [f.category for f in proflab.analyze(trace).findings]
+    assert got == [f.category for f in proflab.analyze(proflab.load(src)).findings]
+
+
+def test_range_energy_skips_launches_of_no_thread():
+    trace = proflab.load(REALISTIC / "cnn_loader.light.pt.trace.json.gz")
+    cpu = trace.cpu.with_row_index("_i")
+    first = cpu.filter((pl.col("cat") == "cuda_runtime") & pl.col("correlation").is_in(trace.gpu["correlation"].implode()))["_i"][0]
+    cpu = cpu.with_columns(pl.when(pl.col("_i") == first).then(None).otherwise(pl.col("tid")).alias("tid")).drop("_i")
+    trace = dataclasses.replace(trace, cpu=cpu)
+    rows = _range_energy(trace, Context(trace), None, 0, int(trace.gpu["device"][0]), 1e9)
+    assert rows and rows[0]["name"].startswith("Optimizer.step#")
