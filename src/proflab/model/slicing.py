@@ -27,7 +27,7 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.trace import Trace
 
-__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace"]
+__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace", "selected_steps", "window_bounds", "host_overlap"]
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _TIME = re.compile(r"^\s*(-?\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
@@ -93,38 +93,58 @@ def _clipped(frame: pl.LazyFrame, lo: int, hi: int) -> pl.LazyFrame:
     return frame.with_columns(start.alias("start_ns"), (end - start).clip(lower_bound=0).alias("dur_ns"))
 
 
+def selected_steps(all_steps: pl.DataFrame, spec: SliceSpec, source: str) -> pl.DataFrame:
+    """The profiler steps ``--steps`` selects. Raises UsageError (one line) when none."""
+    first, stop = spec.steps or (None, None)
+    sel = all_steps
+    if first is not None:
+        sel = sel.filter(pl.col("step") >= first)
+    if stop is not None:
+        sel = sel.filter(pl.col("step") < stop)
+    if sel.height == 0:
+        have = (
+            f"its steps are {all_steps['step'].min()} to {all_steps['step'].max()}"
+            if all_steps.height
+            else "it has no ProfilerStep#N ranges"
+        )
+        raise UsageError(f"{source}: --{spec.text} selects no step; {have}")
+    return sel
+
+
+def window_bounds(spec: SliceSpec, origin_ns: int | None, source: str) -> tuple[int, int]:
+    """``--window``'s [lo, hi) in the trace's clock, from the trace's first event."""
+    if origin_ns is None:
+        raise UsageError(f"{source}: --{spec.text} on a trace with no events")
+    a, b = spec.window_ns or (None, None)
+    return (origin_ns + a if a is not None else -(2**62)), (origin_ns + b if b is not None else 2**62)
+
+
+def host_overlap(lo: int, hi: int) -> pl.Expr:
+    """Events that overlap [lo, hi) (an instant event at lo counts)."""
+    return (pl.col("start_ns") < hi) & ((_END > lo) | (pl.col("start_ns") >= lo))
+
+
 def slice_frames(
-    gpu: pl.LazyFrame, cpu: pl.LazyFrame, steps: pl.LazyFrame, spec: SliceSpec, source: str
+    gpu: pl.LazyFrame, cpu: pl.LazyFrame, steps: pl.LazyFrame, spec: SliceSpec, source: str,
+    *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None,
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame, str]:
     """The sliced gpu, cpu and steps frames, and a note saying what was kept. Raises
-    UsageError (one line) when the slice selects nothing."""
-    all_steps = steps.collect()
+    UsageError (one line) when the slice selects nothing. ``origin_ns`` (the first event) and
+    ``all_steps`` are the whole trace's, for frames a reader already cut to the part (they
+    default to these frames')."""
+    all_steps = steps.collect() if all_steps is None else all_steps
     if spec.steps is not None:
-        first, stop = spec.steps
-        sel = all_steps
-        if first is not None:
-            sel = sel.filter(pl.col("step") >= first)
-        if stop is not None:
-            sel = sel.filter(pl.col("step") < stop)
-        if sel.height == 0:
-            have = (
-                f"its steps are {all_steps['step'].min()} to {all_steps['step'].max()}"
-                if all_steps.height
-                else "it has no ProfilerStep#N ranges"
-            )
-            raise UsageError(f"{source}: --{spec.text} selects no step; {have}")
+        sel = selected_steps(all_steps, spec, source)
         lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
         kept_steps = sel
     else:
-        t0 = pl.concat(
-            [gpu.select(pl.col("start_ns").min()), cpu.select(pl.col("start_ns").min())]
-        ).collect()["start_ns"].min()
-        if t0 is None:
-            raise UsageError(f"{source}: --{spec.text} on a trace with no events")
-        a, b = spec.window_ns or (None, None)
-        lo = int(t0) + a if a is not None else -(2**62)
-        hi = int(t0) + b if b is not None else 2**62
-    overlaps = (pl.col("start_ns") < hi) & ((_END > lo) | (pl.col("start_ns") >= lo))
+        if origin_ns is None:
+            t0 = pl.concat(
+                [gpu.select(pl.col("start_ns").min()), cpu.select(pl.col("start_ns").min())]
+            ).collect()["start_ns"].min()
+            origin_ns = None if t0 is None else int(t0)
+        lo, hi = window_bounds(spec, origin_ns, source)
+    overlaps = host_overlap(lo, hi)
     if spec.steps is not None:
         cpu_kept = cpu.filter(overlaps)
         launched = cpu_kept.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
@@ -144,11 +164,14 @@ def slice_frames(
     return gpu_kept, cpu_kept, kept_steps.lazy(), note
 
 
-def slice_trace(trace: Trace, spec: SliceSpec | None) -> Trace:
-    """The part of an in-memory trace that ``spec`` selects (the trace itself for None)."""
+def slice_trace(trace: Trace, spec: SliceSpec | None, *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None) -> Trace:
+    """The part of an in-memory trace that ``spec`` selects (the trace itself for None);
+    ``origin_ns`` and ``all_steps`` as for :func:`slice_frames`."""
     if spec is None:
         return trace
-    gpu, cpu, steps, note = slice_frames(trace.gpu.lazy(), trace.cpu.lazy(), trace.steps.lazy(), spec, trace.meta.source)
+    gpu, cpu, steps, note = slice_frames(
+        trace.gpu.lazy(), trace.cpu.lazy(), trace.steps.lazy(), spec, trace.meta.source, origin_ns=origin_ns, all_steps=all_steps
+    )
     return with_frames(trace, gpu.collect(), cpu.collect(), steps.collect(), note)
 
 

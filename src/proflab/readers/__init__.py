@@ -97,16 +97,28 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
                 return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)
             except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
                 _cache.drop(p)  # damaged after all: read the trace again
+    if part is not None and _is_nsys(p):
+        # an export is cut inside SQLite: only the part is read (and nothing is cached,
+        # which would need the whole)
+        from proflab.readers import nsys_sqlite
+
+        return nsys_sqlite.read(p, part)
     trace = _read(p)
     if use_cache:
         _cache.store(p, trace)
     return slice_trace(trace, part)
 
 
+def _is_nsys(p: Path) -> bool:
+    from proflab.readers import nsys_sqlite
+
+    return nsys_sqlite.sniff(p) or p.suffix == ".nsys-rep"
+
+
 def _read(p: Path):
     from proflab.readers import kineto, nsys_sqlite
 
-    if nsys_sqlite.sniff(p) or p.suffix == ".nsys-rep":
+    if _is_nsys(p):
         return nsys_sqlite.read(p)
     if kineto.sniff(p):
         return kineto.read(p)

@@ -51,6 +51,7 @@ from proflab.model.trace import (
     TraceMeta,
     steps_from_annotations,
 )
+from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
 from proflab.readers._merge import merge_by_start
 
 __all__ = ["sniff", "read", "SQLITE_MAGIC"]
@@ -64,6 +65,8 @@ _READ_THREADS = 2  # threads reading a large table's next pieces (SQLite runs wi
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device", 6: "Managed"}
 _NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
+_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+_HOST_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")
 
 
 def sniff(path: Path) -> bool:
@@ -74,11 +77,14 @@ def sniff(path: Path) -> bool:
         return False
 
 
-def read(path: str | Path) -> Trace:
-    """Read an export (or convert a ``.nsys-rep`` with nsys first). Raises InputError subclasses."""
+def read(path: str | Path, part: SliceSpec | None = None) -> Trace:
+    """Read an export (or convert a ``.nsys-rep`` with nsys first). Raises InputError subclasses.
+
+    ``part`` (``--steps`` / ``--window``): only that part, cut inside SQLite (``_read_part``),
+    so memory follows the part, not the export; the trace is already sliced."""
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
-        return _read_report(path)
+        return slice_trace(_read_report(path), part)
     import adbc_driver_sqlite.dbapi as adbc
 
     uri = _read_only_uri(path)
@@ -88,7 +94,7 @@ def read(path: str | Path) -> Trace:
     except (sqlite3.Error, adbc.Error) as e:
         raise CorruptInput(path, f"cannot open as SQLite: {e}") from e
     try:
-        return _read(path, con, bulk, lambda: adbc.connect(uri))
+        return _read(path, con, bulk, lambda: adbc.connect(uri), part)
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
     except UnicodeDecodeError as e:  # a damaged page under a table or column name
@@ -133,7 +139,7 @@ def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection, bulk, connect) -> Trace:
+def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | None = None) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         raise EmptyTrace(path, "SQLite database with no tables")
@@ -141,19 +147,45 @@ def _read(path: Path, con: sqlite3.Connection, bulk, connect) -> Trace:
         raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
     ctx = _Ctx(path, con, bulk, tables, connect)
     try:
-        return _read_tables(path, ctx)
+        return _read_tables(path, ctx) if part is None else _read_part(path, ctx, part)
     finally:
         ctx.close_readers()
 
 
-def _read_tables(path: Path, ctx: _Ctx) -> Trace:
+def _read_part(path: Path, ctx: _Ctx, part: SliceSpec) -> Trace:
+    """The part ``part`` selects, every table filtered in its SQL to the rows that can belong
+    to it (those overlapping the part's host window; with ``--steps``, GPU work in the
+    correlation id range of the host calls kept), then cut exactly by ``slice_trace`` as a
+    whole trace would be. First, in SQLite: the export's ProfilerStep ranges (the steps and
+    their count) and, for ``--window``, its first event."""
+    source = str(path)
+    ctx.host_where = ctx.step_ranges()
+    all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
+    origin = None
+    if part.steps is not None:
+        sel = selected_steps(all_steps, part, source)
+        lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+    else:
+        origin = ctx.first_start()
+        lo, hi = window_bounds(part, origin, source)
+    ctx.host_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
+    ctx.gpu_where = ctx.host_where
+    if part.steps is not None:  # the work the kept calls launched, wherever it ran
+        ids = ctx.correlation_range(ctx.host_where)
+        inside = f"start >= {lo} AND start < {hi}"
+        ctx.gpu_where = inside if ids is None else f"(correlationId BETWEEN {ids[0]} AND {ids[1]}) OR ({inside})"
+    trace = _read_tables(path, ctx, part=True)
+    return slice_trace(trace, part, origin_ns=origin, all_steps=all_steps)
+
+
+def _read_tables(path: Path, ctx: _Ctx, *, part: bool = False) -> Trace:
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
     gpu, cpu = ctx.decode(gpu), ctx.decode(cpu)
     ctx.release()
     gpu, cpu = _timed(gpu, "GPU", ctx.notes), _timed(cpu, "host", ctx.notes)
-    if gpu.height == 0 and cpu.height == 0:
+    if gpu.height == 0 and cpu.height == 0 and not part:  # (an empty part: slicing says so)
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
     devices = ctx.devices()
     meta = TraceMeta(
@@ -161,7 +193,7 @@ def _read_tables(path: Path, ctx: _Ctx) -> Trace:
         format="nsys-sqlite",
         format_version=ctx.schema_version(),
         size_bytes=path.stat().st_size,
-        event_count=gpu.height + cpu.height,
+        event_count=ctx.event_count() if part else gpu.height + cpu.height,
         versions=ctx.versions(),
         notes=tuple(ctx.notes),
     )
@@ -193,6 +225,54 @@ class _Ctx:
         self._texts: list[pl.Series] = []
         self._n_texts = 0
         self._lookups: dict[str, pl.DataFrame] = {}
+        # SQL conditions a part of the export (``_read_part``) puts on host and GPU tables
+        self.host_where: str | None = None
+        self.gpu_where: str | None = None
+
+    def where(self, kind: str, sql: str) -> str:
+        """``sql`` with the part's condition for a ``"host"`` or ``"gpu"`` table added."""
+        cond = self.gpu_where if kind == "gpu" else self.host_where
+        if not cond:
+            return sql
+        return f"{sql} {'AND' if ' WHERE ' in sql else 'WHERE'} ({cond})"
+
+    def step_ranges(self) -> str:
+        """The SQL condition on NVTX rows that may be profiler steps (LIKE ignores case: a
+        superset, named exactly once read). Their StringIds ids are listed, not selected in
+        a subquery: ``fetch`` splits a query into pieces by the rowids of its one table."""
+        ids = [r[0] for r in self.con.execute("SELECT id FROM StringIds WHERE value LIKE 'ProfilerStep#%'")] if "StringIds" in self.tables else []
+        listed = f" OR textId IN ({', '.join(str(int(i)) for i in ids)})" if ids else ""
+        return f"text LIKE 'ProfilerStep#%'{listed}"
+
+    def first_start(self) -> int | None:
+        """The export's first event of those the reader keeps (a range, a call, GPU work)."""
+        firsts = [v for (v, _) in self._kept("min(start), 0") if v is not None]
+        return int(min(firsts)) if firsts else None
+
+    def event_count(self) -> int:
+        """How many events a whole read keeps (the export's, when only a part is read)."""
+        return sum(int(n) for (n, _) in self._kept("count(*), 0"))
+
+    def _kept(self, what: str) -> list[tuple]:
+        """``what`` over each event table's rows a read keeps: with a start and an end at or
+        after it; of NVTX, the ranges."""
+        rows = []
+        for t in (*_GPU_TABLES, *_HOST_TABLES):
+            if t in self.tables and {"start", "end"} <= self.columns(t):
+                nvtx = f" AND eventType IN {_NVTX_RANGES}" if t == "NVTX_EVENTS" else ""
+                rows.append(self.con.execute(f'SELECT {what} FROM "{t}" WHERE end >= start{nvtx}').fetchone())
+        return rows
+
+    def correlation_range(self, cond: str) -> tuple[int, int] | None:
+        """Lowest and highest correlation id of runtime and driver calls meeting ``cond``."""
+        lows, highs = [], []
+        for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+            if t in self.tables and "correlationId" in self.columns(t):
+                lo, hi = self.con.execute(f'SELECT min(correlationId), max(correlationId) FROM "{t}" WHERE {cond}').fetchone()
+                if lo is not None:
+                    lows.append(int(lo))
+                    highs.append(int(hi))
+        return (min(lows), max(highs)) if lows else None
 
     def close_readers(self) -> None:
         if self._pool is not None:
@@ -234,7 +314,7 @@ class _Ctx:
         The driver infers each column's type from its first batch, so text columns are
         selected as ``coalesce(col, '')``."""
         finish = finish or (lambda d: d)
-        table = sql.split(" FROM ")[-1].split()[0]
+        table = sql.split(" FROM ", 1)[1].split()[0]
         try:
             low, top = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
@@ -399,8 +479,8 @@ class _Ctx:
         dims = ", ".join(f"k.{c}" if c in cols else "NULL" for c in ("gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"))
         regs = "k.registersPerThread" if "registersPerThread" in cols else "NULL"
         df = self.fetch(
-            f"SELECT k.demangledName, k.deviceId, k.streamId, k.start, k.end - k.start, "
-            f"k.correlationId, k.globalPid, {dims}, {regs}, {shared} FROM {t} k",
+            self.where("gpu", f"SELECT k.demangledName, k.deviceId, k.streamId, k.start, k.end - k.start, "
+                       f"k.correlationId, k.globalPid, {dims}, {regs}, {shared} FROM {t} k"),
             {"name_id": pl.Int64, "device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64,
              "correlation": pl.Int64, "global_pid": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
              "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32, "registers": pl.Int32,
@@ -422,7 +502,7 @@ class _Ctx:
             return pl.DataFrame(schema=GPU_SCHEMA)
         self.need(t, "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes", "copyKind", "srcKind", "dstKind")
         df = self.fetch(
-            f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, copyKind, srcKind, dstKind FROM {t}",
+            self.where("gpu", f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, copyKind, srcKind, dstKind FROM {t}"),
             {"device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64,
              "global_pid": pl.Int64, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
             lambda df: self._gpu_frame(
@@ -448,7 +528,7 @@ class _Ctx:
         self.need(t, "start", "end", "deviceId", "streamId", "correlationId", "globalPid", "bytes")
         kind = "memKind" if "memKind" in self.columns(t) else "NULL"
         df = self.fetch(
-            f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, {kind} FROM {t}",
+            self.where("gpu", f"SELECT deviceId, streamId, start, end - start, correlationId, globalPid, bytes, {kind} FROM {t}"),
             {"device": pl.Int32, "stream": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64,
              "global_pid": pl.Int64, "bytes": pl.Int64, "mk": pl.Int64},
             lambda df: self._gpu_frame(
@@ -481,7 +561,7 @@ class _Ctx:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(table, "start", "end", "globalTid", "correlationId", "nameId")
         df = self.fetch(
-            f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r",
+            self.where("host", f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r"),
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
             lambda df: self._host_frame(
                 df.with_columns(self.codes(df["name_id"], "api", pl.col("value").str.replace(r"(?:_v\d+)+$", "")).alias("name")),
@@ -499,8 +579,8 @@ class _Ctx:
         has_domain = "domainId" in self.columns(t)
         domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
         df = self.fetch(
-            f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId' if has_domain else 'NULL'}, "
-            f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}",
+            self.where("host", f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId' if has_domain else 'NULL'}, "
+                       f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}"),
             {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
              "dur_ns": pl.Int64},
             lambda df: self._host_frame(
@@ -562,7 +642,7 @@ class _Ctx:
             return pl.DataFrame(schema=CPU_SCHEMA)
         self.need(t, "start", "end", "globalTid", "nameId")
         df = self.fetch(
-            f"SELECT o.nameId, o.globalTid, o.start, o.end - o.start FROM {t} o",
+            self.where("host", f"SELECT o.nameId, o.globalTid, o.start, o.end - o.start FROM {t} o"),
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
             lambda df: self._host_frame(df.with_columns(self.codes(df["name_id"]).alias("name")), "os_runtime", correlated=False),
         )
