@@ -83,3 +83,22 @@ def test_part_report_is_the_whole_reads(export):
     want = proflab.analyze(slice_trace(load(export, cache=False), spec)).to_dict()
     got = proflab.analyze(load(export, cache=False, part=spec)).to_dict()
     assert got == want
+
+
+def test_broken_exports_read_in_part_end_cleanly(tmp_path):
+    """The fuzzing suite's broken Nsight Systems exports, read with a part: a trace or one
+    clean line (a part's own SQL once met text in an integer column with a TypeError)."""
+    from fuzzing import Builder
+
+    from proflab.errors import ProflabError
+
+    builder = Builder(tmp_path)
+    if builder.available("nsys"):
+        pytest.skip(builder.available("nsys"))
+    for i in range(150):
+        case = builder.build("nsys", i)
+        for spec in (parse_window("0:50"), parse_steps("1:3")):
+            try:
+                load(case.paths[0], cache=False, part=spec)
+            except ProflabError as e:
+                assert "\n" not in str(e) and str(case.paths[0]) in str(e), (i, spec.text, str(e))

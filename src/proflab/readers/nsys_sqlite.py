@@ -246,33 +246,42 @@ class _Ctx:
 
     def first_start(self) -> int | None:
         """The export's first event of those the reader keeps (a range, a call, GPU work)."""
-        firsts = [v for (v, _) in self._kept("min(start), 0") if v is not None]
-        return int(min(firsts)) if firsts else None
+        firsts = [v for v in self._kept("start", "min(start)") if v is not None]
+        return min(firsts) if firsts else None
 
     def event_count(self) -> int:
         """How many events a whole read keeps (the export's, when only a part is read)."""
-        return sum(int(n) for (n, _) in self._kept("count(*), 0"))
+        return sum(self._kept("start", "count(*)"))
 
-    def _kept(self, what: str) -> list[tuple]:
-        """``what`` over each event table's rows a read keeps: with a start and an end at or
-        after it; of NVTX, the ranges."""
-        rows = []
+    def _kept(self, column: str, what: str) -> list[int | None]:
+        """``what`` (over ``column``) of each event table's rows a read keeps: with a start and
+        an end at or after it; of NVTX, the ranges."""
+        out = []
         for t in (*_GPU_TABLES, *_HOST_TABLES):
             if t in self.tables and {"start", "end"} <= self.columns(t):
                 nvtx = f" AND eventType IN {_NVTX_RANGES}" if t == "NVTX_EVENTS" else ""
-                rows.append(self.con.execute(f'SELECT {what} FROM "{t}" WHERE end >= start{nvtx}').fetchone())
-        return rows
+                out.append(self._integer(t, column, f'SELECT {what} FROM "{t}" WHERE end >= start{nvtx}'))
+        return out
 
     def correlation_range(self, cond: str) -> tuple[int, int] | None:
         """Lowest and highest correlation id of runtime and driver calls meeting ``cond``."""
         lows, highs = [], []
         for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
             if t in self.tables and "correlationId" in self.columns(t):
-                lo, hi = self.con.execute(f'SELECT min(correlationId), max(correlationId) FROM "{t}" WHERE {cond}').fetchone()
-                if lo is not None:
-                    lows.append(int(lo))
-                    highs.append(int(hi))
+                lo = self._integer(t, "correlationId", f'SELECT min(correlationId) FROM "{t}" WHERE {cond}')
+                hi = self._integer(t, "correlationId", f'SELECT max(correlationId) FROM "{t}" WHERE {cond}')
+                if lo is not None and hi is not None:
+                    lows.append(lo)
+                    highs.append(hi)
         return (min(lows), max(highs)) if lows else None
+
+    def _integer(self, table: str, column: str, sql: str) -> int | None:
+        """The one value of ``sql``: an integer or None, as a whole read would need it (SQLite
+        keeps any type in any column: text or a REAL there is refused as it would be there)."""
+        (v,) = self.con.execute(sql).fetchone()
+        if v is not None and type(v) is not int:
+            raise SchemaError(self.path, f"unexpected value types in table {table} column {column} (values out of range or not integers)")
+        return v
 
     def close_readers(self) -> None:
         if self._pool is not None:
