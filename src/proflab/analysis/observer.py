@@ -268,7 +268,7 @@ def _not_framework(names: pl.Series, rows: pl.Series) -> pl.Series:
     names gathered a chunk of rows at a time (16 bytes a row)."""
     distinct = pl.concat([names.gather(rows[i:j]).unique() for i, j in _chunks(rows.len())]).unique()
     own = distinct.filter(distinct.str.contains(_FRAMEWORK)).implode()
-    return pl.concat([rows[i:j].filter(~names.gather(rows[i:j]).is_in(own)) for i, j in _chunks(rows.len())]) if rows.len() else rows
+    return pl.concat([rows[i:j].filter(~names.gather(rows[i:j]).is_in(own)) for i, j in _chunks(rows.len())])
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:

@@ -240,8 +240,9 @@ class _Ctx:
         """The SQL condition on NVTX rows that may be profiler steps (LIKE ignores case: a
         superset, named exactly once read). Their StringIds ids are listed, not selected in
         a subquery: ``fetch`` splits a query into pieces by the rowids of its one table."""
-        ids = [r[0] for r in self.con.execute("SELECT id FROM StringIds WHERE value LIKE 'ProfilerStep#%'")] if "StringIds" in self.tables else []
-        listed = f" OR textId IN ({', '.join(str(int(i)) for i in ids)})" if ids else ""
+        rows = self.con.execute("SELECT id FROM StringIds WHERE value LIKE 'ProfilerStep#%'") if "StringIds" in self.tables else []
+        ids = [str(i) for (i,) in rows if type(i) is int]  # (a damaged id is no step's)
+        listed = f" OR textId IN ({', '.join(ids)})" if ids else ""
         return f"text LIKE 'ProfilerStep#%'{listed}"
 
     def first_start(self) -> int | None:
