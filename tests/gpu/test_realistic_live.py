@@ -56,20 +56,23 @@ def test_live_verdict_agrees_with_bare_timing(tmp_path, loop):
                 assert not host_side, (setting, measured, bare, work, summary)
             elif loop == "lm_sync_drain":
                 assert serious and serious[0].category == "sync_bound", (setting, summary)
-            elif measured is None and _says_it_cannot_tell(report, bare):
+            elif measured is None and _says_it_cannot_tell(report, truth):
                 pass  # the estimate straddles the truth, and the verdict says it cannot tell
             else:
                 want = "launch_bound" if loop == "mlp_foreach" else "host_bound"
                 assert serious and serious[0].category == want, (setting, measured, bare, work, summary)
 
 
-def _says_it_cannot_tell(report, bare_ms: float) -> bool:
+def _says_it_cannot_tell(report, truth: dict) -> bool:
     """A loop near the GPU's pace (on an H100, lm_bf16 measured 22.9 ms against 22.3 ms of GPU
     work one hour and 27.8 ms the next, the host slower) can leave a trace whose estimated
     unprofiled step spans both answers. Then the honest verdict is that it cannot tell: a
-    healthy verdict that gives the range, with the measured step inside it."""
+    healthy verdict that gives the range, meeting the loop's measured step: between its
+    bare median before the profiled windows and after them (cnn_loader: 38.3 and 31.6 ms in
+    one recording), as the recording itself cannot tell them apart."""
     healthy = [f for f in report.findings if f.id == "healthy"]
     if not healthy or "host_share_pct_possible" not in healthy[0].evidence:
         return False
     lo, hi = healthy[0].evidence["unprofiled_step_ms"]
-    return lo <= bare_ms <= hi * 1.05
+    bare = [truth["bare"]["median_ms"], *([truth["bare_after"]["median_ms"]] if "bare_after" in truth else [])]
+    return lo <= max(bare) and hi * 1.05 >= min(bare)
