@@ -161,31 +161,31 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec) -> Trace:
     source = str(path)
     ctx.host_where = ctx.step_ranges()
     all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
-    origin = None
+    events, origin = ctx.extent()
     if part.steps is not None:
         sel = selected_steps(all_steps, part, source)
         lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
     else:
-        origin = ctx.first_start()
         lo, hi = window_bounds(part, origin, source)
-    ctx.host_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
-    ctx.gpu_where = ctx.host_where
+    ctx.host_where = ctx.gpu_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
     if part.steps is not None:  # the work the kept calls launched, wherever it ran
         ids = ctx.correlation_range(ctx.host_where)
         inside = f"start >= {lo} AND start < {hi}"
         ctx.gpu_where = inside if ids is None else f"(correlationId BETWEEN {ids[0]} AND {ids[1]}) OR ({inside})"
-    trace = _read_tables(path, ctx, part=True)
+    trace = _read_tables(path, ctx, events=events)
     return slice_trace(trace, part, origin_ns=origin, all_steps=all_steps)
 
 
-def _read_tables(path: Path, ctx: _Ctx, *, part: bool = False) -> Trace:
+def _read_tables(path: Path, ctx: _Ctx, *, events: int | None = None) -> Trace:
+    """The whole export's tables, or (``events``: the whole export's event count) the part
+    the context's conditions select."""
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
     gpu, cpu = ctx.decode(gpu), ctx.decode(cpu)
     ctx.release()
     gpu, cpu = _timed(gpu, "GPU", ctx.notes), _timed(cpu, "host", ctx.notes)
-    if gpu.height == 0 and cpu.height == 0 and not part:  # (an empty part: slicing says so)
+    if gpu.height == 0 and cpu.height == 0 and events is None:  # (an empty part: slicing says so)
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
     devices = ctx.devices()
     meta = TraceMeta(
@@ -193,7 +193,7 @@ def _read_tables(path: Path, ctx: _Ctx, *, part: bool = False) -> Trace:
         format="nsys-sqlite",
         format_version=ctx.schema_version(),
         size_bytes=path.stat().st_size,
-        event_count=ctx.event_count() if part else gpu.height + cpu.height,
+        event_count=gpu.height + cpu.height if events is None else events,
         versions=ctx.versions(),
         notes=tuple(ctx.notes),
     )
@@ -245,44 +245,38 @@ class _Ctx:
         listed = f" OR textId IN ({', '.join(ids)})" if ids else ""
         return f"text LIKE 'ProfilerStep#%'{listed}"
 
-    def first_start(self) -> int | None:
-        """The export's first event of those the reader keeps (a range, a call, GPU work)."""
-        firsts = [v for v in self._kept("start", "min(start)") if v is not None]
-        return min(firsts) if firsts else None
-
-    def event_count(self) -> int:
-        """How many events a whole read keeps (the export's, when only a part is read)."""
-        return sum(self._kept("start", "count(*)"))
-
-    def _kept(self, column: str, what: str) -> list[int | None]:
-        """``what`` (over ``column``) of each event table's rows a read keeps: with a start and
-        an end at or after it; of NVTX, the ranges."""
-        out = []
+    def extent(self) -> tuple[int, int | None]:
+        """How many events a whole read keeps (the export's, when only a part is read) and the
+        first one's start, one scan of each event table: rows with a start and an end at or
+        after it; of NVTX, the ranges."""
+        count, firsts = 0, []
         for t in (*_GPU_TABLES, *_HOST_TABLES):
             if t in self.tables and {"start", "end"} <= self.columns(t):
                 nvtx = f" AND eventType IN {_NVTX_RANGES}" if t == "NVTX_EVENTS" else ""
-                out.append(self._integer(t, column, f'SELECT {what} FROM "{t}" WHERE end >= start{nvtx}'))
-        return out
+                n, first = self._integers(t, "start", f'SELECT count(*), min(start) FROM "{t}" WHERE end >= start{nvtx}')
+                count += n
+                if first is not None:
+                    firsts.append(first)
+        return count, (min(firsts) if firsts else None)
 
     def correlation_range(self, cond: str) -> tuple[int, int] | None:
         """Lowest and highest correlation id of runtime and driver calls meeting ``cond``."""
         lows, highs = [], []
         for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
             if t in self.tables and "correlationId" in self.columns(t):
-                lo = self._integer(t, "correlationId", f'SELECT min(correlationId) FROM "{t}" WHERE {cond}')
-                hi = self._integer(t, "correlationId", f'SELECT max(correlationId) FROM "{t}" WHERE {cond}')
-                if lo is not None and hi is not None:
+                lo, hi = self._integers(t, "correlationId", f'SELECT min(correlationId), max(correlationId) FROM "{t}" WHERE {cond}')
+                if lo is not None:
                     lows.append(lo)
                     highs.append(hi)
         return (min(lows), max(highs)) if lows else None
 
-    def _integer(self, table: str, column: str, sql: str) -> int | None:
-        """The one value of ``sql``: an integer or None, as a whole read would need it (SQLite
-        keeps any type in any column: text or a REAL there is refused as it would be there)."""
-        (v,) = self.con.execute(sql).fetchone()
-        if v is not None and type(v) is not int:
+    def _integers(self, table: str, column: str, sql: str) -> tuple:
+        """The row ``sql`` gives: integers or None, as a whole read would need them (SQLite keeps
+        any type in any column: text or a REAL there is refused as it would be there)."""
+        row = self.con.execute(sql).fetchone()
+        if any(v is not None and type(v) is not int for v in row):
             raise SchemaError(self.path, f"unexpected value types in table {table} column {column} (values out of range or not integers)")
-        return v
+        return row
 
     def close_readers(self) -> None:
         if self._pool is not None:
