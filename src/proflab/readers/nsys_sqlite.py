@@ -320,7 +320,9 @@ class _Ctx:
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ", 1)[1].split()[0]
         try:
-            low, top = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+            # one subquery each: SQLite seeks the rowid B-tree for a lone min() or max(), but
+            # scans the whole table for both in one select (0.56 s of 8.6 M NVTX rows)
+            low, top = self.con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
         if top is None or top - low < _CHUNK_ROWS:
