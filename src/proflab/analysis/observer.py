@@ -230,10 +230,11 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     # (thread, start) order: numpy's stable sort of small integers is a radix sort
     order = np.argsort(rank, kind="stable")
     rank = rank[order]
-    rows = rows.gather(pl.Series(order))
+    rows = rows.to_numpy()[order]
     del order
-    s = cpu.get_column("start_ns").gather(rows).to_numpy(writable=True)
-    e = s + cpu.get_column("dur_ns").gather(rows).to_numpy()
+    s = _gathered(cpu.get_column("start_ns"), rows)
+    e = _gathered(cpu.get_column("dur_ns"), rows)
+    e += s
     s = clock.key_ranked(rank, s)
     e = clock.key_ranked(rank, e)
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
@@ -243,7 +244,7 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         # as a range's GPU work is counted (analysis.ranges)
         launched[i:j] = np.searchsorted(keys, e[i:j], side="left") > np.searchsorted(keys, s[i:j], side="left")
     del keys
-    quiet = rows.filter(pl.Series(~launched))
+    quiet = pl.Series(rows[~launched])
     del launched
     quiet = quiet.filter(cpu.get_column("cat").gather(quiet) == "user_annotation")
     quiet = _not_framework(cpu.get_column("name"), quiet)
@@ -264,6 +265,15 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .sort("start_ns", "tid", maintain_order=True)
     )
+
+
+def _gathered(column: pl.Series, rows: np.ndarray) -> np.ndarray:
+    """``column``'s values at ``rows`` as a writable array of their own: gathered by numpy from
+    the column's buffer where it has no nulls (one array, where polars' gather and a writable
+    copy of it were two: 92 MiB each for 11.5 M events)."""
+    if column.null_count() or column.n_chunks() > 1:
+        return column.gather(pl.Series(rows)).to_numpy(writable=True)
+    return column.to_numpy()[rows]
 
 
 def _not_framework(names: pl.Series, rows: pl.Series) -> pl.Series:

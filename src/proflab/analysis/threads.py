@@ -15,6 +15,9 @@ from proflab.errors import ProflabError
 __all__ = ["ThreadClock"]
 
 
+_STEP = 1 << 20  # events whose thread offsets are computed at a time (8 MiB)
+
+
 class ThreadClock:
     def __init__(self, tids: list[pl.Series], times: list[pl.Series]) -> None:
         known = pl.concat([t.cast(pl.Int64).unique() for t in tids]).drop_nulls().unique().sort()
@@ -46,7 +49,8 @@ class ThreadClock:
         the keys are written over it where it is a writable int64 array."""
         key = t if t.dtype == np.int64 and t.flags.writeable else t.astype(np.int64)
         key -= self.t0  # in place: one array per call, however many events
-        key += np.multiply(rank, self.span, dtype=np.int64)
+        for i in range(0, key.size, _STEP):  # the ranks' offsets a slice at a time, not an array of them
+            key[i : i + _STEP] += np.multiply(rank[i : i + _STEP], self.span, dtype=np.int64)
         return key
 
     def key(self, tid: pl.Series, t: pl.Series) -> np.ndarray:
