@@ -67,9 +67,11 @@ def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         ranges = cpu.slice(first, _PIECE_ROWS).filter(is_range).drop("cat")
         if ranges.height == 0:
             continue
-        ends = ranges["start_ns"] + ranges["dur_ns"]
-        lo = np.searchsorted(wkey, key(ranges["tid"], ranges["start_ns"]), side="left")
-        hi = np.searchsorted(wkey, key(ranges["tid"], ends), side="left")
+        rank = clock.rank(ranges["tid"])  # once for both ends
+        ends = (ranges["start_ns"] + ranges["dur_ns"]).to_numpy(writable=True)
+        lo = np.searchsorted(wkey, clock.key_ranked(rank, ranges["start_ns"].to_numpy(writable=True)), side="left")
+        hi = np.searchsorted(wkey, clock.key_ranked(rank, ends), side="left")
+        del rank, ends
         names_durs = ranges.select("name", "dur_ns")
         for d, (gpu, count) in running.items():
             n = count[hi] - count[lo]
