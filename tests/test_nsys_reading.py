@@ -165,3 +165,18 @@ def test_merged_text_is_gathered_through_a_dictionary():
     want = pl.concat([a, b]).gather(order)
     got = gather_text([a, b], order)
     assert got.name == "name" and got.to_list() == want.to_list()
+
+
+def test_a_tables_rowid_bounds_are_two_seeks_not_a_scan(tmp_path):
+    """A large table is read in rowid ranges; finding its first and last rowid must not read
+    it: in one select, min() and max() together scanned every row (0.5 s of 8.6 M NVTX rows
+    on the main thread). The query plan seeks the rowid B-tree twice and scans nothing; the
+    bounds are those of the table, with and without rows."""
+    con = sqlite3.connect(tmp_path / "t.sqlite")
+    con.execute('CREATE TABLE "NVTX_EVENTS" (start INTEGER, text TEXT)')
+    assert con.execute(nsys_sqlite._rowid_bounds("NVTX_EVENTS")).fetchone() == (None, None)
+    con.executemany('INSERT INTO "NVTX_EVENTS" (rowid, start, text) VALUES (?, ?, ?)', [(i * 3 - 5, i, "x") for i in range(1000)])
+    plan = [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + nsys_sqlite._rowid_bounds("NVTX_EVENTS"))]
+    assert [p for p in plan if p.startswith("SEARCH")] == ["SEARCH NVTX_EVENTS"] * 2
+    assert not any(p.startswith("SCAN NVTX_EVENTS") for p in plan)
+    assert con.execute(nsys_sqlite._rowid_bounds("NVTX_EVENTS")).fetchone() == (-5, 2992)

@@ -320,9 +320,7 @@ class _Ctx:
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ", 1)[1].split()[0]
         try:
-            # one subquery each: SQLite seeks the rowid B-tree for a lone min() or max(), but
-            # scans the whole table for both in one select (0.56 s of 8.6 M NVTX rows)
-            low, top = self.con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
+            low, top = self.con.execute(_rowid_bounds(table)).fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
         if top is None or top - low < _CHUNK_ROWS:
@@ -694,6 +692,13 @@ class _Ctx:
 
 _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
 _EMIT_NVTX_KEY = rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = "
+
+
+def _rowid_bounds(table: str) -> str:
+    """The query for a table's lowest and highest rowid: one subquery each, which SQLite
+    answers by a seek of the rowid B-tree; both in one select scan the whole table (0.51 s of
+    the 1048 MB export's 8.6 M NVTX rows)."""
+    return f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
 
 
 def _detached(df: pl.DataFrame) -> pl.DataFrame:
