@@ -4,12 +4,15 @@ brute-force reference on random threads."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import proflab
 from proflab.analysis.context import Context
+from proflab.analysis import observer
 from proflab.analysis.observer import QUIET_STRETCH_NS, host_only_spans
 from proflab.model.trace import CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
 
@@ -84,3 +87,20 @@ def test_matches_brute_force(events, launches):
     got = host_only_spans(trace, lt)
     assert set(got.iter_rows()) == _reference(events, launches)
     assert got["start_ns"].is_sorted()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    events=st.lists(_event, min_size=1, max_size=30),
+    launches=st.lists(st.tuples(st.sampled_from([7, 428, 2**40]), st.integers(0, 3_600_000)), max_size=10),
+    chunk=st.integers(1, 4),
+)
+def test_matches_brute_force_a_few_events_at_a_time(events, launches, chunk):
+    """The events are keyed and searched a chunk at a time (a million on a real export): a
+    stretch across a chunk's edge, and the running maximum of ends carried over it, come out
+    as in one piece."""
+    trace, lt = _trace(events, launches)
+    with mock.patch.object(observer, "_CHUNK_ROWS", chunk):
+        got = host_only_spans(trace, lt)
+    assert set(got.iter_rows()) == _reference(events, launches)
+    assert got.equals(host_only_spans(trace, lt))

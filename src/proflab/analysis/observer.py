@@ -207,11 +207,12 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     (named ``(outside operators)``; none before a thread's first event or after its last).
 
     One pass over the host events in (thread, start) order: a radix sort of their thread
-    ranks (the host table is in start order already), then sorted searches for the launches
-    inside each event and a running maximum of ends for the stretches between them, per
-    chunk of events where a step needs temporaries. On a 13.8 M event export: 1.0-1.2 s and
-    290 MiB above the tables, where a sort of all threads' keys and searches in row order
-    took 2.45 s and 427 MiB (and ran a thread's last event into the next thread's first)."""
+    ranks (the host table is in start order already), then, a chunk of events at a time,
+    their keys, sorted searches for the launches inside each event and a running maximum of
+    ends (carried from chunk to chunk) for the stretches between them. On a 13.8 M event
+    export: 1.0-1.1 s and ~300 MiB above what the analysis keeps, most of it the radix
+    sort's own arrays, where a sort of all threads' keys and searches in row order took
+    2.45 s and 427 MiB (and ran a thread's last event into the next thread's first)."""
     empty = pl.DataFrame(schema={"tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
     cpu = trace.cpu
     rows = cpu.select(
@@ -232,32 +233,39 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     rank = rank[order]
     rows = rows.to_numpy()[order]
     del order
-    s = _gathered(cpu.get_column("start_ns"), rows)
-    e = _gathered(cpu.get_column("dur_ns"), rows)
-    e += s
-    s = clock.key_ranked(rank, s)
-    e = clock.key_ranked(rank, e)
     keys = np.sort(clock.key(lt["tid"], lt["launch_start_ns"]))
-    launched = np.empty(s.size, dtype=bool)
-    for i, j in _chunks(s.size):
+    starts, durs = cpu.get_column("start_ns"), cpu.get_column("dur_ns")
+    launched = np.empty(rows.size, dtype=bool)
+    gs, ge = [], []  # stretches between a thread's events: where one starts past every end before it
+    reach = last = None  # the running maximum of ends, and the thread, where the chunk before ended
+    for i, j in _chunks(rows.size):
+        # keys of a chunk of events at a time: its temporaries, not four arrays of every event
+        r = rank[i:j]
+        s = _gathered(starts, rows[i:j])
+        e = _gathered(durs, rows[i:j])
+        e += s
+        s = clock.key_ranked(r, s)
+        e = clock.key_ranked(r, e)
         # a launch in [start, end): one at the instant an annotation ends is the next work's,
         # as a range's GPU work is counted (analysis.ranges)
-        launched[i:j] = np.searchsorted(keys, e[i:j], side="left") > np.searchsorted(keys, s[i:j], side="left")
-    del keys
+        launched[i:j] = np.searchsorted(keys, e, side="left") > np.searchsorted(keys, s, side="left")
+        np.maximum.accumulate(e, out=e)
+        if reach is not None:
+            np.maximum(e, reach, out=e)
+            if s[0] - reach >= QUIET_STRETCH_NS and r[0] == last:
+                gs.append(np.array([reach]))
+                ge.append(s[:1])
+        opens = np.flatnonzero((s[1:] - e[:-1] >= QUIET_STRETCH_NS) & (r[1:] == r[:-1]))
+        gs.append(e[opens])
+        ge.append(s[opens + 1])
+        reach, last = e[-1], r[-1]
+    del keys, rank, s, e
+    gs, ge = np.concatenate(gs), np.concatenate(ge)
     quiet = pl.Series(rows[~launched])
-    del launched
+    del launched, rows
     quiet = quiet.filter(cpu.get_column("cat").gather(quiet) == "user_annotation")
     quiet = _not_framework(cpu.get_column("name"), quiet)
     quiet = cpu.select(pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns"))
-    del rows
-    # stretches between a thread's events: where an event starts past every end before it
-    np.maximum.accumulate(e, out=e)
-    opens = np.concatenate([
-        i + np.flatnonzero((s[i + 1 : j + 1] - e[i:j] >= QUIET_STRETCH_NS) & (rank[i + 1 : j + 1] == rank[i:j]))
-        for i, j in _chunks(s.size - 1)
-    ])  # fmt: skip
-    gs, ge = e[opens], s[opens + 1]
-    del s, e, rank
     tid, t0 = clock.unkey(gs)
     bare = pl.DataFrame({"tid": tid, "name": pl.Series(["(outside operators)"] * gs.size, dtype=pl.String), "start_ns": t0, "end_ns": t0 + (ge - gs)})
     return (
