@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import proflab
 from proflab.cli import main
 from proflab.model.trace import CPU_SCHEMA
+from proflab.model.slicing import parse_window
 from proflab.readers import nsys_sqlite
 from proflab.readers._merge import gather_text, merge_by_start
 
@@ -180,3 +181,27 @@ def test_a_tables_rowid_bounds_are_two_seeks_not_a_scan(tmp_path):
     assert [p for p in plan if p.startswith("SEARCH")] == ["SEARCH NVTX_EVENTS"] * 2
     assert not any(p.startswith("SCAN NVTX_EVENTS") for p in plan)
     assert con.execute(nsys_sqlite._rowid_bounds("NVTX_EVENTS")).fetchone() == (-5, 2992)
+
+
+H100 = NSYS / "h100_2gpu_1s.sqlite"
+
+
+@pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+def test_read_reports_its_progress_over_the_event_tables(monkeypatch):
+    """A large export takes seconds to read: each piece of an event table read reports the
+    share of all event tables' rows done, rising to 1 (as a Kineto trace's bytes do); a part
+    read reports too. Nothing is reported without a sink."""
+    from proflab.readers import _progress
+
+    monkeypatch.setattr(nsys_sqlite, "_CHUNK_ROWS", 2048)  # many pieces
+    seen: list = []
+    with _progress.reporting(seen.append):
+        whole = nsys_sqlite.read(H100)
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 1.0 and seen[0] > 0
+    seen.clear()
+    with _progress.reporting(seen.append):
+        nsys_sqlite.read(H100, parse_window("100ms:200ms"))
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1] == 1.0
+    assert whole.cpu.height > 10_000
+    nsys_sqlite.read(H100)  # no sink: nothing to report to, and no error
+    assert _progress._sink is None

@@ -430,6 +430,39 @@ def test_cli_shows_no_progress_in_a_pipe(small, tmp_path):
     assert r.returncode == 0 and r.stderr == ""
 
 
+def test_cli_shows_reading_and_analysing_on_a_terminal(small):
+    """With stderr on a terminal, a bar while the trace is read and a spinner while it is
+    analysed, both gone when the report prints; the report on stdout is the same as in a pipe."""
+    import pty
+    import threading
+
+    master, slave = pty.openpty()
+    got = bytearray()
+
+    def drain():  # read while the program runs: a full terminal buffer would stop it
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the terminal's other side closed
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    cmd = [sys.executable, "-m", "proflab", "analyze", str(small), "--no-cache", "--color", "never"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=slave, env={**_env(), "TERM": "xterm"}) as proc:
+        os.close(slave)
+        out, _ = proc.communicate(timeout=300)
+    reader.join(timeout=60)
+    os.close(master)
+    piped = subprocess.run(cmd, capture_output=True, timeout=300, env=_env())
+    assert proc.returncode == 0 and out == piped.stdout and out
+    shown = got.decode("utf-8", "replace")
+    assert "reading" in shown and "analysing" in shown, shown[-500:]
+
+
 NSYS_EXPORT = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
 
 

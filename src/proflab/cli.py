@@ -306,6 +306,16 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
     return read
 
 
+def _analysing(show: bool):
+    """A spinner on a terminal's stderr while the read traces are analysed (seconds on a large
+    one, after the read's own bar has gone); nothing in a pipe or for JSON and Markdown."""
+    if not (show and sys.stderr.isatty()):
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(stderr=True).status("analysing", spinner="dots")
+
+
 def _report_output_args(p: argparse.ArgumentParser) -> None:
     """-f/-o/--width/--color of the commands that print a Report (analyze, kernels)."""
     _format_arg(p)
@@ -639,7 +649,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 if args.perfetto:
                     raise UsageError(f"{paths[0]}: holds several ranks' processes; --perfetto marks one process's trace")
                 return _emit_reports(args, job, fmt)
-        reports = [r or analyze(t, top_kernels=args.top, bare_step_ms=b) for r, t, b in zip(reports, traces, bare)]
+        with _analysing(fmt == "term"):
+            reports = [r or analyze(t, top_kernels=args.top, bare_step_ms=b) for r, t, b in zip(reports, traces, bare)]
         for k, r in zip(keys, reports):
             report_cache.put(k, r)
         if args.perfetto:

@@ -52,6 +52,7 @@ from proflab.model.trace import (
     steps_from_annotations,
 )
 from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
+from proflab.readers import _progress as progress
 from proflab.readers._merge import merge_by_start
 
 __all__ = ["sniff", "read", "SQLITE_MAGIC"]
@@ -179,6 +180,7 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec) -> Trace:
 def _read_tables(path: Path, ctx: _Ctx, *, events: int | None = None) -> Trace:
     """The whole export's tables, or (``events``: the whole export's event count) the part
     the context's conditions select."""
+    ctx.plan_progress(_EVENT_TABLES)
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
@@ -228,6 +230,27 @@ class _Ctx:
         # SQL conditions a part of the export (``_read_part``) puts on host and GPU tables
         self.host_where: str | None = None
         self.gpu_where: str | None = None
+        # progress: rowids of the event tables to read in all, and read so far
+        self._planned: dict[str, int] = {}
+        self._rows_total = self._rows_done = 0
+
+    def plan_progress(self, tables: tuple[str, ...]) -> None:
+        """Count the rowids of the event tables the read will go through (two B-tree seeks
+        a table), so each piece read can report the share of the export done."""
+        for t in tables:
+            if t in self.tables:
+                try:
+                    low, top = self.con.execute(_rowid_bounds(t)).fetchone()
+                except sqlite3.OperationalError:  # no rowids: not counted
+                    continue
+                if top is not None:
+                    self._planned[t] = top - low + 1
+        self._rows_total = sum(self._planned.values())
+
+    def _advance(self, table: str, rows: int) -> None:
+        if table in self._planned and self._rows_total:
+            self._rows_done += rows
+            progress.update(self._rows_done / self._rows_total)
 
     def where(self, kind: str, sql: str) -> str:
         """``sql`` with the part's condition for a ``"host"`` or ``"gpu"`` table added."""
@@ -324,14 +347,17 @@ class _Ctx:
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
         if top is None or top - low < _CHUNK_ROWS:
-            return finish(_detached(self._fetch_arrow(sql, schema, table)))
+            done = finish(_detached(self._fetch_arrow(sql, schema, table)))
+            self._advance(table, self._planned.get(table, 0))
+            return done
         glue = "AND" if " WHERE " in sql else "WHERE"
         # rowids can start at 0 (StringIds ids) or below
         pieces = [f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}" for lo in range(low - 1, top, _CHUNK_ROWS)]
         chunks = []
-        for df in self._fetch_pieces(pieces, schema, table):
+        for i, df in enumerate(self._fetch_pieces(pieces, schema, table)):
             if df.height or not chunks:
                 chunks.append(finish(_detached(df)))
+            self._advance(table, min(_CHUNK_ROWS, top - (low - 1) - i * _CHUNK_ROWS))
         return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
 
     def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str):
@@ -692,6 +718,11 @@ class _Ctx:
 
 _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
 _EMIT_NVTX_KEY = rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = "
+
+
+# the tables of events, read in this order (what read progress counts)
+_EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                 "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")  # fmt: skip
 
 
 def _rowid_bounds(table: str) -> str:
