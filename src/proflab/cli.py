@@ -281,6 +281,8 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
     def read(p):
         from proflab.api import load
 
+        if not (args.steps or args.window):
+            _warn_if_too_big(Path(p))
         if not (show_progress and sys.stderr.isatty()):
             return load(p, cache=args.cache, steps=args.steps, window=args.window)
         from rich.console import Console
@@ -304,6 +306,44 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
             bar.stop()
 
     return read
+
+
+# peak memory of a whole read and analysis of an Nsight Systems export, per event row:
+# 128-130 bytes on the scaled H100 emit_nvtx exports (this release), 205 on the scaled T4 mix
+# of runtime calls and short kernels (an earlier release; README.md, bench_nsys_large.py)
+_NSYS_BYTES_PER_EVENT = (128, 205)
+
+
+def _warn_if_too_big(path: Path, available: int | None = None) -> None:
+    """One line on stderr before an Nsight Systems export is read whole when what the read
+    and analysis are measured to need per event exceeds the memory available now: the system
+    may stop the process partway, and --steps / --window read a part in memory that follows
+    the part. The read goes on either way (swap, or a part of the estimate unused)."""
+    from proflab.readers import nsys_sqlite
+
+    rows = nsys_sqlite.event_rows(path)
+    available = _available_memory() if available is None else available
+    if not rows or available is None or rows * _NSYS_BYTES_PER_EVENT[0] <= available:
+        return
+    lo, hi = (rows * b / 2**30 for b in _NSYS_BYTES_PER_EVENT)
+    print(
+        f"proflab: warning: {path.name} holds {rows / 1e6:.1f} M events; reading and analysing it whole needs "
+        f"about {lo:.1f}-{hi:.1f} GiB ({_NSYS_BYTES_PER_EVENT[0]}-{_NSYS_BYTES_PER_EVENT[1]} bytes an event, as measured "
+        f"on exports like it) and {available / 2**30:.1f} GiB is available; --steps or --window reads a part",
+        file=sys.stderr,
+    )
+
+
+def _available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _analysing(show: bool):

@@ -55,7 +55,7 @@ from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window
 from proflab.readers import _progress as progress
 from proflab.readers._merge import merge_by_start
 
-__all__ = ["sniff", "read", "SQLITE_MAGIC"]
+__all__ = ["sniff", "read", "event_rows", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
@@ -76,6 +76,31 @@ def sniff(path: Path) -> bool:
             return f.read(16) == SQLITE_MAGIC
     except OSError:
         return False
+
+
+def event_rows(path: str | Path) -> int | None:
+    """How many rows the export's event tables hold, from their rowid bounds (two B-tree
+    seeks a table, nothing read): what a whole read will hold in memory scales with it. None
+    for a file that is not an export that opens; the read itself says what is wrong with it."""
+    path = Path(path)
+    if not sniff(path):
+        return None
+    try:
+        con = sqlite3.connect(_read_only_uri(path), uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        rows = 0
+        for t in _EVENT_TABLES:
+            if t in tables:
+                low, top = con.execute(_rowid_bounds(t)).fetchone()
+                rows += 0 if top is None else top - low + 1
+        return rows
+    except (sqlite3.Error, UnicodeDecodeError):
+        return None
+    finally:
+        con.close()
 
 
 def read(path: str | Path, part: SliceSpec | None = None) -> Trace:
