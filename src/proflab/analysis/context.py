@@ -42,6 +42,12 @@ class Context:
     def missing(self) -> tuple[Missing, ...]:
         return tuple(self._missing.values())
 
+    def drop(self, *names: str) -> None:
+        """Free these cached tables; the next use computes them again (report assembly frees
+        the kernel rows once the small tables read from them are built)."""
+        for name in names:
+            self.__dict__.pop(name, None)
+
     # -- timeline ------------------------------------------------------------------------
     @cached_property
     def window(self) -> tuple[int, int]:
@@ -118,6 +124,21 @@ class Context:
     @cached_property
     def kernel_rows(self) -> pl.DataFrame:
         return _kernels.kernel_rows(self.trace, self.launches)
+
+    @cached_property
+    def kernel_ops(self) -> pl.DataFrame:
+        """The operator (``op``) behind each kernel correlation id that has one."""
+        return self.kernel_rows.select("correlation", "op").unique("correlation").drop_nulls("op")
+
+    @cached_property
+    def fp32_gemms(self) -> pl.DataFrame:
+        """Kernel rows of FP32 GEMMs that ran without tensor cores (see ``kernels.fp32_gemm_rows``)."""
+        return _kernels.fp32_gemm_rows(self.kernel_rows)
+
+    @cached_property
+    def kernel_time_ns(self) -> int:
+        """All kernels' summed duration (ns)."""
+        return int(self.kernel_rows.get_column("dur_ns").sum())
 
     def hot_kernels(self, top: int | None = 20) -> pl.DataFrame:
         return self._hot_kernels.head(top) if top is not None else self._hot_kernels

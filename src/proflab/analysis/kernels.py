@@ -15,7 +15,7 @@ from proflab.analysis.labels import kernel_label
 from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
-__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "hot_kernels", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
+__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
 
 # Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
 TENSOR_CORE_PATTERN = (
@@ -68,6 +68,12 @@ def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
 
 
 _FLAGS = ("is_gemm", "tc_by_name", "fp32_simt_by_name", "op_fp32", "op_lowp", "tensor_cores")
+
+
+def fp32_gemm_rows(rows: pl.DataFrame) -> pl.DataFrame:
+    """The kernel rows of GEMMs with no tensor-core tile in their name that are FP32 by
+    name or by their operator's input dtypes: matmuls TF32 or BF16 would move to tensor cores."""
+    return rows.filter(pl.col("is_gemm") & ~pl.col("tc_by_name") & (pl.col("fp32_simt_by_name") | pl.col("op_fp32")))
 
 
 def _dims_modes(dims: str) -> pl.Expr:

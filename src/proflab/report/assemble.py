@@ -41,10 +41,8 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
             "the trace has no kernel, memcpy or memset events (CPU-only profile, or CUDA activity not recorded)",
             *_GPU_SKIPPED,
         )
-    # the ranges first: their projection's temporaries (a piece of the host table at a time)
-    # then sit beside the tables and launches only, not beside every table the rules keep
-    # (the 1048 MB export's peak: 1,801-1,813 -> 1,765 MiB)
     ranges = tuple(_ranges(ctx))
+    _while_little_is_held(ctx)
     findings = run_rules(trace, ctx)
     memory = _memory(ctx)
     if memory is not None:
@@ -75,6 +73,26 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         notes=trace.meta.notes,
         memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
     )
+
+
+def _while_little_is_held(ctx: Context) -> None:
+    """Build the tables with the largest temporaries while the context holds little else, then
+    free the kernel rows once the small tables read from them exist. Each big table then lives
+    only while it is needed, and no table's temporaries sit on top of all the others.
+
+    On the 1048 MB export (13.8 M events), the peak went from 1,801-1,813 to ~1,765 MiB with
+    the ranges projected first: the projection reads the host table a piece at a time. The
+    host-only spans come next (only the launches needed); the rules want them whenever the
+    GPU has idle gaps of the host. Then the kernel rows, kept 220 MiB there, feed hot
+    kernels, launch statistics, the FP32 GEMMs and the kernels' operators, and are freed
+    before the device sets and gaps are built."""
+    trace = ctx.trace
+    if not trace.has_gpu:
+        return
+    first = ("host_only",) if ctx.has_launch_links else ()
+    for name in (*first, "_hot_kernels", "launch_stats", "kernel_ops", "fp32_gemms", "kernel_time_ns"):
+        getattr(ctx, name)
+    ctx.drop("kernel_rows")
 
 
 def _memory(ctx: Context):

@@ -344,7 +344,7 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
 def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     """The launch idle by what launched the work ending each gap."""
     kern = trace.gpu.select("correlation", pl.col("name").alias("kname")).drop_nulls("correlation").unique("correlation")
-    ops = ctx.kernel_rows.select("correlation", pl.col("op").alias("kop")).unique("correlation")
+    ops = ctx.kernel_ops.rename({"op": "kop"})
     g = g.join(ops, on="correlation", how="left").join(kern, on="correlation", how="left")
     opt = trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns").filter(
         (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")

@@ -23,15 +23,12 @@ ASSUMED_SPEEDUP = 2.0
 
 
 def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
-    k = ctx.kernel_rows
-    if k.height == 0:
+    if not trace.has_gpu:
         return []
     cc = ctx.device_info.get("compute_major")
     if cc is not None and cc < 8:
         return []  # no TF32 before Ampere; fp16 autocast advice would need accuracy review
-    fp32 = k.filter(
-        pl.col("is_gemm") & ~pl.col("tc_by_name") & (pl.col("fp32_simt_by_name") | pl.col("op_fp32"))
-    )
+    fp32 = ctx.fp32_gemms
     if fp32.height == 0:
         return []
     total = int(fp32["dur_ns"].sum())
@@ -48,7 +45,7 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
         fp32.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
     )
     ops = fp32.drop_nulls("op").group_by("op").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
-    all_kernels = int(k["dur_ns"].sum()) or 1
+    all_kernels = ctx.kernel_time_ns or 1
     peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
     evidence = {
         "fp32_gemm_ms": ms(total),
