@@ -599,6 +599,29 @@ def _one_blas_thread() -> None:
         set_own("OPENBLAS_NUM_THREADS", "1")
 
 
+def _map_large_blocks() -> None:
+    """numpy takes its arrays from the C library's malloc. glibc maps a block above a threshold
+    on its own and unmaps it when freed, but raises that threshold (up to 32 MiB) each time
+    such a block is freed, and keeps the arrays allocated after that in its heap, where freed
+    memory stays with the process: an analysis of millions of events then holds every array
+    it ever freed at its largest. Fixed at 1 MiB (``M_MMAP_THRESHOLD``), freed arrays go back
+    to the system, as polars' own memory does: the 1048 MB export's peak 1,528 -> 1,454 MiB
+    for +0.3 s. Never over the user's own ``MALLOC_MMAP_THRESHOLD_``; nothing where the C
+    library has no ``mallopt`` (not glibc)."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_MMAP_THRESHOLD, 1 << 20)
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
 # what polars 1.x puts first (1.37: "dirty_decay_ms:500,muzzy_decay_ms:1000"; earlier 1.x: -1),
 # with POLARS_THP=1 its transparent-huge-page options, then "," and the setting it found
 _POLARS_MALLOC_DEFAULT = re.compile(r"^dirty_decay_ms:500,muzzy_decay_ms:-?\d+(?:,thp:always,metadata_thp:always)?(?:,|$)")
@@ -617,6 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     args.trailing = trailing
     if getattr(args, "func", None) in (cmd_analyze, cmd_sql, cmd_compare, cmd_report, cmd_baseline):
         _one_blas_thread()
+        _map_large_blocks()
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
