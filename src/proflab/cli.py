@@ -309,9 +309,9 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
 
 
 # peak memory of a whole read and analysis of an Nsight Systems export, per event row:
-# 128-130 bytes on the scaled H100 emit_nvtx exports (this release), 205 on the scaled T4 mix
-# of runtime calls and short kernels (an earlier release; README.md, bench_nsys_large.py)
-_NSYS_BYTES_PER_EVENT = (128, 205)
+# 103-108 bytes on the scaled H100 emit_nvtx exports (1-2 GB), 153 on the scaled T4 mix of
+# runtime calls and short kernels (1.5 GB) (README.md, bench_nsys_large.py)
+_NSYS_BYTES_PER_EVENT = (103, 153)
 
 
 def _warn_if_too_big(path: Path, available: int | None = None) -> None:
