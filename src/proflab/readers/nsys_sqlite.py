@@ -91,12 +91,7 @@ def event_rows(path: str | Path) -> int | None:
         return None
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        rows = 0
-        for t in _EVENT_TABLES:
-            if t in tables:
-                low, top = con.execute(_rowid_bounds(t)).fetchone()
-                rows += 0 if top is None else top - low + 1
-        return rows
+        return sum(_event_table_rows(con, tables).values())
     except (sqlite3.Error, UnicodeDecodeError):
         return None
     finally:
@@ -205,7 +200,7 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec) -> Trace:
 def _read_tables(path: Path, ctx: _Ctx, *, events: int | None = None) -> Trace:
     """The whole export's tables, or (``events``: the whole export's event count) the part
     the context's conditions select."""
-    ctx.plan_progress(_EVENT_TABLES)
+    ctx.plan_progress()
     gpu = merge_by_start([ctx.kernels(), ctx.memcpy(), ctx.memset()])
     cpu = merge_by_start([ctx.api("CUPTI_ACTIVITY_KIND_RUNTIME", "cuda_runtime"),
                            ctx.api("CUPTI_ACTIVITY_KIND_DRIVER", "cuda_driver"), ctx.nvtx(), ctx.osrt()])  # fmt: skip
@@ -259,17 +254,10 @@ class _Ctx:
         self._planned: dict[str, int] = {}
         self._rows_total = self._rows_done = 0
 
-    def plan_progress(self, tables: tuple[str, ...]) -> None:
-        """Count the rowids of the event tables the read will go through (two B-tree seeks
-        a table), so each piece read can report the share of the export done."""
-        for t in tables:
-            if t in self.tables:
-                try:
-                    low, top = self.con.execute(_rowid_bounds(t)).fetchone()
-                except sqlite3.OperationalError:  # no rowids: not counted
-                    continue
-                if top is not None:
-                    self._planned[t] = top - low + 1
+    def plan_progress(self) -> None:
+        """Count the rowids of the event tables the read will go through, so each piece read
+        can report the share of the export done."""
+        self._planned = _event_table_rows(self.con, self.tables)
         self._rows_total = sum(self._planned.values())
 
     def _advance(self, table: str, rows: int) -> None:
@@ -748,6 +736,21 @@ _EMIT_NVTX_KEY = rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = "
 # the tables of events, read in this order (what read progress counts)
 _EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                  "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")  # fmt: skip
+
+
+def _event_table_rows(con: sqlite3.Connection, tables: set[str]) -> dict[str, int]:
+    """The rowids each event table present spans, from its bounds (two B-tree seeks a table;
+    a table without rowids is not counted)."""
+    out = {}
+    for t in _EVENT_TABLES:
+        if t in tables:
+            try:
+                low, top = con.execute(_rowid_bounds(t)).fetchone()
+            except sqlite3.OperationalError:
+                continue
+            if top is not None:
+                out[t] = top - low + 1
+    return out
 
 
 def _rowid_bounds(table: str) -> str:
