@@ -248,6 +248,46 @@ def test_a_cuda_graph_captured_as_the_window_closes(tmp_path):
     assert any("window's end held" in n for n in meta["notes"]), meta["notes"]
 
 
+# A loop whose host enqueues a step in a fraction of the time its GPU runs it, and never
+# waits for it (no .item(), no synchronize; fewer kernels over the run than the launch queue
+# holds): the host's step-to-step time is its enqueue time, not the loop's pace. The program
+# times its own steps between CUDA events (the ground truth); proflab run's unprofiled step
+# must be the GPU's, not the host's. Before GpuStepClock it was the host's: a fraction of it.
+HOST_AHEAD = """
+import json
+import torch
+
+torch.backends.cuda.matmul.allow_tf32 = False
+w = torch.nn.Parameter(torch.randn(4096, 4096, device="cuda"))
+opt = torch.optim.SGD([w], lr=1e-9)
+x = torch.randn(4096, 4096, device="cuda")
+marks = [torch.cuda.Event(enable_timing=True) for _ in range(41)]
+for i in range(40):
+    marks[i].record()
+    (x @ w).square().mean().backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+marks[40].record()
+torch.cuda.synchronize()
+print("TIMES " + json.dumps([a.elapsed_time(b) for a, b in zip(marks, marks[1:])]), flush=True)
+"""
+
+
+def test_the_unprofiled_step_is_the_gpus_when_the_host_runs_ahead(tmp_path):
+    import statistics
+
+    (tmp_path / "prog.py").write_text(HOST_AHEAD)
+    run, out = _run_and_read(tmp_path, [sys.executable, "prog.py"], "--window", "steps")
+    times = json.loads(next(line for line in out.splitlines() if line.startswith("TIMES "))[6:])
+    truth = statistics.median(times[12:])  # after the window (steps 4-9) and the save
+    (proc,) = [p for p in json.loads((run / "meta.json").read_text())["processes"] if p.get("step_times", {}).get("bare_n")]
+    st = proc["step_times"]
+    print(f"program's GPU-side median {truth:.3f} ms; proflab: {st}")
+    assert st["clock"] == "gpu", st
+    assert st["bare_ms"] == pytest.approx(truth, rel=0.05), (truth, st)
+    assert st["host_bare_ms"] < 0.5 * truth, (truth, st)  # what the host's clock said: its enqueue time
+
+
 def _run(tmp_path: Path, prog: list[str], *opts: str, timeout: int = 600) -> Path:
     return _run_and_read(tmp_path, prog, *opts, timeout=timeout)[0]
 

@@ -55,6 +55,9 @@ _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
 _STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
 _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
 _STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
+_MIN_BARE_STEPS = 3  # as rundir.MIN_BARE_STEPS: fewer bare steps give no unprofiled step time
+_GPU_PENDING = 4_096  # step intervals the GPU may be behind by before GPU-side timing gives up
+_GPU_DRAIN_S = 1.0  # the longest the end waits for the GPU to reach the last step's event
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _SETTLE_CALLS, _SETTLE_EVERY_S = 15, 0.01  # CUDA calls that let Kineto's teardown run (see settle_cupti_teardown)
 _SETTLE_WAIT_S = 2.0  # the longest a new session waits for them
@@ -99,6 +102,98 @@ def settle_cupti_teardown(torch) -> threading.Thread | None:
     return t
 
 
+def _step_medians(times: list[tuple[float, bool, int]], window_end_steps: list[int]) -> dict:
+    """Bare and profiled medians (ms) of (ms, bare, step) intervals, the program's first
+    _STEP_WARMUP steps and the steps that held a window's end left out; the last _STEP_LIST
+    of each, in order, for distributions (proflab compare's interval)."""
+    ended = set(window_end_steps)
+    keep = [(d, bare) for d, bare, k in times if k > _STEP_WARMUP and k not in ended]
+    out: dict = {}
+    for label, want in (("bare", True), ("profiled", False)):
+        xs = [d for d, bare in keep if bare == want]
+        mid = sorted(xs)
+        out[f"{label}_n"] = len(xs)
+        out[f"{label}_ms"] = round(mid[len(mid) // 2], 4) if xs else None
+        out[f"{label}_steps_ms"] = [round(d, 4) for d in xs[-_STEP_LIST:]]
+    return out
+
+
+class GpuStepClock:
+    """GPU-side step intervals: a CUDA event recorded on the current stream at every step's
+    end (the optimizer hook or ``proflab.step()``, on the training thread), read once both of
+    an interval's events have completed.
+
+    The host's step-to-step time is the loop's pace only once the launch queue is full: a
+    loop whose host enqueues a step faster than its GPU runs it gains a little every step,
+    and over a few dozen steps the host's intervals stay shorter than the GPU's (the 4-GPU
+    balanced DDP loop: 2.3-2.5 ms on the host, 3.45 ms on the GPU, tests/data/kineto/scaling).
+    The events give the step the GPU experiences whichever side is behind. A record costs a
+    few microseconds and never waits; completion is asked with a query, never a wait, while
+    the program runs (``drain`` waits a bounded time at the end). No event is recorded while
+    the current stream captures a CUDA graph: the chain of intervals restarts after it."""
+
+    def __init__(self, cuda) -> None:
+        self._cuda = cuda
+        self._free: list = []
+        self._last = None  # the previous step's event
+        self._pending: list = []  # (start, end, bare, step), oldest first
+        self._head = 0  # intervals before it are read
+        self.times: list[tuple[float, bool, int]] = []  # (ms, bare, step)
+        self.failed: str | None = None
+
+    def mark(self, bare: bool, step: int) -> None:
+        """Step ``step`` ended; the interval since the previous mark is ``bare`` or not."""
+        if self.failed is not None:
+            return
+        try:
+            if self._cuda.is_current_stream_capturing():
+                self._last = None
+                return
+            ev = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
+            ev.record()
+            if self._last is not None:
+                self._pending.append((self._last, ev, bare, step))
+            self._last = ev
+            self.poll()
+        except Exception as e:  # timing is ours to lose, never the program's
+            self._give_up(e)
+
+    def poll(self) -> None:
+        """Read every interval whose end has completed, oldest first; never waits."""
+        pending, i = self._pending, self._head
+        while i < len(pending) and pending[i][1].query():
+            start, end, bare, step = pending[i]
+            self.times.append((start.elapsed_time(end), bare, step))
+            if start is not self._last:
+                self._free.append(start)
+            i += 1
+        if i > 256 and i * 2 > len(pending):
+            del pending[:i]
+            i = 0
+        self._head = i
+        if len(pending) - i > _GPU_PENDING:
+            self._give_up(None)
+        if len(self.times) > _STEP_TIMES:
+            del self.times[: len(self.times) - _STEP_TIMES]
+
+    def drain(self, timeout_s: float = _GPU_DRAIN_S) -> None:
+        """Read what the GPU finishes within ``timeout_s`` (at the end: the last steps' events)."""
+        deadline = time.perf_counter() + timeout_s
+        try:
+            while self.failed is None:
+                self.poll()
+                if self._head >= len(self._pending) or time.perf_counter() > deadline:
+                    return
+                time.sleep(0.001)
+        except Exception as e:
+            self._give_up(e)
+
+    def _give_up(self, e: Exception | None) -> None:
+        self.failed = (f"{type(e).__name__}: {e}" if e is not None
+                       else f"the GPU was more than {_GPU_PENDING} steps behind the host")  # fmt: skip
+        self._pending, self._head, self._last, self._free = [], 0, None, []
+
+
 class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -119,6 +214,7 @@ class Runtime:
         self._finished = False
         self._lock = threading.RLock()
         self._step_times: list[tuple[int, bool, int]] = []  # (interval ns, bare, step number)
+        self._gpu_clock: GpuStepClock | None = None  # GPU-side intervals, once CUDA is in use
         self._last_step_ns: int | None = None
         self._last_step_profiling = False
         self._window_end_steps: list[int] = []
@@ -443,34 +539,43 @@ class Runtime:
         return action is not None and getattr(action, "name", "") != "NONE"
 
     def _time_step(self) -> None:
-        """Step-to-step wall time, labelled by whether a profiler recorded during it: in steady
-        state it is the loop's throughput (a GPU-bound loop's host waits on a full queue), so
-        the unlabelled ("bare") ones are the loop's unprofiled step time, measured in the same
-        process as the window. Only the last _STEP_TIMES intervals are kept."""
+        """Step-to-step time, labelled by whether a profiler recorded during it: the
+        unlabelled ("bare") intervals are the loop's unprofiled step time, measured in the
+        same process as the window. On the host's clock always, and on the GPU's (events on
+        the current stream, ``GpuStepClock``) once the program uses CUDA: the host's
+        intervals are the loop's pace only when its launch queue is full or it waits for
+        the GPU. Only the last _STEP_TIMES intervals are kept."""
         now = time.perf_counter_ns()
         profiling = self._profiling_now()
+        # an interval is bare only if no profiler recorded at either end of it
+        bare = not (profiling or self._last_step_profiling)
         if self._last_step_ns is not None:
-            # an interval is bare only if no profiler recorded at either end of it
-            bare = not (profiling or self._last_step_profiling)
             self._step_times.append((now - self._last_step_ns, bare, self.steps))
             if len(self._step_times) > _STEP_TIMES:
                 del self._step_times[: len(self._step_times) - _STEP_TIMES]
         self._last_step_ns, self._last_step_profiling = now, profiling
+        clock = self._gpu_clock
+        if clock is None and self.torch is not None:
+            cuda = self.torch.cuda
+            if cuda.is_available() and cuda.is_initialized():  # never start CUDA ourselves
+                clock = self._gpu_clock = GpuStepClock(cuda)
+        if clock is not None:
+            clock.mark(bare, self.steps)
 
     def _step_time_summary(self) -> dict:
-        """Median step intervals (ms) outside and inside the profiler's recording; the first
-        _STEP_WARMUP steps of the program (compilation, allocator warm-up) and the step in
-        which a window ended (its trace was saved then) are left out."""
-        ended = set(self._window_end_steps)
-        keep = [(d, bare) for d, bare, k in self._step_times if k > _STEP_WARMUP and k not in ended]
-        out = {}
-        for label, want in (("bare", True), ("profiled", False)):
-            xs = [d for d, bare in keep if bare == want]
-            mid = sorted(xs)
-            out[f"{label}_n"] = len(xs)
-            out[f"{label}_ms"] = round(mid[len(mid) // 2] / 1e6, 4) if xs else None
-            # the last ones, in order, for distributions (proflab compare's interval)
-            out[f"{label}_steps_ms"] = [round(d / 1e6, 4) for d in xs[-_STEP_LIST:]]
+        """Median step intervals (ms) outside and inside the profiler's recording, on the
+        GPU's clock where it timed at least ``_MIN_BARE_STEPS`` bare steps (``clock``: "gpu";
+        the host's medians beside them), else on the host's. The first _STEP_WARMUP steps of
+        the program (compilation, allocator warm-up) and the step in which a window ended (its
+        trace was saved then) are left out."""
+        host = _step_medians([(d / 1e6, bare, k) for d, bare, k in self._step_times], self._window_end_steps)
+        clock = self._gpu_clock
+        gpu = _step_medians(clock.times, self._window_end_steps) if clock is not None else None
+        if gpu is not None and gpu["bare_n"] >= _MIN_BARE_STEPS:
+            return {"clock": "gpu", **gpu, "host_bare_ms": host["bare_ms"], "host_profiled_ms": host["profiled_ms"]}
+        out = {"clock": "host", **host}
+        if clock is not None and clock.failed:
+            out["gpu_clock_failed"] = clock.failed
         return out
 
     def _note_stall(self, held_s: float) -> None:
@@ -774,6 +879,8 @@ class Runtime:
                 self.notes.append(f"stopping torch.profiler failed: {type(e).__name__}: {e}")
             self._join_exports(_JOIN_S)  # a trace still being compressed is finished first
             self._dump_memory_snapshot()
+            if self._gpu_clock is not None:
+                self._gpu_clock.drain()  # the last steps' events, as far as the GPU got
             self._write_process_info()
             if self._events is not None:
                 self._events.close()

@@ -501,8 +501,9 @@ def _run_header(run_dir: Path, meta: dict) -> str:
         st = p.get("step_times") or {}
         if st.get("bare_ms") and st.get("profiled_ms"):
             who = f"rank {p['rank']}" if p.get("rank") is not None else f"pid {p.get('pid')}"
+            clock = "GPU-side" if st.get("clock") == "gpu" else "host-side"
             lines.append(
-                f"  steps ({who}): {st['bare_ms']:.2f} ms without the profiler ({st['bare_n']} steps), "
+                f"  steps ({who}, {clock}): {st['bare_ms']:.2f} ms without the profiler ({st['bare_n']} steps), "
                 f"{st['profiled_ms']:.2f} ms while it recorded ({st['profiled_n']}): "
                 f"{st['profiled_ms'] / st['bare_ms']:.2f}x, the profiler's own cost; verdicts are judged against the first"
             )
