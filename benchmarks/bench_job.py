@@ -32,10 +32,12 @@ sys.path.insert(0, str(HERE))
 RUN = HERE.parent / "tests" / "data" / "runs" / "20261122-082928-h200x2_ddp" / "traces"
 
 
-def make_ranks(out: Path, ranks: int, steps: int) -> list[Path]:
+def make_ranks(out: Path, ranks: int, steps: int, source: Path = RUN) -> list[Path]:
     from gen_kineto import generate
 
-    sources = sorted(RUN.glob("rank*.pt.trace.json.gz"))
+    sources = sorted(source.glob("rank*.pt.trace.json.gz"))
+    if not sources:
+        raise SystemExit(f"{source}: no rank*.pt.trace.json.gz here")
     scaled = []
     for i, src in enumerate(sources):
         dst = out / f"scaled{i}.json"
@@ -93,10 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--steps", type=int, default=40, help="steps per rank trace (the source has 5)")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--source", type=Path, default=RUN,
+                    help="folder of the real rank traces to scale (default: the 2x H200 DDP run's traces/)")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="proflab-bench-job-"))
     try:
-        paths = make_ranks(tmp, a.ranks, a.steps)
+        paths = make_ranks(tmp, a.ranks, a.steps, a.source)
         size = sum(p.stat().st_size for p in paths) / 2**20
         print(f"{a.ranks} rank traces of {a.steps} steps, {size:.1f} MiB gzip in all ({size / a.ranks:.2f} MiB each)")
         results = [run(paths, w) for w in a.workers]

@@ -778,7 +778,7 @@ def _launch_scaling_runs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.analysis.scaling import point_of, profiler_notes, scaling_rows
     from proflab.render import format_for_path
     from proflab.report import ScalingReport
 
@@ -817,7 +817,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     notes = []
     if min(gpus) != 1:
         notes.append(f"the base is the run with {min(gpus)} GPUs, not 1: efficiencies are relative to it")
-    rep = ScalingReport(args.mode, tuple(scaling_rows(points, args.mode)), tuple(notes))
+    rows = scaling_rows(points, args.mode)
+    rep = ScalingReport(args.mode, tuple(rows), tuple(notes + profiler_notes(rows)))
     if args.plot:
         from proflab.render.scaling import plot_scaling
 

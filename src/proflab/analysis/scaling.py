@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ScalingPoint", "point_of", "scaling_rows"]
+__all__ = ["ScalingPoint", "point_of", "profiler_notes", "scaling_rows"]
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,30 @@ def _bare(p: ScalingPoint, base: ScalingPoint, mode: str) -> dict[str, Any]:
         return {"bare_step_ms": p.bare_step_ms, "bare_efficiency_pct": None}
     ideal = base.bare_step_ms if mode == "weak" else base.bare_step_ms * base.gpus / p.gpus
     return {"bare_step_ms": round(p.bare_step_ms, 3), "bare_efficiency_pct": round(100.0 * ideal / p.bare_step_ms, 1)}
+
+
+# profiled and unprofiled efficiencies further apart than this (percentage points) get a note
+_DISAGREE_PTS = 2.0
+
+
+def profiler_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """Where a point's efficiency from the profiled steps and from the unprofiled ones
+    disagree: by how much, and the profiler's slow-down of the base run and of the point
+    that explains it. The unprofiled one is the program's: the profiler's cost is a
+    per-launch host cost, large on a host-bound base run and hidden on a GPU-bound one, so
+    it does not cancel in the ratio."""
+    if not rows:
+        return []
+    base = rows[0]
+    notes = []
+    for r in rows[1:]:
+        eff, bare_eff = r.get("efficiency_pct"), r.get("bare_efficiency_pct")
+        if eff is None or bare_eff is None or abs(eff - bare_eff) < _DISAGREE_PTS:
+            continue
+        notes.append(
+            f"at {r['gpus']} GPUs the profiled steps give {eff:g}% and the unprofiled ones {bare_eff:g}%: the profiler "
+            f"slowed the base run {base['step_ms'] / base['bare_step_ms']:.2f}x ({base['bare_step_ms']:g} -> "
+            f"{base['step_ms']:g} ms) and this one {r['step_ms'] / r['bare_step_ms']:.2f}x ({r['bare_step_ms']:g} -> "
+            f"{r['step_ms']:g} ms); {bare_eff:g}% is the program's efficiency"
+        )
+    return notes

@@ -27,7 +27,10 @@ _BARE = (("bare_step_ms", "bare ms"), ("bare_efficiency_pct", "bare eff %"))
 def render_scaling(rep, fmt: str) -> str:
     d = rep.to_dict()
     cols = _COLS + (_BARE if any(r.get("bare_step_ms") is not None for r in d["points"]) else ())
-    cells = [[h for _, h in cols]] + [[r[k] if isinstance(r.get(k), str) else fmt_num(r.get(k)) for k, _ in cols] for r in d["points"]]
+    names = _short_labels([r["label"] for r in d["points"]])
+    cells = [[h for _, h in cols]] + [
+        [names[i] if k == "label" else fmt_num(r.get(k)) for k, _ in cols] for i, r in enumerate(d["points"])
+    ]
     head = (
         f"{d['mode']} scaling: efficiency against the run with the fewest GPUs; loss per step (ms) split into "
         "exposed communication, waiting for late ranks (imbalance) and the rest"
@@ -43,6 +46,12 @@ def render_scaling(rep, fmt: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _short_labels(labels: list[str]) -> list[str]:
+    """Each run's last path part where those tell the runs apart (the JSON keeps the paths)."""
+    short = [Path(x).name or x for x in labels]
+    return short if len(set(short)) == len(short) else labels
+
+
 def plot_scaling(rep, path: str | Path, fmt: str | None = None) -> None:
     """Efficiency per GPU count (left) and the loss per step by cause (right)."""
     import matplotlib
@@ -53,7 +62,9 @@ def plot_scaling(rep, path: str | Path, fmt: str | None = None) -> None:
     rows = [r for r in rep.rows if r.get("efficiency_pct") is not None]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     g = [r["gpus"] for r in rows]
-    a.plot(g, [r["efficiency_pct"] for r in rows], "o-", label="measured")
+    a.plot(g, [r["efficiency_pct"] for r in rows], "o-", label="profiled steps")
+    if all(r.get("bare_efficiency_pct") is not None for r in rows):
+        a.plot(g, [r["bare_efficiency_pct"] for r in rows], "s-", label="unprofiled steps")
     a.axhline(100, color="grey", lw=0.8, ls="--", label="ideal")
     a.set_xlabel("GPUs (ranks)")
     a.set_ylabel(f"{rep.mode} scaling efficiency (%)")
