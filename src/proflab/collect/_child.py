@@ -57,6 +57,7 @@ _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) a
 _STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
 _MIN_BARE_STEPS = 3  # as rundir.MIN_BARE_STEPS: fewer bare steps give no unprofiled step time
 _GPU_PENDING = 4_096  # step intervals the GPU may be behind by before GPU-side timing gives up
+_GPU_POLL_EVERY = 32  # marks between reads of the completed intervals (a read costs a few us)
 _GPU_DRAIN_S = 1.0  # the longest the end waits for the GPU to reach the last step's event
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _SETTLE_CALLS, _SETTLE_EVERY_S = 15, 0.01  # CUDA calls that let Kineto's teardown run (see settle_cupti_teardown)
@@ -128,12 +129,17 @@ class GpuStepClock:
     and over a few dozen steps the host's intervals stay shorter than the GPU's (the 4-GPU
     balanced DDP loop: 2.3-2.5 ms on the host, 3.45 ms on the GPU, tests/data/kineto/scaling).
     The events give the step the GPU experiences whichever side is behind. A record costs a
-    few microseconds and never waits; completion is asked with a query, never a wait, while
-    the program runs (``drain`` waits a bounded time at the end). No event is recorded while
+    few microseconds and never waits; every _GPU_POLL_EVERY marks the completed intervals are
+    read (a query, never a wait) while the program runs, and ``drain`` waits a bounded time
+    for the last ones at the end. No event is recorded while
     the current stream captures a CUDA graph: the chain of intervals restarts after it."""
 
-    def __init__(self, cuda) -> None:
+    def __init__(self, cuda, poll_every: int = _GPU_POLL_EVERY) -> None:
         self._cuda = cuda
+        self._torch_c = sys.modules["torch"]._C
+        self._streams: dict = {}
+        self._poll_every = poll_every
+        self._marks = 0
         self._free: list = []
         self._last = None  # the previous step's event
         self._pending: list = []  # (start, end, bare, step), oldest first
@@ -150,13 +156,28 @@ class GpuStepClock:
                 self._last = None
                 return
             ev = self._free.pop() if self._free else self._cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(self._current_stream())
             if self._last is not None:
                 self._pending.append((self._last, ev, bare, step))
             self._last = ev
-            self.poll()
+            self._marks += 1
+            if self._marks % self._poll_every == 0:
+                self.poll()
         except Exception as e:  # timing is ours to lose, never the program's
             self._give_up(e)
+
+    def _current_stream(self):
+        """The current stream, its Python object made once per stream: ``torch.cuda.
+        current_stream()`` builds a new one each call, 5 of the 8.7 us a record took on an
+        H200 (benchmarks/bench_step_clock.py)."""
+        get = getattr(self._torch_c, "_cuda_getCurrentStream", None)
+        if get is None:
+            return self._cuda.current_stream()
+        sid, dev, kind = get(-1)  # -1: the current device
+        stream = self._streams.get((sid, dev, kind))
+        if stream is None:
+            stream = self._streams[sid, dev, kind] = self._cuda.Stream(stream_id=sid, device_index=dev, device_type=kind)
+        return stream
 
     def poll(self) -> None:
         """Read every interval whose end has completed, oldest first; never waits."""
