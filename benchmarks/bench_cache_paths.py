@@ -8,8 +8,9 @@ the child and the helper process it waits for, from ``os.wait4``) and peak RSS:
 * **uncached read** ``analyze -f json --no-cache`` against the decode floor (msgspec decoding
   every event into a struct of four fields, as ``bench_scaling.py``); target 2 s wall.
 * **analyze** again from the report cache; target 0.3 s.
-* **sql** ``select count(*) from gpu`` and a group-by over ``cpu``: the first query (polars,
-  keeps the tables as DuckDB files in the cache entry) and the repeats (DuckDB alone), against
+* **sql** ``select count(*) from gpu``, a group-by over ``cpu`` and one over the analysis
+  table ``kernels``: the first query (polars, keeps the tables as DuckDB files in the cache
+  entry) and the repeats (DuckDB alone), against
   the floor of starting Python and importing DuckDB; ``-f csv`` (always the polars path) for
   reference; target 0.3 s.
 * **compare A B** of two cached traces: the first (analyses both sides from the table cache
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     child([*pf, "analyze", str(other), "-f", "json"], env)
     floor_py = rep("floor", "python -c 'import duckdb'", [py, "-c", "import duckdb"], n=a.repeats)
     rep("analyze", "analyze -f json (report cache)", [*pf, "analyze", str(trace), "-f", "json"], 0.3, floor_py)
-    for q in ("select count(*) from gpu", "select cat, count(*), sum(dur_ns) from cpu group by cat order by 1"):
+    for q in ("select count(*) from gpu", "select cat, count(*), sum(dur_ns) from cpu group by cat order by 1",
+              "select name, count(*), sum(dur_ns) from kernels group by name order by 3 desc limit 10"):
         rows.append(("sql", f"sql '{q}', first (polars; keeps the table)", child([*pf, "sql", str(trace), q], env), None, None))
         rep("sql", f"sql '{q}'", [*pf, "sql", str(trace), q], 0.3, floor_py)
         rep("sql", f"sql '{q}' -f csv (polars path)", [*pf, "sql", str(trace), q, "-f", "csv"], None, floor_py)

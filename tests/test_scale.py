@@ -251,8 +251,12 @@ def test_sql_from_the_cache_reads_only_the_tables_it_names(cache_dir, small, mon
     cached = sql.query_cached(small, q)
     assert read == ["gpu"]
     assert cached.equals(sql.query(load(small, cache=False), q))
-    assert sql.query_cached(small, "select count(*) from kernels") is None  # an analysis table: the whole trace
     assert sql.query_cached(small, q, cache=False) is None
+    # an analysis table is built from the trace's cached tables, all of them
+    read.clear()
+    k = "select name, count(*) n, sum(dur_ns) t from kernels group by name order by t desc, name"
+    assert sql.query_cached(small, k).equals(sql.query(load(small, cache=False), k))
+    assert {"cpu", "devices", "gpu", "steps"} <= set(read)
 
 
 def test_cache_follows_the_file(cache_dir, small):
@@ -584,7 +588,7 @@ def test_sql_of_a_cached_trace_needs_no_polars_and_prints_the_same(cache_dir, sm
     assert r.stdout.split() == ["0", "False", "False"], r.stderr
     assert r.stderr == ""
     assert (small.parent / "s.txt").read_text() == fresh[_SQL_QUERIES[1]]
-    # a table not kept, an analysis table, or another format: the polars path, same answer
+    # a table not kept yet, or another format: the polars path, same answer
     assert _sqlfast.cached_result(small, "select count(*) from kernels") is None
     assert _sql(str(small), "select count(*) n from gpu", "-f", "csv") == "n\n" + fresh[_SQL_QUERIES[0]].split()[2] + "\n"
     # a damaged file: the polars path answers
@@ -592,6 +596,38 @@ def test_sql_of_a_cached_trace_needs_no_polars_and_prints_the_same(cache_dir, sm
         f.write_bytes(b"not a database")
     assert _sqlfast.cached_result(small, _SQL_QUERIES[0]) is None
     assert _sql(str(small), _SQL_QUERIES[0]) == fresh[_SQL_QUERIES[0]]
+
+
+_DERIVED_QUERIES = [
+    "select name, count(*) n, sum(dur_ns) t, min(launch_name) l from kernels group by name order by t desc, name",
+    "select cause, count(*), sum(dur_ns) from gaps group by cause order by 1",
+    "select * from step_breakdown order by step, device",
+    "select name, count, total_ns, share_pct, op from hot_kernels order by total_ns desc, name limit 20",
+    "select name, count(*) from ranges group by name order by 2 desc, 1 limit 20",
+    "select * from memcpy_summary order by 1, 2",
+]
+
+
+def test_sql_of_an_analysis_table_is_kept_after_its_first_query(cache_dir, small, monkeypatch):
+    """The analysis tables (kernels, gaps, ranges...) are built once from the cached trace,
+    then kept in the cache entry as the trace's own are: later queries run on DuckDB alone
+    and print what a fresh read prints. They are kept under a hash of the whole package, so
+    a changed analysis does not serve the old table."""
+    from proflab import _sqlfast
+    from proflab.readers import _cachedir, load
+
+    load(small)
+    fresh = {q: _sql(str(small), q, "--no-cache") for q in _DERIVED_QUERIES}
+    assert all(_sqlfast.cached_result(small, q) is None for q in _DERIVED_QUERIES)
+    assert {q: _sql(str(small), q) for q in _DERIVED_QUERIES} == fresh  # polars path; keeps the tables
+    (entry,) = _entries(cache_dir)
+    kept = sorted(p.name.split(".")[0] for p in entry.glob("sql-*.duckdb"))
+    assert kept == ["sql-gaps", "sql-hot_kernels", "sql-kernels", "sql-memcpy_summary", "sql-ranges", "sql-step_breakdown"]
+    for q in _DERIVED_QUERIES:
+        assert _sqlfast.cached_result(small, q) is not None, q
+        assert _sql(str(small), q) == fresh[q], q
+    monkeypatch.setattr(_cachedir, "analysis_version", lambda: "0" * 64)  # another analysis
+    assert all(_sqlfast.cached_result(small, q) is None for q in _DERIVED_QUERIES)
 
 
 def test_sql_from_the_kept_tables_cannot_reach_outside(cache_dir, small, tmp_path, monkeypatch):

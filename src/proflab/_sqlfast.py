@@ -1,11 +1,12 @@
 """``proflab sql`` on a cached trace without polars: DuckDB reads the trace's tables from
 its cache entry and the result goes straight to the terminal table.
 
-The first query of a cached trace's own tables (gpu, cpu, steps, devices) goes through
-``proflab.sql`` (polars), which also writes each table it read, as SQL sees it (enums as
-text, ``end_ns`` added), as a one-table DuckDB database ``sql-<table>.<version>.duckdb`` in
-the trace's columnar cache entry (``readers._cache``). A later query that names only tables
-kept there is answered here: the files are attached read-only to a private in-memory
+The first query of a cached trace's tables goes through ``proflab.sql`` (polars), which
+also writes each table it read or built, as SQL sees it (enums as text, ``end_ns`` added),
+as a one-table DuckDB database ``sql-<table>.<version>.duckdb`` in the trace's columnar
+cache entry (``readers._cache``): the trace's own tables (gpu, cpu, steps, devices) and the
+derived ones (kernels, gaps, ranges...; their version is a hash of the whole package, which
+decides them). A later query that names only tables kept there is answered here: the files are attached read-only to a private in-memory
 database, which is then locked exactly as ``proflab.sql`` locks its own (no file, network
 or extension access, no setting changed back) before the user's SQL runs. Importing DuckDB
 is the cost that remains (polars and numpy are never imported).
@@ -112,7 +113,14 @@ def _version() -> str:
 
 
 def table_path(entry: Path, name: str) -> Path:
-    return entry / f"sql-{name}.{_version()}.duckdb"
+    """Where a table is kept in the cache entry: the trace's own tables under a hash of the
+    SQL code, the derived ones (kernels, gaps, ranges...) under a hash of every source of the
+    package, since the analysis decides them."""
+    if name in RAW_TABLES:
+        return entry / f"sql-{name}.{_version()}.duckdb"
+    from proflab.readers._cachedir import analysis_version
+
+    return entry / f"sql-{name}.a{analysis_version()[:12]}.duckdb"
 
 
 class _ArrowStream:
@@ -187,15 +195,13 @@ def _entry(path: Path, cache: bool | None) -> Path | None:
 
 
 def cached_result(path: str | Path, sql: str, *, cache: bool | None = None, limit: int | None = None) -> Result | None:
-    """The result of ``sql`` over a cached trace's own tables, its first ``limit`` rows (all
-    when None), from the Parquet tables kept in its cache entry; None when this path cannot
-    answer (no entry or no Parquet yet, another table named, a result type it does not
-    serve). Raises QueryError as ``proflab.sql.query`` does."""
+    """The result of ``sql`` over a cached trace's tables, its first ``limit`` rows (all when
+    None), from the DuckDB tables kept in its cache entry; None when this path cannot answer
+    (no entry, a named table not kept yet, a result type it does not serve). Raises
+    QueryError as ``proflab.sql.query`` does."""
     if not sql or not sql.strip():
         raise QueryError("empty query")
     names = referenced(sql)
-    if not set(names) <= set(RAW_TABLES):
-        return None
     d = _entry(Path(path), cache)
     if d is None:
         return None

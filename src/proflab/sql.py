@@ -331,22 +331,30 @@ def query(trace: Trace | str | Path, sql: str) -> pl.DataFrame:
 
 
 def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl.DataFrame | None:
-    """``query(path, sql)`` answered from the columnar cache, reading only the tables the query
-    names, when it names only the trace's own tables (gpu, cpu, steps, devices) and the trace
-    has a cache entry; else None (the caller reads the trace)."""
+    """``query(path, sql)`` answered from the columnar cache when the trace has a cache
+    entry: its own tables (gpu, cpu, steps, devices) are read from the entry, only those the
+    query names, and a derived table (kernels, gaps, ...) is built from them; each is then
+    kept in the entry for ``_sqlfast``. None when there is no entry (the caller reads the
+    trace)."""
     from proflab.readers import _cache
 
     if not sql or not sql.strip():
         raise QueryError("empty query")
     p = Path(path)
     names = _referenced(sql, TABLES)
-    if not set(names) <= _RAW.keys() or not _cache.enabled(p, cache):
+    if not _cache.enabled(p, cache):
         return None
     entry = _cache.scan_entry(p)
     if entry is None:
         return None
     try:
-        frames = {name: _RAW[name](entry.collect(name)) for name in names}
+        frames = {name: _RAW[name](entry.collect(name)) for name in names if name in _RAW}
+        derived = [name for name in names if name not in _RAW]
+        if derived:
+            from proflab.readers import load
+
+            build = _builders(load(p, cache=cache))
+            frames.update({name: build[name]() for name in derived})
     except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
         _cache.drop(p)  # damaged after all: the caller reads the trace again
         return None
