@@ -165,6 +165,16 @@ def _profiled(step, cuda: bool, raw: str) -> dict:
     return {"gpu_step_ms": times, "median_ms": round(statistics.median(times), 4)}
 
 
+def init_process(cpu: bool) -> tuple[bool, int, int]:
+    """This torchrun worker's GPU (TF32 off) and process group: (CUDA in use, rank, world size)."""
+    cuda = not cpu
+    if cuda:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.backends.cuda.matmul.allow_tf32 = False
+    dist.init_process_group("nccl" if cuda else "gloo")
+    return cuda, dist.get_rank(), dist.get_world_size()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", choices=SCENARIOS, required=True)
@@ -172,12 +182,7 @@ def main() -> None:
     ap.add_argument("--bare-steps", type=int, default=30)
     ap.add_argument("--cpu", action="store_true", help="dry run on CPU over gloo, small shapes")
     a = ap.parse_args()
-    cuda = not a.cpu
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        torch.backends.cuda.matmul.allow_tf32 = False
-    dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    cuda, rank, world = init_process(a.cpu)
     t_setup = time.perf_counter()
     step, desc = _build(a.scenario, rank, cuda, small=a.cpu)
     for _ in range(8):

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from record_nccl import _build, _Clock, _sync  # noqa: E402
+from record_nccl import _build, _Clock, _sync, init_process  # noqa: E402
 
 SCENARIOS = ("balanced", "straggler", "commbound")
 
@@ -41,12 +41,7 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=10)
     ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
-    cuda = not a.cpu
-    if cuda:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        torch.backends.cuda.matmul.allow_tf32 = False
-    dist.init_process_group("nccl" if cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    cuda, rank, world = init_process(a.cpu)
     step, desc = _build(a.scenario, rank, cuda, small=a.cpu)
     dist.barrier()
     _sync(cuda)
