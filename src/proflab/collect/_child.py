@@ -127,11 +127,12 @@ class GpuStepClock:
     The host's step-to-step time is the loop's pace only once the launch queue is full: a
     loop whose host enqueues a step faster than its GPU runs it gains a little every step,
     and over a few dozen steps the host's intervals stay shorter than the GPU's (the 4-GPU
-    balanced DDP loop: 2.3-2.5 ms on the host, 3.45 ms on the GPU, tests/data/kineto/scaling).
-    The events give the step the GPU experiences whichever side is behind. A record costs a
-    few microseconds and never waits; every _GPU_POLL_EVERY marks the completed intervals are
-    read (a query, never a wait) while the program runs, and ``drain`` waits a bounded time
-    for the last ones at the end. No event is recorded while
+    balanced DDP loop: 2.4-3.0 ms on the host, 3.45 ms on the GPU, tests/data/kineto/scaling).
+    The events give the step the GPU experiences whichever side is behind.
+
+    A record costs a few microseconds and never waits; every _GPU_POLL_EVERY marks the
+    completed intervals are read (a query, never a wait) while the program runs, and
+    ``drain`` waits a bounded time for the last ones at the end. No event is recorded while
     the current stream captures a CUDA graph: the chain of intervals restarts after it."""
 
     def __init__(self, cuda, poll_every: int = _GPU_POLL_EVERY) -> None:
@@ -185,8 +186,7 @@ class GpuStepClock:
         while i < len(pending) and pending[i][1].query():
             start, end, bare, step = pending[i]
             self.times.append((start.elapsed_time(end), bare, step))
-            if start is not self._last:
-                self._free.append(start)
+            self._free.append(start)  # the end of an interval read before: no longer needed
             i += 1
         if i > 256 and i * 2 > len(pending):
             del pending[:i]
