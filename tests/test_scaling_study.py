@@ -140,6 +140,7 @@ def test_a_balanced_job_gets_no_warning(job, gpus):
     rep = job("balanced", gpus)
     assert not [f for f in rep.findings if f.severity in ("warning", "critical")], [f.title for f in rep.findings]
     assert all(r["bare_step_ms"] == pytest.approx(bare_step("balanced", gpus), rel=0.025) for r in rep.ranks)
+    assert {r["bare_clock"] for r in rep.ranks} == {"gpu"}
 
 
 @pytest.mark.parametrize("gpus", [2, 4])

@@ -480,7 +480,7 @@ COLLECTIVE_SCHEMA = {
 # the per-rank table's fixed columns (ms, %); idle_<cause>_ms columns follow for GPU ranks
 RANK_SCHEMA = {
     "rank": pl.Int64, "side": pl.String, "device_name": pl.String, "steps": pl.Int64, "step_ms": pl.Float64,
-    "step_side": pl.String, "bare_step_ms": pl.Float64, "profiled_step_ms": pl.Float64, "window_ms": pl.Float64,
+    "step_side": pl.String, "bare_step_ms": pl.Float64, "bare_clock": pl.String, "profiled_step_ms": pl.Float64, "window_ms": pl.Float64,
     "compute_ms": pl.Float64, "comm_ms": pl.Float64, "comm_matched_ms": pl.Float64, "wait_ms": pl.Float64,
     "transfer_ms": pl.Float64, "exposed_wait_ms": pl.Float64, "exposed_transfer_ms": pl.Float64,
     "starved_transfer_ms": pl.Float64, "overlap_pct": pl.Float64, "idle_ms": pl.Float64, "host_only_ms": pl.Float64, "dataloader_ms": pl.Float64,
@@ -559,6 +559,7 @@ def _rank_table(summaries: list[RankSummary], waits: pl.DataFrame) -> pl.DataFra
                 # measured by `proflab run` in the rank's own process (processes/<pid>.json):
                 # the loop's median step without the profiler, and while it recorded
                 "bare_step_ms": st.get("bare_step_ms"),
+                "bare_clock": st.get("bare_clock"),  # "gpu" (CUDA events) or "host"
                 "profiled_step_ms": st.get("profiled_step_ms"),
                 "window_ms": st["window_ns"] / 1e6,
                 "compute_ms": st["compute_ns"] / 1e6,

@@ -53,7 +53,9 @@ def _step_legend(rows: list[dict]) -> str:
     side = "GPU-side (start of a step's first GPU work to the next's)" if sides == {"gpu"} else "host-side (ProfilerStep)" if sides == {"host"} else "per rank's side"
     out = f"step ms: median step, {side}"
     if any(r.get("bare_step_ms") is not None for r in rows):
-        out += "; bare: median step without the profiler, measured in the rank's own process (GPU-side where it used CUDA)"
+        clocks = {r.get("bare_clock") for r in rows if r.get("bare_step_ms") is not None}
+        how = " GPU-side (CUDA events)" if clocks == {"gpu"} else " host-side" if clocks == {"host"} else ""
+        out += f"; bare: median step without the profiler,{how} measured in the rank's own process"
     return out
 
 
