@@ -236,6 +236,7 @@ class Runtime:
         self._lock = threading.RLock()
         self._step_times: list[tuple[int, bool, int]] = []  # (interval ns, bare, step number)
         self._gpu_clock: GpuStepClock | None = None  # GPU-side intervals, once CUDA is in use
+        self._no_gpu_clock = False  # asking torch about CUDA failed: the host's clock only
         self._last_step_ns: int | None = None
         self._last_step_profiling = False
         self._window_end_steps: list[int] = []
@@ -576,10 +577,13 @@ class Runtime:
                 del self._step_times[: len(self._step_times) - _STEP_TIMES]
         self._last_step_ns, self._last_step_profiling = now, profiling
         clock = self._gpu_clock
-        if clock is None and self.torch is not None:
-            cuda = self.torch.cuda
-            if cuda.is_available() and cuda.is_initialized():  # never start CUDA ourselves
-                clock = self._gpu_clock = GpuStepClock(cuda)
+        if clock is None and self.torch is not None and not self._no_gpu_clock:
+            try:
+                cuda = self.torch.cuda
+                if cuda.is_initialized():  # never start CUDA ourselves
+                    clock = self._gpu_clock = GpuStepClock(cuda)
+            except Exception:  # a torch without CUDA support, or one that fails here: host clock only
+                self._no_gpu_clock = True
         if clock is not None:
             clock.mark(bare, self.steps)
 
