@@ -119,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--plot", metavar="FILE", help="write the efficiency and loss plot here (.png, .svg, .pdf)")
     _format_arg(sc)
     sc.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
+    _recording_args(sc)  # with --gpus: what each proflab run records, as `proflab run` takes them
     sc.set_defaults(func=cmd_scaling)
     en = sub.add_parser(
         "energy",
@@ -527,7 +528,19 @@ def _run_parser(sub) -> None:
     g = r.add_argument_group("where")
     g.add_argument("-o", "--out", default="proflab-runs", metavar="DIR", help="runs folder (default proflab-runs)")
     g.add_argument("--name", help="run name (default: the script's name)")
-    g = r.add_argument_group("what is recorded")
+    _recording_args(r)
+    g = r.add_argument_group("output")
+    g.add_argument("--no-analyze", dest="analyze", action="store_false", help="record only; no analysis")
+    g.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
+    g.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
+    g.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
+    r.set_defaults(func=cmd_run)
+
+
+def _recording_args(p) -> None:
+    """What ``proflab run`` records and how it samples the GPU: run's options, and scaling's
+    for the runs it launches."""
+    g = p.add_argument_group("what is recorded")
     g.add_argument("--backend", choices=("torch", "nsys"), default="torch", help="torch.profiler (default) or Nsight Systems")
     g.add_argument("--window", choices=("auto", "steps", "time", "capture"), default="auto",
                    help="auto (default): steps, or a time window when no step comes; steps; time; "
@@ -551,15 +564,25 @@ def _run_parser(sub) -> None:
     g.add_argument("--capture-range", action="store_true",
                    help="record only inside proflab.capture() (nsys: cudaProfilerApi capture range)")  # fmt: skip
     g.add_argument("--python-backtrace", action="store_true", help="nsys: Python backtraces of CUDA calls and Python sampling")
-    g = r.add_argument_group("GPU monitor")
+    g = p.add_argument_group("GPU monitor")
     g.add_argument("--no-monitor", dest="monitor", action="store_false", default=None, help="do not sample NVML")
     g.add_argument("--monitor-period", type=float, default=0.1, metavar="S", help="sampling period in s (default 0.1)")
-    g = r.add_argument_group("output")
-    g.add_argument("--no-analyze", dest="analyze", action="store_false", help="record only; no analysis")
-    g.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels to list (default 15)")
-    g.add_argument("--width", type=int, default=None, metavar="COLS", help="terminal width (default: the terminal's, at most 100)")
-    g.add_argument("--color", choices=("auto", "always", "never"), default="auto", help="colour in terminal output")
-    r.set_defaults(func=cmd_run)
+
+
+def _recording_options(args: argparse.Namespace) -> dict:
+    """RunOptions' fields from ``_recording_args``' options."""
+    return dict(
+        backend=args.backend, window=args.window, wait=args.wait, warmup=args.warmup, active=args.active,
+        delay_s=args.delay, duration_s=args.duration, record_shapes=args.record_shapes, with_stack=args.with_stack,
+        profile_memory=args.profile_memory, memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
+        python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
+    )  # fmt: skip
+
+
+def _recording_defaults() -> dict:
+    p = argparse.ArgumentParser(add_help=False)
+    _recording_args(p)
+    return _recording_options(p.parse_args([]))
 
 
 def _format_arg(p) -> None:
@@ -769,7 +792,7 @@ def _launch_scaling_runs(args: argparse.Namespace) -> list[str]:
     runs = []
     for n in counts:
         print(f"proflab scaling: {n} GPU(s): {' '.join(cmds[n])}", file=sys.stderr, flush=True)
-        rc = run(cmds[n], RunOptions(root=str(batch), name=f"{n}gpu", analyze=False), out=sys.stderr)
+        rc = run(cmds[n], RunOptions(root=str(batch), name=f"{n}gpu", **_recording_options(args), analyze=False), out=sys.stderr)
         made = sorted(p for p in batch.iterdir() if p.is_dir() and p.name.endswith(f"-{n}gpu"))
         if rc != 0 or not made:
             raise UsageError(f"the run at {n} GPU(s) exited with status {rc}: its run directory is {made[-1] if made else batch}")
@@ -786,6 +809,10 @@ def cmd_scaling(args: argparse.Namespace) -> int:
         if args.runs:
             raise UsageError("give either runs to compare or --gpus with a command after --, not both")
         args.runs = _launch_scaling_runs(args)
+    else:
+        given = [k for k, v in _recording_options(args).items() if v != _recording_defaults()[k]]
+        if given:
+            raise UsageError(f"what is recorded ({', '.join(given)}) applies to the runs --gpus launches; these runs are recorded already")
     if len(args.runs) < 2:
         raise UsageError("scaling needs at least two runs (at different GPU counts)")
     if args.plot and not args.plot.endswith((".png", ".svg", ".pdf")):
@@ -931,12 +958,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cmd = list(args.cmd) + (["--"] if args.cmd and args.trailing else []) + args.trailing
     to_tty = sys.stdout.isatty()
     opts = RunOptions(
-        backend=args.backend, root=args.out, name=args.name, window=args.window,
-        wait=args.wait, warmup=args.warmup, active=args.active, delay_s=args.delay, duration_s=args.duration,
-        record_shapes=args.record_shapes, with_stack=args.with_stack, profile_memory=args.profile_memory,
-        memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
-        python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
-        analyze=args.analyze, top=args.top,
+        root=args.out, name=args.name, **_recording_options(args), analyze=args.analyze, top=args.top,
         width=args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80),
         color=args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ),
     )  # fmt: skip

@@ -614,7 +614,8 @@ def test_scaling_launches_one_run_per_gpu_count(tmp_path, torch_required):
     and from the steps proflab run timed outside its window."""
     (tmp_path / "prog.py").write_text(DDP_GLOO.replace("range(12)", "range(40)"))
     done = subprocess.run(
-        [*PROFLAB, "scaling", "--mode", "weak", "--gpus", "2,1", "--runs-dir", str(tmp_path / "runs"), "-f", "json", "--",
+        [*PROFLAB, "scaling", "--mode", "weak", "--gpus", "2,1", "--runs-dir", str(tmp_path / "runs"), "-f", "json",
+         "--wait", "5", "--active", "3", "--no-monitor", "--",
          sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "prog.py"],
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )  # fmt: skip
@@ -624,6 +625,12 @@ def test_scaling_launches_one_run_per_gpu_count(tmp_path, torch_required):
     (batch,) = (tmp_path / "runs").iterdir()
     made = sorted(p.name.split("-")[-1] for p in batch.iterdir())
     assert made == ["1gpu", "2gpu"]
+    for run in batch.iterdir():  # each run recorded as the options said, like `proflab run`
+        meta = _meta(run)
+        assert (meta["options"]["wait"], meta["options"]["active"], meta["options"]["monitor"]) == (5, 3, False)
+        assert all(proflab.load(run / t).steps.height == 3 for t in meta["traces"])
+    # runs recorded already: what is recorded cannot be set for them
+    assert main(["scaling", "--mode", "weak", *map(str, batch.iterdir()), "--active", "3"]) == 2
     for p in points:
         assert p["step_ms"] > 0 and p["bare_step_ms"] > 0
     assert points[0]["efficiency_pct"] == 100.0 and points[1]["bare_efficiency_pct"] is not None
