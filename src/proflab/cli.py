@@ -810,7 +810,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
             raise UsageError("give either runs to compare or --gpus with a command after --, not both")
         args.runs = _launch_scaling_runs(args)
     else:
-        given = [k for k, v in _recording_options(args).items() if v != _recording_defaults()[k]]
+        defaults = _recording_defaults()
+        given = [k for k, v in _recording_options(args).items() if v != defaults[k]]
         if given:
             raise UsageError(f"what is recorded ({', '.join(given)}) applies to the runs --gpus launches; these runs are recorded already")
     if len(args.runs) < 2:
