@@ -6,8 +6,8 @@ also writes each table it read or built, as SQL sees it (enums as text, ``end_ns
 as a one-table DuckDB database ``sql-<table>.<version>.duckdb`` in the trace's columnar
 cache entry (``readers._cache``): the trace's own tables (gpu, cpu, steps, devices) and the
 derived ones (kernels, gaps, ranges...; their version is a hash of the whole package, which
-decides them). A later query that names only tables kept there is answered here: the files are attached read-only to a private in-memory
-database, which is then locked exactly as ``proflab.sql`` locks its own (no file, network
+decides them). A later query that names only tables kept there is answered here: the files
+are attached read-only to a private in-memory database, which is then locked exactly as ``proflab.sql`` locks its own (no file, network
 or extension access, no setting changed back) before the user's SQL runs. Importing DuckDB
 is the cost that remains (polars and numpy are never imported).
 

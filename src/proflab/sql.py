@@ -348,13 +348,13 @@ def query_cached(path: str | Path, sql: str, *, cache: bool | None = None) -> pl
     if entry is None:
         return None
     try:
-        frames = {name: _RAW[name](entry.collect(name)) for name in names if name in _RAW}
-        derived = [name for name in names if name not in _RAW]
-        if derived:
+        if set(names) <= _RAW.keys():  # only the tables named, straight from the entry
+            frames = {name: _RAW[name](entry.collect(name)) for name in names}
+        else:  # an analysis table needs the whole trace: every table from it, read once
             from proflab.readers import load
 
             build = _builders(load(p, cache=cache))
-            frames.update({name: build[name]() for name in derived})
+            frames = {name: build[name]() for name in names}
     except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
         _cache.drop(p)  # damaged after all: the caller reads the trace again
         return None

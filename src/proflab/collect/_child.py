@@ -55,7 +55,7 @@ _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
 _STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
 _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
 _STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
-_MIN_BARE_STEPS = 3  # as rundir.MIN_BARE_STEPS: fewer bare steps give no unprofiled step time
+MIN_BARE_STEPS = 3  # fewer bare step intervals are not a measurement of the loop's step time
 _GPU_PENDING = 4_096  # step intervals the GPU may be behind by before GPU-side timing gives up
 _GPU_POLL_EVERY = 32  # marks between reads of the completed intervals (a read costs a few us)
 _GPU_DRAIN_S = 1.0  # the longest the end waits for the GPU to reach the last step's event
@@ -589,14 +589,14 @@ class Runtime:
 
     def _step_time_summary(self) -> dict:
         """Median step intervals (ms) outside and inside the profiler's recording, on the
-        GPU's clock where it timed at least ``_MIN_BARE_STEPS`` bare steps (``clock``: "gpu";
+        GPU's clock where it timed at least ``MIN_BARE_STEPS`` bare steps (``clock``: "gpu";
         the host's medians beside them), else on the host's. The first _STEP_WARMUP steps of
         the program (compilation, allocator warm-up) and the step in which a window ended (its
         trace was saved then) are left out."""
         host = _step_medians([(d / 1e6, bare, k) for d, bare, k in self._step_times], self._window_end_steps)
         clock = self._gpu_clock
         gpu = _step_medians(clock.times, self._window_end_steps) if clock is not None else None
-        if gpu is not None and gpu["bare_n"] >= _MIN_BARE_STEPS:
+        if gpu is not None and gpu["bare_n"] >= MIN_BARE_STEPS:
             return {"clock": "gpu", **gpu, "host_bare_ms": host["bare_ms"], "host_profiled_ms": host["profiled_ms"]}
         out = {"clock": "host", **host}
         if clock is not None and clock.failed:

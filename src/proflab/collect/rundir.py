@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from proflab._io import atomic_path, write_atomic
+from proflab.collect._child import MIN_BARE_STEPS  # the child's summary and its readers share the threshold
 from proflab.errors import UsageError
 
 __all__ = [
@@ -139,14 +140,11 @@ def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
-# Fewer bare step intervals than this are not a measurement of the loop's step time.
-MIN_BARE_STEPS = 3
-
-
 def unprofiled_step_ms(trace: str | Path) -> float | None:
     """The unprofiled step time (ms) that ``proflab run`` measured in the process that wrote
-    ``trace`` (a file under a run directory's ``traces/``): the median step-to-step wall time
-    outside the profiler's recording (``processes/<pid>.json``: ``step_times``). None when the
+    ``trace`` (a file under a run directory's ``traces/``): the median step interval outside
+    the profiler's recording, between CUDA events where the process used CUDA, else on the
+    host's clock (``processes/<pid>.json``: ``step_times``, its ``clock``). None when the
     trace is not from a run directory or too few steps ran outside the window."""
     st = step_times_of(trace)
     return None if st is None else float(st["bare_ms"])
