@@ -42,12 +42,15 @@ class FrameIndex:
                 "python_id",
                 "python_parent_id",
                 "name",
-                (pl.col("name").str.contains(_FRAME) & ~pl.col("name").str.contains(_NOT_USER)).alias("is_user"),
             )
             .sort("start_ns")
             .with_row_index("row")
             .collect()
         )
+        # the patterns once per distinct name (hundreds), not per frame (hundreds of thousands)
+        names = self.frames.get_column("name").unique()
+        user = names.filter(names.str.contains(_FRAME) & ~names.str.contains(_NOT_USER))
+        self.frames = self.frames.with_columns(pl.col("name").is_in(user.implode()).alias("is_user"))
         parent = (
             self.frames.select("row", "python_parent_id")
             .join(
