@@ -69,3 +69,20 @@ def test_range_energy_skips_launches_of_no_thread():
     trace = dataclasses.replace(trace, cpu=cpu)
     rows = _range_energy(trace, Context(trace), None, 0, int(trace.gpu["device"][0]), 1e9)
     assert rows and rows[0]["name"].startswith("Optimizer.step#")
+
+
+def test_thread_order_is_a_stable_grouping_by_thread(monkeypatch):
+    """The order host-only spans walk events in: by thread band, each band's rows in their own
+    order, the same as numpy's stable argsort of the ranks, across chunk boundaries (small
+    chunks here, so a band's rows span many) and with the band of no known thread last."""
+    import proflab.analysis.threads as threads
+
+    monkeypatch.setattr(threads, "_ORDER_STEP", 7)
+    rng = np.random.default_rng(3)
+    picks = rng.choice(4, size=1000, p=[0.6, 0.2, 0.15, 0.05])
+    tids = pl.Series([(5, 17, 4242, None)[i] for i in picks], dtype=pl.Int64)
+    clock = ThreadClock([tids], [pl.Series([0, 10], dtype=pl.Int64)])
+    rank = clock.rank(tids)
+    order, per_band = clock.thread_order(rank)
+    assert order.tolist() == np.argsort(rank, kind="stable").tolist()
+    assert per_band.tolist() == [int((tids == t).sum()) for t in (5, 17, 4242)] + [tids.null_count()]
