@@ -362,20 +362,27 @@ def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
     # The case that left eager runs 15-26 % slower: the time-window fallback starts during a
     # slow start-up and is dropped for the step window.
     # Bare runs of the same program differ by up to +-11 % between processes on the H100
-    # (benchmarks/README.md: 13.6-18.5 ms for one 120-iteration script in one call), so the
-    # profiled run is judged against the slower of bare runs made before and after it, with a
-    # 10 % margin: the residue this guards against was 1.26-1.48x. The 2 % target is the
-    # benchmark's, over medians of several runs.
+    # (benchmarks/README.md: 13.6-18.5 ms for one 120-iteration script in one call), and one in
+    # a few runs lands far out (an H200: 20.7 ms against 14.0 for the next; a profiled run 16.5
+    # against bare runs of 12.9 and 14.2, where the next three profiled runs were 0.75-1.07x
+    # their bare runs). So bare and profiled runs alternate, three bare and two profiled, and
+    # the faster profiled run is judged against the median bare one: a residue, as the one this
+    # guards against (1.26-1.48x), is in both profiled runs, one far-out run is in neither
+    # figure. The 2 % target is the benchmark's, over medians of several runs.
     bench = _bench()
-    bare = [bench.medians(bench.run_once("eager", None, iters=120, startup_s=3.0)["iter_ms"])]
-    prof = bench.run_once("eager", ["--delay", "1"], iters=120, startup_s=3.0, root=str(tmp_path))
-    bare.append(bench.medians(bench.run_once("eager", None, iters=120, startup_s=3.0)["iter_ms"]))
-    m = bench.medians(prof["iter_ms"])
-    assert prof["meta"]["recorded"], prof["meta"]["notes"]
-    assert any("recorded the step window instead" in n for n in prof["meta"]["notes"]), prof["meta"]["notes"]
-    ratio = m["after_ms"] / max(b["after_ms"] for b in bare)
-    print(f"after the window: profiled {m['after_ms']:.2f} ms, bare {[round(b['after_ms'], 2) for b in bare]} ms, x{ratio:.3f}")
-    assert ratio < 1.10, (m, bare, prof["meta"]["notes"])
+    bare, prof = [], []
+    for i, profiled in enumerate((False, True, False, True, False)):
+        if profiled:
+            (root := tmp_path / f"run{i}").mkdir()
+            run = bench.run_once("eager", ["--delay", "1"], iters=120, startup_s=3.0, root=str(root))
+            assert run["meta"]["recorded"], run["meta"]["notes"]
+            assert any("recorded the step window instead" in n for n in run["meta"]["notes"]), run["meta"]["notes"]
+            prof.append(bench.medians(run["iter_ms"])["after_ms"])
+        else:
+            bare.append(bench.medians(bench.run_once("eager", None, iters=120, startup_s=3.0)["iter_ms"])["after_ms"])
+    ratio = min(prof) / sorted(bare)[1]
+    print(f"after the window: profiled {[round(p, 2) for p in prof]} ms, bare {[round(b, 2) for b in bare]} ms, x{ratio:.3f}")
+    assert ratio < 1.10, (prof, bare)
 
 
 # Inside one process the medians still move with the host: on an H100 (five calls) the step
