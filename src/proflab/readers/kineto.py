@@ -405,7 +405,10 @@ def _link_by_flows(events: list, gpu_evs: list, gpu: pl.DataFrame, ops: list, cp
     return gpu, cpu
 
 
-_CHUNK_BYTES = 32 << 20
+# Slices of 16 MiB: each process holds one slice's decoded events at a time, and 32 MiB ones
+# held twice that. The two processes reading a 514 MB trace peaked at 484-490 MiB together
+# (bound 482), now 396-404, in the same time (2.80-3.18 s against 2.90-3.24, alternating).
+_CHUNK_BYTES = 16 << 20
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 
@@ -462,11 +465,13 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
     return doc, tables, size
 
 
-# A trace of at least this many slices (320 MiB) is shared with a helper process on a
+# A trace of at least this many slices (192 MiB) is shared with a helper process on a
 # machine with two or more cores. It gets the second half of the file. A second interpreter
-# with polars costs ~130 MiB more at once: below this size the memory bound (0.4 x the trace
-# + 300 MB) has no room for it (163 MB trace: 209 MiB alone, 336-349 MiB with the helper).
-_HELPER_FROM_SLICES = 10
+# with polars costs ~110 MiB more at once, which the memory bound (0.4 x the trace + 300 MB,
+# the two processes' RSS together) has room for only past ~150 MiB: a 170 MB trace read
+# alone peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351) in 1.18 s; a
+# 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
+_HELPER_FROM_SLICES = 12
 _HELPER_SHARE = 0.5
 
 
