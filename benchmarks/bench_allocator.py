@@ -25,8 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -34,7 +32,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from bench_nsys_large import DEFAULT_SOURCE  # noqa: E402
-from bench_scaling import _sample_tree  # noqa: E402
+from bench_scaling import child  # noqa: E402
 
 SHIPPED = "dirty_decay_ms:0,muzzy_decay_ms:0"
 SETTINGS = [SHIPPED, "dirty_decay_ms:100,muzzy_decay_ms:0", "dirty_decay_ms:1000,muzzy_decay_ms:1000"]
@@ -43,31 +41,12 @@ NSYS_BOUND_BYTES = 1.5e9
 
 def run(path: Path, conf: str) -> dict:
     """One `analyze` of ``path`` with the allocator setting ``conf``."""
-    env = {**os.environ, "_RJEM_MALLOC_CONF": conf}
-    t0 = time.perf_counter()
-    p = subprocess.Popen(
-        [sys.executable, "-m", "proflab", "analyze", str(path), "--format", "json", "--no-cache"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT, env=env,
-    )  # fmt: skip
-    tree, stop = [0], threading.Event()
-    sampler = threading.Thread(target=_sample_tree, args=(p.pid, tree, stop), daemon=True)
-    sampler.start()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    stop.set()
-    sampler.join()
-    err = p.stderr.read().decode(errors="replace").strip()
-    p.stderr.close()
-    if os.waitstatus_to_exitcode(status):
-        raise SystemExit(f"{path} with {conf}: {err[-400:]}")
-    return {
-        "wall_s": round(wall, 2),
-        "user_s": round(ru.ru_utime, 2),
-        "sys_s": round(ru.ru_stime, 2),
-        "faults": ru.ru_minflt,
-        "peak_mib": round(ru.ru_maxrss / 1024, 1),
-        "tree_peak_mib": round(tree[0] / 2**20, 1),
-    }
+    cmd = [sys.executable, "-m", "proflab", "analyze", str(path), "--format", "json", "--no-cache"]
+    r = child(cmd, None, 0, env={**os.environ, "_RJEM_MALLOC_CONF": conf})
+    if r.pop("rc"):
+        raise SystemExit(f"{path} with {conf}: {r['stderr']}")
+    del r["stderr"]
+    return r
 
 
 def best(path: Path, conf: str, repeats: int) -> dict:

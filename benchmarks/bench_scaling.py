@@ -55,7 +55,8 @@ print(len(d.traceEvents))
 
 
 def child(cmd: list[str], out_path: Path | None, mem_gb: float, env: dict[str, str] | None = None) -> dict:
-    """Run one child; wall seconds and its own peak RSS (MiB)."""
+    """Run one child: wall seconds, its own peak RSS and that of it and its descendants together
+    (MiB), and its CPU seconds and minor page faults (its waited-for descendants' included)."""
 
     def limit() -> None:
         if mem_gb:
@@ -78,6 +79,7 @@ def child(cmd: list[str], out_path: Path | None, mem_gb: float, env: dict[str, s
         out.close()
     rc = os.waitstatus_to_exitcode(status)
     return {"wall_s": round(wall, 2), "peak_mib": round(ru.ru_maxrss / 1024, 1), "tree_peak_mib": round(tree_peak[0] / 2**20, 1),
+            "user_s": round(ru.ru_utime, 2), "sys_s": round(ru.ru_stime, 2), "faults": ru.ru_minflt,
             "rc": rc, "stderr": err[-400:] if rc else ""}
 
 
