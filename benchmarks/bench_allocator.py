@@ -28,15 +28,13 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-from bench_nsys_large import DEFAULT_SOURCE  # noqa: E402
+from bench_nsys_large import DEFAULT_SOURCE, RSS_TARGET  # noqa: E402
 from bench_scaling import child  # noqa: E402
 
 SHIPPED = "dirty_decay_ms:0,muzzy_decay_ms:0"
 SETTINGS = [SHIPPED, "dirty_decay_ms:100,muzzy_decay_ms:0", "dirty_decay_ms:1000,muzzy_decay_ms:1000"]
-NSYS_BOUND_BYTES = 1.5e9
 
 
 def run(path: Path, conf: str) -> dict:
@@ -83,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             from gen_nsys import scale
 
             scale(DEFAULT_SOURCE, nsys, a.nsys_mb)
-        inputs.append((nsys, NSYS_BOUND_BYTES / 2**20))
+        inputs.append((nsys, RSS_TARGET / 2**20))
 
     rows = []
     for path, bound in inputs:
