@@ -299,4 +299,6 @@ def _chunks(n: int) -> list[tuple[int, int]]:
     return [(i, min(i + _CHUNK_ROWS, n)) for i in range(0, n, _CHUNK_ROWS)] or [(0, 0)]
 
 
+# (2 MiB per 8-byte array: host-only spans' arrays peaked at 141 MiB with 1 M-row chunks on
+# a 13.8 M event export, 116 MiB with these; tracemalloc)
 _CHUNK_ROWS = 1 << 18

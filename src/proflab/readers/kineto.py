@@ -467,10 +467,10 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
 
 # A trace of at least this many slices (192 MiB) is shared with a helper process on a
 # machine with two or more cores. It gets the second half of the file. A second interpreter
-# with polars costs ~110 MiB more at once, which the memory bound (0.4 x the trace + 300 MB,
-# the two processes' RSS together) has room for only past ~150 MiB: a 170 MB trace read
-# alone peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351) in 1.18 s; a
-# 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
+# with polars costs ~110 MiB more at once, against a memory bound (0.4 x the trace + 300 MB,
+# the two processes' RSS together) that grows with the trace: a 170 MB trace read alone
+# peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351, too close to share it)
+# in 1.18 s; a 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
 _HELPER_FROM_SLICES = 12
 _HELPER_SHARE = 0.5
 
