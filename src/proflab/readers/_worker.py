@@ -2,20 +2,40 @@
 
 The reader starts it as ``python -m proflab.readers._worker TRACE OUTDIR`` (a fresh
 interpreter: nothing of the caller's process, threads or ``__main__`` is inherited) and
-writes the slices to decode to its stdin as JSON ``[[begin, stop], ...]``. The worker maps
-the same file, decodes those slices with the reader's own code, and leaves its tables in
-OUTDIR as Arrow IPC, three files per slice (``gpu-N.arrow``, ``cpu-N.arrow``, ``comms-N.arrow``), with
-``meta.json``. It exits non-zero on
-any failure; the reader then decodes those slices itself.
+writes every slice of the file to its stdin as JSON ``[[begin, stop], ...]``. The two share
+the slices as they go: the reader decodes from the first slice on, the worker from the last
+one back, and each slice is taken by whoever first creates its claim file in OUTDIR
+(:func:`claim`, an exclusive create: exactly one of them gets it). Each stops at the first
+slice the other holds, so the reader ends up with the slices before some point and the
+worker with those after it, however their speeds differ. (A fixed half each left the reader
+idle for 0.5 s of a real 497 MB trace, whose later slices cost more to decode: 2.95 -> 2.66 s.)
+
+The worker maps the same file, decodes its slices with the reader's own code, and leaves
+their tables in OUTDIR as Arrow IPC, three files per slice (``gpu-N.arrow``, ``cpu-N.arrow``,
+``comms-N.arrow``, N the slice's index), with ``meta.json``: the first slice it decoded
+(``first``; the count of slices when it got none) and each slice's event count, unrecognised
+categories and tolerant-decoding problems. It exits non-zero on any failure; the reader then
+decodes the worker's slices itself.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
-__all__ = ["main"]
+__all__ = ["main", "claim"]
+
+
+def claim(folder: Path, index: int) -> bool:
+    """Take slice ``index`` for the calling process: True when this call created its claim
+    file, False when the other process holds it."""
+    try:
+        os.close(os.open(folder / f"claim-{index}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
 
 
 def main(argv: list[str]) -> int:
@@ -28,32 +48,24 @@ def main(argv: list[str]) -> int:
     trace, outdir = Path(argv[0]), Path(argv[1])
     ranges = json.loads(sys.stdin.buffer.read())
     slicer = open_slicer(trace, kineto._CHUNK_BYTES)
-    unknown: dict[str, int] = {}
-    problems: dict[tuple, int] = {}
-    events = 0
+    done: dict[int, dict] = {}
     try:
-        for i, (begin, stop) in enumerate(ranges):
-            piece = slicer.piece(begin, stop)
+        for i in range(len(ranges) - 1, -1, -1):
+            if not claim(outdir, i):
+                break  # the reader holds this slice and every one before it
+            piece = slicer.piece(*ranges[i])
             t = kineto._slice_tables(piece)
             slicer.done(piece)
             # written and dropped slice by slice: the helper holds one slice's tables at most
             t.gpu.write_ipc(outdir / f"gpu-{i}.arrow")
             t.cpu.write_ipc(outdir / f"cpu-{i}.arrow")
             t.comms.write_ipc(outdir / f"comms-{i}.arrow")
-            events += t.events
-            for cat, n in t.unknown.items():
-                unknown[cat] = unknown.get(cat, 0) + n
-            for key, n in t.problems.items():
-                problems[key] = problems.get(key, 0) + n
+            done[i] = {"events": t.events, "unknown": dict(t.unknown), "problems": [[*key, n] for key, n in t.problems.items()]}
             del t
     finally:
         slicer.close()
-    meta = {
-        "events": events,
-        "unknown": unknown,
-        "problems": [[*key, n] for key, n in problems.items()],
-        "slices": len(ranges),
-    }
+    first = min(done, default=len(ranges))
+    meta = {"first": first, "slices": [done[i] for i in range(first, len(ranges))]}
     (outdir / "meta.json").write_text(json.dumps(meta))
     return 0
 

@@ -62,6 +62,7 @@ from proflab.readers._slices import (
     byte_chunks,
     open_slicer,
 )
+from proflab.readers._worker import claim
 
 __all__ = ["sniff", "read", "read_bytes"]
 
@@ -424,27 +425,26 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
 
 
 def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
-    """Decode the file slice by slice (see ``_slices``); a large plain file is split with a
-    helper process (``_worker``). Raises NotSliceable (or a decode error) for the caller to
-    fall back on a whole-document decode."""
+    """Decode the file slice by slice (see ``_slices``); a large plain file is shared with a
+    helper process (``_worker``), which decodes from the last slice back while this one goes
+    from the first on, until they meet. Raises NotSliceable (or a decode error) for the
+    caller to fall back on a whole-document decode."""
     slicer = open_slicer(path, _CHUNK_BYTES)
     tables: list[_Tables] = []
     try:
         if isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
-            ours, theirs = _split(ranges)
-            share = sum(stop - begin for begin, stop in ours) or 1
-            done = 0
-            with _Helper(path, theirs) as helper:
-                for begin, stop in ours:
+            with _Helper(path, ranges) as helper:
+                for begin, stop in ranges:
+                    if not helper.claim(len(tables)):
+                        break  # the helper holds this slice and every one after it
                     piece = slicer.piece(begin, stop)
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
-                    done += stop - begin
-                    progress.update(done / share)  # the helper keeps about the same pace
-                helped = helper.result()
-            if helped is None:  # no helper, or it failed: do its share here
-                for begin, stop in theirs:
+                    progress.update(helper.claimed() / len(ranges))
+                helped = helper.result(len(tables))
+            if helped is None:  # no helper, or it failed: its slices are decoded here
+                for begin, stop in ranges[len(tables) :]:
                     piece = slicer.piece(begin, stop)
                     tables.append(_slice_tables(piece))
                     slicer.done(piece)
@@ -466,20 +466,12 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
 
 
 # A trace of at least this many slices (192 MiB) is shared with a helper process on a
-# machine with two or more cores. It gets the second half of the file. A second interpreter
-# with polars costs ~110 MiB more at once, against a memory bound (0.4 x the trace + 300 MB,
-# the two processes' RSS together) that grows with the trace: a 170 MB trace read alone
-# peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351, too close to share it)
-# in 1.18 s; a 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
+# machine with two or more cores. A second interpreter with polars costs ~110 MiB more at
+# once, against a memory bound (0.4 x the trace + 300 MB, the two processes' RSS together)
+# that grows with the trace: a 170 MB trace read alone peaks at 210 MiB in 1.38 s, with the
+# helper at 318 MiB (bound 351, too close to share it) in 1.18 s; a 261 MB one 216 MiB in
+# 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
 _HELPER_FROM_SLICES = 12
-_HELPER_SHARE = 0.5
-
-
-def _split(ranges: list[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    if len(ranges) < _HELPER_FROM_SLICES or not _helper_allowed():
-        return ranges, []
-    k = len(ranges) - int(len(ranges) * _HELPER_SHARE)
-    return ranges[:k], ranges[k:]
 
 
 def _helper_allowed() -> bool:
@@ -491,14 +483,17 @@ def _helper_allowed() -> bool:
 
 
 class _Helper:
-    """Runs ``proflab.readers._worker`` over some slices while the caller decodes the rest.
-    ``result()`` gives its tables, or None when there was nothing to do or it failed."""
+    """Runs ``proflab.readers._worker`` over the slices this process has not claimed (see its
+    module doc for how the two share them). Without a helper (a small trace, one core, or a
+    helper that did not start) every claim succeeds. ``result(first)`` gives the helper's
+    tables, of slices ``first`` to the last, or None when there is none or it failed."""
 
     def __init__(self, path: Path, ranges: list[tuple[int, int]]) -> None:
-        self.ranges = ranges
+        self.slices = len(ranges)
+        self.mine = 0  # slices this process claimed
         self.proc: subprocess.Popen | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
-        if not ranges:
+        if self.slices < _HELPER_FROM_SLICES or not _helper_allowed():
             return
         self.tmp = tempfile.TemporaryDirectory(prefix="proflab-read-")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -515,30 +510,51 @@ class _Helper:
         except OSError:
             self._stop()
 
-    def result(self) -> list[_Tables] | None:
+    def claim(self, index: int) -> bool:
+        """Whether this process decodes slice ``index`` (claimed in order from the first)."""
+        if self.proc is not None:
+            try:
+                if not claim(Path(self.tmp.name), index):
+                    return False
+            except OSError:  # claims cannot be made: the helper is stopped, its slices read here
+                self._stop()
+        self.mine += 1
+        return True
+
+    def claimed(self) -> int:
+        """Slices claimed by both processes so far (for progress)."""
+        if self.proc is None:
+            return self.mine
+        try:  # (both processes' claims are files)
+            return sum(1 for n in os.listdir(self.tmp.name) if n.startswith("claim-"))
+        except OSError:
+            return self.mine
+
+    def result(self, first: int) -> list[_Tables] | None:
         if self.proc is None or self.tmp is None:
             return None
+        if first == self.slices:  # every slice was decoded here: the helper has none
+            self._stop()
+            return []
         try:
             if self.proc.wait() != 0:
                 return None
             out = Path(self.tmp.name)
             meta = json.loads((out / "meta.json").read_text())
+            if meta["first"] != first or len(meta["slices"]) != self.slices - first:
+                return None
             # one file per slice: the helper never holds more than one slice's tables
             parts = [
                 (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"), pl.read_ipc(out / f"comms-{i}.arrow"))
-                for i in range(int(meta["slices"]))
+                for i in range(first, self.slices)
             ]
-        except (OSError, ValueError, KeyError, pl.exceptions.PolarsError):
+        except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
             return None
         if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA or dict(m.schema) != COMM_SCHEMA for g, c, m in parts):
             return None
-        # the document-wide counts ride on the first slice
-        problems = Counter({tuple(k): n for *k, n in meta.get("problems", [])})
         return [
-            _Tables(g, c, Counter(meta["unknown"]), int(meta["events"]), problems, m)
-            if i == 0
-            else _Tables(g, c, Counter(), 0, Counter(), m)
-            for i, (g, c, m) in enumerate(parts)
+            _Tables(g, c, Counter(s["unknown"]), int(s["events"]), Counter({tuple(k): n for *k, n in s["problems"]}), m)
+            for (g, c, m), s in zip(parts, meta["slices"], strict=True)
         ]
 
     def _stop(self) -> None:

@@ -404,15 +404,20 @@ def _dry_run() -> None:
 
 
 def main(argv=None) -> int:
+    global ACTIVE
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--settings", default="light,shapes,stacks,heavy")
     ap.add_argument("--bare-steps", type=int, default=30)
     ap.add_argument("--dry-run", action="store_true", help="CPU, tiny step counts: checks the script, measures nothing")
+    ap.add_argument("--active", type=int, help=f"active steps per profiled window (default {ACTIVE}): "
+                    "hundreds make the large real traces of benchmarks/README.md")
     args = ap.parse_args(argv)
     if args.dry_run:
         _dry_run()
+    if args.active:
+        ACTIVE = args.active
     os.makedirs(args.out, exist_ok=True)
     settings = args.settings.split(",")
     gt_path = os.path.join(args.out, "ground_truth.json")
