@@ -10,7 +10,7 @@ from __future__ import annotations
 import polars as pl
 
 from proflab.analysis.context import Context
-from proflab.analysis.memcpy import pageable_host_copies
+from proflab.analysis.memcpy import copies, has_copies, pageable_host_copies
 from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
@@ -34,7 +34,7 @@ def _async_on_pageable(trace: Trace) -> int:
 
 
 def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
-    if not trace.has_gpu or trace.memcpy.height == 0:
+    if not trace.has_gpu or not has_copies(trace):
         return []
     saved, rows = _pinning(ctx)
     gain_pct = pct(saved, ctx.wall_ns, 2)
@@ -76,7 +76,7 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
 
 
 def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
-    if not trace.has_gpu or trace.memcpy.height == 0:
+    if not trace.has_gpu or not has_copies(trace):
         return []
     breakdowns = ctx.device_breakdowns
     device, b = max(breakdowns.items(), key=lambda kv: kv[1].memcpy_ns)
@@ -97,7 +97,7 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
         }
         for r in table.iter_rows(named=True)
     ]
-    total_copy = int(trace.memcpy.filter(pl.col("device") == device)["dur_ns"].sum())
+    total_copy = int(copies(trace, "device", "dur_ns").filter(pl.col("device") == device)["dur_ns"].sum())
     return [
         gain_finding(
             "memcpy_bound",
@@ -126,7 +126,7 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
 
 
 def _copy_ops(trace: Trace, *, pageable: bool | None) -> list[str]:
-    m = trace.memcpy
+    m = copies(trace, "src_kind", "dst_kind", "external_id", "dur_ns")
     if pageable:
         m = m.filter((pl.col("src_kind") == "Pageable") | (pl.col("dst_kind") == "Pageable"))
     ids = m.get_column("external_id").drop_nulls().unique().implode()  # only the copies' operators
