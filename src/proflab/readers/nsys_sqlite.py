@@ -656,6 +656,8 @@ class _Ctx:
     def _nvtx_names(self, df: pl.DataFrame, domains: dict[int, str]) -> pl.DataFrame:
         """Ranges of a named domain read "domain:range", as Nsight Systems shows them; a range
         without a name reads "". Built once per distinct (domain, name), not per row."""
+        if not domains and not df.get_column("name").null_count():
+            return df  # no named domain, and every range has a name: nothing to rename
         texts = None
         if domains:  # (not rechunked: a chunk gathers a few names, never a copy of the dictionary)
             texts = pl.concat(self._texts, rechunk=False) if self._texts else pl.Series(dtype=pl.String)
