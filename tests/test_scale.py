@@ -703,6 +703,35 @@ print(rss() - base)
 """
 
 
+_HEAP_RELEASE = """
+import numpy as np
+from proflab import _heap
+_heap.fix_threshold()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+base = rss()
+chunks = [np.ones(4 << 20, np.uint8) for _ in range(20)]  # below the threshold: from the heap
+top = np.ones(1 << 16, np.uint8)  # live above them: the heap's top cannot shrink past it
+del chunks
+kept = rss() - base
+_heap.release()
+print(kept, rss() - base)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings: Linux only")
+def test_a_built_table_gives_the_heaps_freed_arrays_back(tmp_path):
+    """Arrays under the fixed threshold come from the heap and stay there when freed (reused
+    without new pages while a table is built); ``release``, run as each table is done, gives
+    them back."""
+    script = tmp_path / "release.py"
+    script.write_text(_HEAP_RELEASE)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_env(), check=True)
+    kept, after = map(int, out.stdout.split())
+    assert kept >= 60  # 80 MiB freed, held by the heap
+    assert after <= 4
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings: Linux only")
 def test_analysis_commands_give_freed_arrays_back_to_the_system(tmp_path):
     """numpy's arrays come from glibc's malloc, which keeps a freed array in its heap once it

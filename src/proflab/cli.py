@@ -623,26 +623,11 @@ def _one_blas_thread() -> None:
 
 
 def _map_large_blocks() -> None:
-    """numpy takes its arrays from the C library's malloc. glibc maps a block above a threshold
-    on its own and unmaps it when freed, but raises that threshold (up to 32 MiB), and the
-    size of free heap it keeps (twice that), each time such a block is freed: the arrays
-    allocated after that come from its heap, where freed memory stays with the process, and
-    an analysis of millions of events holds what it freed at its largest. Fixed at 1 MiB (``M_MMAP_THRESHOLD``), freed arrays go back
-    to the system, as polars' own memory does: the 1048 MB export's peak 1,528 -> 1,454 MiB
-    for +0.3 s. Never over the user's own ``MALLOC_MMAP_THRESHOLD_``; nothing where the C
-    library has no ``mallopt`` (not glibc)."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    """numpy's arrays come from the C library's heap: a fixed mapping threshold, and its free
+    memory given back as each analysis table is built (``proflab._heap``)."""
+    from proflab import _heap
 
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, 1 << 20)
-
-
-_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+    _heap.fix_threshold()
 
 
 # what polars 1.x puts first (1.37: "dirty_decay_ms:500,muzzy_decay_ms:1000"; earlier 1.x: -1),

@@ -6,6 +6,7 @@ from functools import cached_property
 
 import polars as pl
 
+from proflab._heap import release
 from proflab.analysis import gaps as _gaps
 from proflab.analysis import kernels as _kernels
 from proflab.analysis import launch as _launch
@@ -20,6 +21,18 @@ from proflab.model import Trace
 from proflab.report import Missing
 
 __all__ = ["Context"]
+
+
+class _table(cached_property):
+    """A table built once per context; once built, the C heap's freed memory goes back to the
+    system (``proflab._heap``: the analysis commands' numpy temporaries are reused from the heap
+    while a table is built, and released after it)."""
+
+    def __get__(self, instance, owner=None):
+        value = super().__get__(instance, owner)
+        if instance is not None:
+            release()
+        return value
 
 
 class Context:
@@ -49,7 +62,7 @@ class Context:
             self.__dict__.pop(name, None)
 
     # -- timeline ------------------------------------------------------------------------
-    @cached_property
+    @_table
     def window(self) -> tuple[int, int]:
         """The analysed span (ns): the GPU-side steps where the trace has them (what the GPU
         did for those steps, not the host's earlier start), else the trace's own window."""
@@ -63,55 +76,55 @@ class Context:
         lo, hi = self.window
         return max(hi - lo, 0)
 
-    @cached_property
+    @_table
     def device_sets(self) -> dict[int, dict[str, IntervalSet]]:
         return _timeline.device_sets(self.trace)
 
-    @cached_property
+    @_table
     def busy(self) -> dict[int, IntervalSet]:
         return {d: s["memset"] for d, s in self.device_sets.items()}
 
-    @cached_property
+    @_table
     def device_breakdowns(self) -> dict[int, _timeline.Breakdown]:
         lo, hi = self.window
         return {d: _timeline.window_breakdown(s, lo, hi) for d, s in self.device_sets.items()}
 
-    @cached_property
+    @_table
     def gpu_steps(self) -> pl.DataFrame:
         """GPU-side step windows per device (see ``analysis.steps``)."""
         return _steps.gpu_steps(self.trace, self.launches)
 
-    @cached_property
+    @_table
     def step_table(self) -> pl.DataFrame:
         """Per step and device: the GPU-side window (host range where work cannot be tied)."""
         return _timeline.step_table(self.trace, self.device_sets, self.gpu_steps)
 
-    @cached_property
+    @_table
     def launches(self) -> pl.DataFrame:
         """Host runtime/driver calls by correlation id (see ``gaps.launch_calls``)."""
         return _gaps.launch_calls(self.trace)
 
-    @cached_property
+    @_table
     def frames(self) -> FrameIndex:
         """The trace's Python frames, indexed for source-line lookups (empty without stacks)."""
         return FrameIndex(self.trace)
 
-    @cached_property
+    @_table
     def observer(self) -> _observer.Observer | None:
         """The profiler's own cost and the unprofiled step (see ``analysis.observer``)."""
         return _observer.observe(self.trace, self.step_table, self.blocking, self.launches, self.bare_step_ms)
 
-    @cached_property
+    @_table
     def blocking(self) -> pl.DataFrame:
         """Host calls that block until the GPU drains (see ``gaps.blocking_calls``)."""
         return _gaps.blocking_calls(self.trace)
 
-    @cached_property
+    @_table
     def host_only(self) -> pl.DataFrame:
         """Host spans of work that launches nothing (see ``observer.host_only_spans``)."""
         return _observer.host_only_spans(self.trace, self.launches)
 
-    @cached_property
+    @_table
     def gaps(self) -> pl.DataFrame:
         return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches, self.step_table, self.blocking)
 
@@ -121,21 +134,21 @@ class Context:
         return self.launches.height > 0
 
     # -- kernels, copies, launches ----------------------------------------------------------
-    @cached_property
+    @_table
     def kernel_rows(self) -> pl.DataFrame:
         return _kernels.kernel_rows(self.trace, self.launches)
 
-    @cached_property
+    @_table
     def kernel_ops(self) -> pl.DataFrame:
         """The operator (``op``) behind each kernel correlation id that has one."""
         return self.kernel_rows.select("correlation", "op").unique("correlation").drop_nulls("op")
 
-    @cached_property
+    @_table
     def fp32_gemms(self) -> pl.DataFrame:
         """Kernel rows of FP32 GEMMs that ran without tensor cores (see ``kernels.fp32_gemm_rows``)."""
         return _kernels.fp32_gemm_rows(self.kernel_rows)
 
-    @cached_property
+    @_table
     def kernel_time_ns(self) -> int:
         """All kernels' summed duration (ns)."""
         return int(self.kernel_rows.get_column("dur_ns").sum())
@@ -143,29 +156,29 @@ class Context:
     def hot_kernels(self, top: int | None = 20) -> pl.DataFrame:
         return self._hot_kernels.head(top) if top is not None else self._hot_kernels
 
-    @cached_property
+    @_table
     def _hot_kernels(self) -> pl.DataFrame:
         return _kernels.hot_kernels(self.trace, self.kernel_rows, self.frames)
 
-    @cached_property
+    @_table
     def memcpy_table(self) -> pl.DataFrame:
         return _memcpy.memcpy_table(self.trace)
 
-    @cached_property
+    @_table
     def range_table(self) -> pl.DataFrame:
         """GPU time of the work launched inside each user/NVTX range name, per device."""
         return _ranges.range_projection(self.trace, self.launches)
 
-    @cached_property
+    @_table
     def pinning(self) -> tuple[int, list[dict], bool]:
         """What pinning the pageable host copies would save (see ``memcpy.pinning_savings``)."""
         return _memcpy.pinning_savings(self.trace, self.device_info.get("compute_major"))
 
-    @cached_property
+    @_table
     def launch_stats(self) -> _launch.LaunchStats:
         return _launch.launch_stats(self.trace, self.kernel_rows)
 
-    @cached_property
+    @_table
     def device_info(self) -> dict:
         d = self.trace.devices
         active = list(self.device_sets) or [None]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from proflab._heap import release
 from proflab.errors import InputNotFound, UnsupportedFormat
 
 if TYPE_CHECKING:
@@ -104,6 +105,7 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
 
         return nsys_sqlite.read(p, part)
     trace = _read(p)
+    release()  # what the reader freed of the C heap (``proflab._heap``)
     if use_cache:
         _cache.store(p, trace)
     return slice_trace(trace, part)
