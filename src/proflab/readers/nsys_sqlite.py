@@ -777,9 +777,12 @@ def _operator_only(name: pl.Expr) -> pl.Expr:
     """torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
     sizes = [...]": the operator is the name; the rest would make every range unique. Applied
     to each distinct text once (StringIds), or to each row of inline text (``text_codes``).
-    (Finding the key and slicing before it was 2.5x faster, but ``str.find`` counts bytes and
-    ``str.slice`` characters: "é, seq = 4" came out "é,".)"""
-    return name.str.replace(_EMIT_NVTX_KEY + ".*$", "")
+    The key is found (``str.find``: a byte offset) and the bytes before it kept (``bin.head``,
+    bytes too: ``str.head`` would count characters, and "é, seq = 4" come out "é,"), 35 ms
+    for 524 k texts where replacing the key and the rest by a pattern took 50."""
+    at = name.str.find(_EMIT_NVTX_KEY)
+    # (cut before the key's ", ": a character boundary, so the bytes kept are text)
+    return pl.when(at.is_null()).then(name).otherwise(name.cast(pl.Binary).bin.head(at).cast(pl.String))
 
 
 # rows of a chunk whose distinct share picks how its inline texts are coded (``text_codes``)
