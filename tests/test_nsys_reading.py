@@ -70,14 +70,15 @@ def _cut_at_first_key(text: str) -> str:
 
 @given(st.lists(st.lists(_piece, max_size=6).map("".join), max_size=8))
 def test_inline_nvtx_text_is_cut_to_the_operator_once_per_distinct_text(texts):
-    """Inline NVTX text (unique per row under emit_nvtx) is cut by the same regex as StringIds
-    text, once per distinct text; rows keep codes into the dictionary, and a text that is
-    empty, or cut to nothing, has no code (the row's textId names it instead)."""
+    """Inline NVTX text (unique per row under emit_nvtx) is cut as StringIds text is (at its
+    first key, by byte offset: "é" before it stays whole), once per distinct text; rows keep
+    codes into the dictionary, and a text that is empty, or cut to nothing, has no code (the
+    row's textId names it instead)."""
     ctx = nsys_sqlite._Ctx(Path("x.sqlite"), None, None, set(), None)
-    codes = ctx.text_codes(pl.Series(texts, dtype=pl.String).replace("", None), nsys_sqlite._operator_only(pl.col("value")))
+    codes = ctx.text_codes(pl.Series(texts, dtype=pl.String).replace("", None), nsys_sqlite._operator_only)
     dictionary = pl.concat(ctx._texts) if ctx._texts else pl.Series(dtype=pl.String)
     got = [None if c is None else dictionary[c] for c in codes.to_list()]
-    cut = [pl.select(nsys_sqlite._operator_only(pl.lit(t))).item() for t in texts]
+    cut = nsys_sqlite._operator_only(pl.Series(texts, dtype=pl.String)).to_list()
     assert cut == [_cut_at_first_key(t) for t in texts]
     assert got == [c or None for c in cut]
     assert dictionary.len() == len({c for c in cut if c})  # each name once

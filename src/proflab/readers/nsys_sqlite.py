@@ -35,6 +35,7 @@ import sqlite3
 import tempfile
 import threading
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
@@ -452,9 +453,9 @@ class _Ctx:
         self._n_texts += values.len()
         return first
 
-    def codes(self, ids: pl.Series, kind: str = "raw", clean: pl.Expr | None = None) -> pl.Series:
+    def codes(self, ids: pl.Series, kind: str = "raw", clean: Clean | None = None) -> pl.Series:
         """Dictionary codes (UInt32) for StringIds ids; null where the id has no string.
-        ``clean`` (an expression over ``value``) rewrites each string once, when its id is
+        ``clean`` (texts to texts) rewrites each string once, when its id is
         first met, never per row. Ids are looked up as integers: no text is built per row."""
         known = self._lookups.get(kind)
         new = ids.drop_nulls().unique()
@@ -463,7 +464,7 @@ class _Ctx:
         if new.len():
             found = self.strings().join(new.rename("id").to_frame(), on="id", how="semi")
             if clean is not None:
-                found = found.with_columns(clean.alias("value"))
+                found = found.with_columns(clean(found.get_column("value")).alias("value"))
             first = self._add_texts(found["value"])
             add = found.select("id", pl.int_range(first, first + found.height, dtype=pl.UInt32).alias("code"))
             known = add if known is None else pl.concat([known, add])
@@ -472,9 +473,9 @@ class _Ctx:
             return pl.repeat(None, ids.len(), dtype=pl.UInt32, eager=True)
         return ids.replace_strict(known["id"], known["code"], default=None, return_dtype=pl.UInt32)
 
-    def text_codes(self, text: pl.Series, clean: pl.Expr | None = None) -> pl.Series:
+    def text_codes(self, text: pl.Series, clean: Clean | None = None) -> pl.Series:
         """Dictionary codes for text given per row: each distinct value enters the
-        dictionary once per chunk, rows keep a code. ``clean`` (an expression over ``value``)
+        dictionary once per chunk, rows keep a code. ``clean`` (texts to texts)
         rewrites each distinct text once (each row's, where a chunk's texts are mostly
         unique); a text it leaves empty gets no code (null)."""
         if text.null_count() == text.len():
@@ -487,7 +488,7 @@ class _Ctx:
         per_row = clean is not None and 2 * head.n_unique() > head.len()
         distinct = None if per_row else text.drop_nulls().unique(maintain_order=True).rename("value")
         source = text.rename("value") if per_row else distinct
-        cleaned = source if clean is None else source.to_frame().select(clean.alias("value"))["value"]
+        cleaned = source if clean is None else clean(source).rename("value")
         names = cleaned.filter(cleaned != "").unique(maintain_order=True)
         first = self._add_texts(names)
         lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
@@ -610,7 +611,7 @@ class _Ctx:
             self.where("host", f"SELECT r.nameId, r.globalTid, r.start, r.end - r.start, r.correlationId FROM {table} r"),
             {"name_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64, "correlation": pl.Int64},
             lambda df: self._host_frame(
-                df.with_columns(self.codes(df["name_id"], "api", pl.col("value").str.replace(r"(?:_v\d+)+$", "")).alias("name")),
+                df.with_columns(self.codes(df["name_id"], "api", _unversioned).alias("name")),
                 cat,
                 correlated=True,
             ),
@@ -633,8 +634,8 @@ class _Ctx:
                 self._nvtx_names(
                     # text stored in the row wins over its textId
                     df.with_columns(
-                        self.text_codes(df["name"].replace("", None), _operator_only(pl.col("value")))
-                        .fill_null(self.codes(df["name_id"], "nvtx", _operator_only(pl.col("value"))))
+                        self.text_codes(df["name"].replace("", None), _operator_only)
+                        .fill_null(self.codes(df["name_id"], "nvtx", _operator_only))
                         .alias("name")
                     ),
                     domains,
@@ -773,16 +774,33 @@ def _detached(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(pl.col(c) + 0 for c, t in df.schema.items() if t.is_integer())
 
 
-def _operator_only(name: pl.Expr) -> pl.Expr:
+def _operator_only(names: pl.Series) -> pl.Series:
     """torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
     sizes = [...]": the operator is the name; the rest would make every range unique. Applied
     to each distinct text once (StringIds), or to each row of inline text (``text_codes``).
     The key is found (``str.find``: a byte offset) and the bytes before it kept (``bin.head``,
     bytes too: ``str.head`` would count characters, and "é, seq = 4" come out "é,"), 35 ms
-    for 524 k texts where replacing the key and the rest by a pattern took 50."""
-    at = name.str.find(_EMIT_NVTX_KEY)
+    for 524 k texts where replacing the key and the rest by a pattern took 50. Text of a
+    damaged export that is not UTF-8 cannot be cut as bytes and be text again: there, the
+    pattern (which keeps such text as it was read, for the reader's checks)."""
+    v = pl.col("value")
+    at = v.str.find(_EMIT_NVTX_KEY)
     # (cut before the key's ", ": a character boundary, so the bytes kept are text)
-    return pl.when(at.is_null()).then(name).otherwise(name.cast(pl.Binary).bin.head(at).cast(pl.String))
+    fast = pl.when(at.is_null()).then(v).otherwise(v.cast(pl.Binary).bin.head(at).cast(pl.String))
+    frame = names.rename("value").to_frame()
+    try:
+        return frame.select(fast).to_series()
+    except pl.exceptions.ComputeError:
+        return frame.select(v.str.replace(_EMIT_NVTX_KEY + ".*$", "")).to_series()
+
+
+def _unversioned(names: pl.Series) -> pl.Series:
+    """Runtime and driver API names without their version suffix: ``cudaMemcpyAsync_v3020``."""
+    return names.str.replace(r"(?:_v\d+)+$", "")
+
+
+# texts to texts: how a name is cleaned once read
+Clean = Callable[[pl.Series], pl.Series]
 
 
 # rows of a chunk whose distinct share picks how its inline texts are coded (``text_codes``)
