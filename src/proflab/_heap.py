@@ -9,8 +9,9 @@ The analysis commands fix the threshold (:func:`fix_threshold`) at 8 MiB: a larg
 mapped and unmapped; the smaller ones, a chunk's temporaries that loops allocate again and
 again, are reused from the heap with no new pages; and each analysis table, once built, gives
 the heap's free memory back (:func:`release`, ``malloc_trim``). On the 1048 MB export, against
-a threshold of 1 MiB and no release: 2.95 -> 2.41 M page faults, 5.3-5.7 -> 4.5 s of system
-time, the same peak (1,387-1,398 MiB); 8 MiB with no release peaked at 1,500 MiB.
+a threshold of 1 MiB and no release: 2.95 -> 2.36-2.40 M page faults, 5.2-6.0 -> 4.4-4.9 s of
+system time, 10.8-11.5 -> 10.0-10.8 s, the same peak (1,393 -> 1,398 MiB); 8 MiB with no
+release peaked at 1,497 MiB.
 
 Nothing is done where the C library is not glibc (no ``mallopt``), or where the user set
 ``MALLOC_MMAP_THRESHOLD_``: then :func:`release` does nothing either.
