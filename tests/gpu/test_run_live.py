@@ -358,17 +358,23 @@ def _bench():
     return module
 
 
-def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
-    # The case that left eager runs 15-26 % slower: the time-window fallback starts during a
-    # slow start-up and is dropped for the step window.
-    # Bare runs of the same program differ by up to +-11 % between processes on the H100
-    # (benchmarks/README.md: 13.6-18.5 ms for one 120-iteration script in one call), and one in
-    # a few runs lands far out (an H200: 20.7 ms against 14.0 for the next; a profiled run 16.5
-    # against bare runs of 12.9 and 14.2, where the next three profiled runs were 0.75-1.07x
-    # their bare runs). So bare and profiled runs alternate, three bare and two profiled, and
-    # the faster profiled run is judged against the median bare one: a residue, as the one this
-    # guards against (1.26-1.48x), is in both profiled runs, one far-out run is in neither
-    # figure. The 2 % target is the benchmark's, over medians of several runs.
+# Step times are the benchmark's (bench_run_overhead.py, README "Interleaved runs" and "Within
+# one process"), not these tests': on the H100 of one call (this project's records) bare
+# processes of the GPT script ran 12.7-19.2 ms per iteration after iteration 90, profiled
+# ones 12.8-20.5, and a bare process drifted from 16.1 to 19.2 ms inside itself; the faster of
+# two profiled runs against the median of three bare ones came out 1.13x, 1.26x and 0.99x in
+# three runs of one test, and a profiled process's after/before ratio 0.91-1.16 with nothing
+# left on (and 1.53x in a later call, where a host probe of CPU-side op dispatch jumped from
+# 3.0-3.6 to 5.5-6.2 us per op partway through bare processes as well, and the graph kernel
+# stayed at 1.02 us). Margins of 10-15 % on such figures failed with no residue, so these two tests check
+# the runs themselves, and print the step times. The residue they were written against
+# (1.26-1.48x, kernel tracing left on after a dropped fallback) is held to within 5 % of GPU
+# time by the graph-kernel tests above, which time one kernel with CUDA events: no host noise.
+def test_eager_runs_with_a_dropped_fallback_record_their_step_window(tmp_path):
+    """The case that left eager runs 15-26 % slower: the time-window fallback starts during a
+    slow start-up and is dropped for the step window. Bare and profiled runs alternate (three
+    and two); each profiled run records its step window after dropping the fallback, and the
+    after-window medians are printed beside the bare runs'."""
     bench = _bench()
     bare, prof = [], []
     for i, profiled in enumerate((False, True, False, True, False)):
@@ -380,32 +386,27 @@ def test_after_the_window_the_program_runs_at_its_bare_speed(tmp_path):
             prof.append(bench.medians(run["iter_ms"])["after_ms"])
         else:
             bare.append(bench.medians(bench.run_once("eager", None, iters=120, startup_s=3.0)["iter_ms"])["after_ms"])
+    assert len(bare) == 3 and len(prof) == 2 and all(t > 0 for t in bare + prof)
     ratio = min(prof) / sorted(bare)[1]
     print(f"after the window: profiled {[round(p, 2) for p in prof]} ms, bare {[round(b, 2) for b in bare]} ms, x{ratio:.3f}")
-    assert ratio < 1.10, (prof, bare)
 
 
-# Inside one process the medians still move with the host: on an H100 (five calls) the step
-# window alone gave 0.897-1.108 and the dropped fallback 0.868-1.124, the same spread. The
-# residue this guards against was 1.26-1.48x; its mechanism, kernel tracing left on, is held to
-# 5 % of GPU time by the graph-kernel tests above, which have no host noise in them.
 @pytest.mark.parametrize("fallback", [False, True], ids=["step-window", "fallback-dropped"])
-def test_after_the_window_the_same_process_runs_as_before_it(tmp_path, fallback):
-    """The same process before and after its window: no process-to-process spread (bare runs
-    of one script differ by up to +-20 % between processes here, which hides a 2 % residue;
-    within one process the medians still move by up to 12 %). 60 steps run before the step
-    window (``--wait 60``) and 160 after it; with the fallback variant, a time-window profiler
-    was also started during a slow start-up and dropped before the first of those steps, the
-    case that left eager runs 15-26 % slower."""
+def test_a_run_records_its_step_window_after_sixty_steps(tmp_path, fallback):
+    """The GPT script for 240 iterations under ``proflab run --wait 60``: the step window comes
+    after 60 steps (with the fallback variant, a time-window profiler was also started during a
+    slow start-up and dropped before them), every iteration is timed, and the medians before
+    (20-57) and after (90-) the window are printed."""
     bench = _bench()
     opts = ["--wait", "60"] + (["--delay", "1"] if fallback else ["--window", "steps"])
     run = bench.run_once("eager", opts, iters=240, startup_s=3.0 if fallback else 0.0, root=str(tmp_path))
     it = run["iter_ms"]
     assert run["meta"]["recorded"], run["meta"]["notes"]
+    assert len(it) == 240 and all(t > 0 for t in it)
+    if fallback:
+        assert any("recorded the step window instead" in n for n in run["meta"]["notes"]), run["meta"]["notes"]
     import statistics
 
     before = statistics.median(it[20:58])
     after = statistics.median(it[90:])
-    ratio = after / before
-    print(f"same process: before the window {before:.2f} ms, after {after:.2f} ms, x{ratio:.3f}")
-    assert ratio < 1.15, (before, after, run["meta"]["notes"])
+    print(f"same process: before the window {before:.2f} ms, after {after:.2f} ms, x{after / before:.3f}")
