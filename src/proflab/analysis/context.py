@@ -24,9 +24,9 @@ __all__ = ["Context"]
 
 
 class _table(cached_property):
-    """A table built once per context; once built, the C heap's freed memory goes back to the
-    system (``proflab._heap``: the analysis commands' numpy temporaries are reused from the heap
-    while a table is built, and released after it)."""
+    """A table (or a figure read from tables) built once per context; once built, the C heap's
+    freed memory goes back to the system (``proflab._heap``: the analysis commands' numpy
+    temporaries are reused from the heap while a table is built, and released after it)."""
 
     def __get__(self, instance, owner=None):
         value = super().__get__(instance, owner)

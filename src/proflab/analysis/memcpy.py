@@ -34,6 +34,7 @@ def copies(trace: Trace, *columns: str) -> pl.DataFrame:
 
 
 def has_copies(trace: Trace) -> bool:
+    """Whether the trace holds any memcpy, tested on the kind column alone."""
     return bool(trace.gpu.get_column("kind").eq("memcpy").any())
 
 
