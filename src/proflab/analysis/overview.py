@@ -42,9 +42,10 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
 
     gaps: list[dict[str, Any]] = []
     if trace.has_gpu and ctx.gaps.height:
-        g = ctx.gaps.filter(pl.col("end_ns") > lo, pl.col("start_ns") < hi)
-        kept = g.filter(pl.col("dur_ns") >= res_ns).sort("dur_ns", descending=True).head(max_gaps)
-        left_out["gaps"] = g.height - kept.height
+        inside = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+        kept, n = _longest(ctx.gaps, inside & (pl.col("dur_ns") >= res_ns), max_gaps,
+                           ["device", "cause", "start_ns", "end_ns", "dur_ns", "sync_name"])
+        left_out["gaps"] = ctx.gaps.select(inside.sum()).item() - kept.height
         for r in kept.sort("start_ns").iter_rows(named=True):
             gaps.append({"lane": f"GPU {r['device']} idle", "cause": str(r["cause"]),
                          "start": _ms(max(r["start_ns"], lo) - lo), "end": _ms(min(r["end_ns"], hi) - lo),
@@ -58,14 +59,14 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
                           "start": _ms(r["start_ns"] - lo), "end": _ms(r["start_ns"] + r["dur_ns"] - lo),
                           "dur_ms": _ms(r["dur_ns"]), "side": str(r["side"])})
     ranges: list[dict[str, Any]] = []
-    ann = trace.cpu.filter(
-        pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"]),
-        ~pl.col("name").str.starts_with("ProfilerStep#"),
-        pl.col("start_ns") < hi, (pl.col("start_ns") + pl.col("dur_ns")) > lo,
-    )
-    if ann.height:
-        kept = ann.sort("dur_ns", descending=True).head(max_ranges)
-        left_out["ranges"] = ann.height - kept.height
+    ann = (
+        pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
+        & ~pl.col("name").str.starts_with("ProfilerStep#")
+        & (pl.col("start_ns") < hi) & ((pl.col("start_ns") + pl.col("dur_ns")) > lo)
+    )  # fmt: skip
+    kept, n = _longest(trace.cpu, ann, max_ranges, ["cat", "name", "tid", "start_ns", "dur_ns"])
+    if n:
+        left_out["ranges"] = n - kept.height
         for r in kept.sort("start_ns").iter_rows(named=True):
             where = "GPU" if r["cat"] == "gpu_user_annotation" else "host"
             ranges.append({"lane": f"ranges ({where} {r['tid']})", "name": _cut(r["name"]),
@@ -87,36 +88,79 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
 
 def _segments(gpu: pl.DataFrame, lo: int, hi: int, res_ns: int, cap: int) -> tuple[list[dict[str, Any]], int]:
     """GPU work merged per (device, stream, kind) where gaps are under ``res_ns``; the
-    resolution doubles until at most ``cap`` segments remain."""
+    resolution doubles until at most ``cap`` segments remain. The work's kind travels as a
+    code and its name as its row (each segment's longest is named at the end): 2.2 M events
+    of the 1 GB export held a 16-byte view of both per event."""
     if gpu.height == 0:
         return [], res_ns
-    ev = gpu.filter(pl.col("start_ns") < hi, (pl.col("start_ns") + pl.col("dur_ns")) > lo).select(
-        "device", "stream", "name", "dur_ns",
-        pl.col("start_ns").clip(lo, hi).alias("s"),
-        (pl.col("start_ns") + pl.col("dur_ns")).clip(lo, hi).alias("e"),
-        pl.when(pl.col("is_comm")).then(pl.lit("communication"))
-        .when(pl.col("kind") == "kernel").then(pl.lit("compute"))
-        .otherwise(pl.col("kind").cast(pl.String)).alias("what"),
-    ).sort("device", "stream", "what", "s")
+    what = (
+        pl.when(pl.col("is_comm")).then(0)
+        .when(pl.col("kind") == "kernel").then(1)
+        .when(pl.col("kind") == "memcpy").then(2)
+        .otherwise(3)
+        .cast(pl.UInt8)
+    )  # fmt: skip
+    ev = (
+        gpu.lazy()
+        .with_row_index("row")
+        .filter(pl.col("start_ns") < hi, (pl.col("start_ns") + pl.col("dur_ns")) > lo)
+        .select(
+            "row", "device", "stream", "dur_ns",
+            pl.col("start_ns").clip(lo, hi).alias("s"),
+            (pl.col("start_ns") + pl.col("dur_ns")).clip(lo, hi).alias("e"),
+            what.alias("what"),
+        )
+        .sort("device", "stream", "what", "s")
+        .collect()
+    )  # fmt: skip
+    # each (device, stream, kind) lane's rows are contiguous: numbered, the end before each event
+    # in its lane comes from one integer key, and only the lanes' first rows keep the three keys
     keys = ["device", "stream", "what"]
+    ev = ev.with_columns(
+        pl.any_horizontal(pl.col(k).ne_missing(pl.col(k).shift(1)) for k in keys).cum_sum().cast(pl.UInt32).alias("lane")
+    )
+    lanes = ev.filter(pl.col("lane").ne_missing(pl.col("lane").shift(1))).select("lane", *keys)
+    ev = ev.select("lane", "row", "dur_ns", "s", "e", pl.col("e").cum_max().shift(1).over("lane").alias("prev_end"))
     while True:
-        prev_end = pl.col("e").cum_max().shift(1).over(keys)
-        seg = ev.with_columns(
-            ((prev_end.is_null()) | (pl.col("s") > prev_end + res_ns)).cast(pl.Int64).cum_sum().alias("seg")
-        ).group_by(*keys, "seg").agg(
+        seg = ev.select(
+            (pl.col("prev_end").is_null() | (pl.col("s") > pl.col("prev_end") + res_ns)).cast(pl.Int64).cum_sum().alias("seg"),
+            "lane", "row", "dur_ns", "s", "e",
+        ).group_by("seg").agg(
+            pl.col("lane").first(),  # (a segment never spans two lanes: each lane's first event opens one)
             pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"),
             pl.col("dur_ns").sum().alias("busy_ns"),
-            pl.col("name").sort_by("dur_ns", descending=True).first().alias("top"),
+            pl.col("row").sort_by("dur_ns", descending=True).first().alias("top"),
         )
         if seg.height <= cap:
             break
         res_ns *= 2
+    seg = seg.join(lanes, on="lane", how="left").sort("device", "stream", "s")
+    seg = seg.with_columns(gpu.get_column("name").gather(seg.get_column("top")).alias("top"))
     rows = []
-    for r in seg.sort("device", "stream", "s").iter_rows(named=True):
-        rows.append({"lane": f"GPU {r['device']} stream {r['stream']}", "kind": r["what"],
+    for r in seg.iter_rows(named=True):
+        rows.append({"lane": f"GPU {r['device']} stream {r['stream']}", "kind": _WHAT[r["what"]],
                      "start": _ms(r["s"] - lo), "end": _ms(max(r["e"], r["s"] + 1) - lo),
                      "n": r["n"], "busy_ms": _ms(r["busy_ns"]), "name": _cut(r["top"])})
     return rows, res_ns
+
+
+# the kinds of GPU work a segment holds, by code (in the order their names sort)
+_WHAT = ("communication", "compute", "memcpy", "memset")
+
+
+def _longest(frame: pl.DataFrame, where: pl.Expr, cap: int, columns: list[str]) -> tuple[pl.DataFrame, int]:
+    """The ``cap`` longest rows (``dur_ns``) that meet ``where``, with only ``columns``, and
+    how many meet it. From a mask and the durations of the rows it selects, only the rows as
+    long as the cap's shortest are taken (ties at the cut go to the earliest): an emit_nvtx
+    export holds a range per operator, and every one of its 8.6 M ranges' columns, sorted,
+    raised the report's peak from 1.4 to 2.2 GiB."""
+    mask = frame.select(where.fill_null(False).alias("m")).to_series()
+    n = int(mask.sum())
+    if n > cap:
+        floor = frame.get_column("dur_ns").filter(mask).top_k(cap).min()
+        mask &= frame.get_column("dur_ns") >= floor
+    rows = frame.lazy().select(columns).filter(mask).collect()
+    return rows.sort(["dur_ns", "start_ns"], descending=[True, False], maintain_order=True).head(cap), n
 
 
 def _ms(ns: float) -> float:
