@@ -139,12 +139,14 @@ def test_a_helper_that_dies_costs_time_not_data(monkeypatch, plain_train_loop, t
     dies.write_text(f'#!/bin/sh\ncat > /dev/null\ntouch "$4/claim-{last}" "$4/claim-{last - 1}" "$4/claim-{last - 2}"\nexit 1\n')
     dies.chmod(0o755)
     monkeypatch.setattr(kineto._Helper, "claim", _after_helper_starts(kineto._Helper.claim))
-    for helper, result in ((str(dies), None), ("/bin/false", [])):
+    # /bin/false may exit before the slices are written to it (the helper is then dropped at
+    # once: None) or after (it claimed none: no tables, [])
+    for helper, results_ok in ((str(dies), ([None],)), ("/bin/false", ([None], [[]]))):
         monkeypatch.setattr(kineto.sys, "executable", helper)
         results = []
         monkeypatch.setattr(kineto._Helper, "result", _spy(kineto._Helper.result, results))
         trace = proflab.load(plain_train_loop)
-        assert results == [result], helper
+        assert results in results_ok, (helper, results)
         assert trace.gpu.equals(single.gpu) and trace.cpu.equals(single.cpu) and trace.meta == single.meta
 
 
