@@ -116,6 +116,20 @@ def test_every_table_round_trips_through_sql(train, name):
     assert_frame_equal(_comparable(name, got), _comparable(name, want))
 
 
+def test_a_table_read_twice_in_one_query(train):
+    """A self-join scans a table twice: with DuckDB from 1.5 the frames are registered as they
+    are (``sql._rescannable``), before it copied in; either way every kernel meets itself."""
+    import duckdb
+
+    from proflab.sql import _rescannable
+
+    got = query(train, "SELECT count(*) AS n FROM kernels a JOIN kernels b ON a.correlation = b.correlation")["n"][0]
+    k = train.gpu.filter(pl.col("kind") == "kernel")
+    assert got == k.group_by("correlation").len().select((pl.col("len") ** 2).sum()).item() > 0
+    assert _rescannable(duckdb.__version__) == (tuple(int(x) for x in duckdb.__version__.split(".")[:2]) >= (1, 5))
+    assert _rescannable("1.5.0") and _rescannable("2.0.1") and not _rescannable("1.4.3") and not _rescannable("1.1.0")
+
+
 def test_hot_kernel_grid_is_one_of_the_kernels_grids(train):
     got = query(train, "SELECT name, grid FROM hot_kernels")
     seen = (

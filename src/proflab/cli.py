@@ -1263,7 +1263,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         raise UsageError('give a trace and a query: proflab sql TRACE "SELECT ..." (or --tables)')
     df = None if ranks or args.steps or args.window else sql.query_cached(args.trace, args.query, cache=args.cache)
     if df is None:
-        df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(load(args.trace), args.query)
+        df = sql.query_job(ranks, args.query, **reading) if ranks else sql.query(args.trace, args.query, load=load)
     limit = args.limit if args.limit is not None else (_TABLE_ROWS if fmt == "table" else 0)
     if fmt == "table":
         return _write_out(args, _frame_text(df, width=_sql_width(args), limit=limit or None))
