@@ -11,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 import tef_check
@@ -306,3 +307,27 @@ def test_model_events_name_their_processes_and_streams(tmp_path):
         assert (dev, stream, f"stream {stream}") in names
     for pid in trace.cpu["pid"].unique().to_list():
         assert (pid, 0, f"host process {pid}") in names
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["gzip", "plain"])
+def test_the_original_is_checked_and_copied_a_slice_at_a_time(tmp_path, plain, monkeypatch):
+    """A trace in Kineto's layout is checked slice by slice and its events copied from the
+    file when written (``_streamed``): the same fields and the same bytes between the
+    brackets as the whole document gives, here with slices small enough to be many."""
+    from proflab.render import perfetto
+
+    monkeypatch.setattr(perfetto, "_COPY_BYTES", 64 * 1024)
+    data = gzip.decompress(SYNC.read_bytes())
+    path = tmp_path / ("t.pt.trace.json" if plain else "t.pt.trace.json.gz")
+    path.write_bytes(data if plain else SYNC.read_bytes())
+    got = perfetto._streamed(path)
+    assert got is not None
+    whole = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    inside = bytes(perfetto._inside(memoryview(whole.pop("traceEvents"))))
+    assert {k: bytes(v) for k, v in got.fields.items()} == {k: bytes(v) for k, v in whole.items()}
+    assert b"".join(bytes(c) for c in got.events()) == inside
+    # an event a viewer would reject: not streamed, so the whole-document path says which
+    bad = data.replace(b'"ph": "X"', b'"ph": "?"', 1)
+    assert bad != data
+    path.write_bytes(bad if plain else gzip.compress(bad))
+    assert perfetto._streamed(path) is None
