@@ -296,10 +296,9 @@ def _power_counters(tracks: _Tracks, trace, monitor: Path, notes: list[str]) -> 
 
 def _model_events(trace) -> Iterator[bytes]:
     """The model's events as trace events (the faithful subset: what proflab read), as JSON
-    fragments (events joined by commas) of ``_MODEL_CHUNK_ROWS`` rows each. Written by polars
-    from the columns, then each null arg removed (an event lists the args it has): an event
-    object per row built in Python cost 4.3 us a row, a minute for the 13.8 M events of the
-    1 GB export."""
+    fragments (events joined by commas) of ``_MODEL_CHUNK_ROWS`` rows each, written by polars
+    from the columns (``_event_json``): an event object per row built in Python cost 4.3 us a
+    row, a minute for the 13.8 M events of the 1 GB export."""
     gpu = trace.gpu
     meta: list[dict] = []
     for dev in gpu["device"].drop_nulls().unique().sort().to_list():
