@@ -162,11 +162,17 @@ def _builders(trace: Trace) -> dict[str, Callable[[], pl.DataFrame]]:
         **{name: (lambda name=name: _RAW[name](getattr(trace, name))) for name in _RAW},
         "kernels": lambda: _plain(_with_end(ctx.kernel_rows)),
         "memcpy_summary": lambda: _or_empty(_plain(ctx.memcpy_table), MEMCPY_SUMMARY_SCHEMA),
-        "gaps": lambda: _plain(ctx.gaps),
+        "gaps": lambda: _plain(_gaps(ctx)),
         "step_breakdown": lambda: _with_end(ctx.step_table),
         "hot_kernels": lambda: _or_empty(_plain(ctx.hot_kernels(None)), HOT_KERNELS_SCHEMA),
         "ranges": lambda: ctx.range_table,
     }
+
+
+def _gaps(ctx) -> pl.DataFrame:
+    """The idle gaps, built as report assembly builds them (``Context.free_device_levels``)."""
+    ctx.free_device_levels()
+    return ctx.gaps
 
 
 def _as_trace(trace: Trace | str | Path) -> Trace:

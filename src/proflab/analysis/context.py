@@ -51,6 +51,16 @@ class Context:
         merged = tuple(dict.fromkeys((*(prev.skipped if prev else ()), *skipped)))
         self._missing[signal] = Missing(signal, reason, merged)
 
+    def free_device_levels(self, *keep: str) -> None:
+        """Build the step table, ``keep`` and all activity (``busy``) from the device sets'
+        levels (compute, +communication, +memcpy), then free the levels: the gaps and the
+        report read only all activity, and the gaps' temporaries then never sit beside them
+        (the 1 GB export: 1.45 -> 1.39 GiB for a query of its gaps). What reads the levels
+        later builds them again."""
+        for name in ("step_table", *keep, "busy"):
+            getattr(self, name)
+        self.drop("device_sets")
+
     @property
     def missing(self) -> tuple[Missing, ...]:
         return tuple(self._missing.values())

@@ -511,6 +511,7 @@ def _added(tracks: _Tracks, trace, report, ctx) -> Iterator[list[dict]]:
     """Our events but the power counters (see module doc), in chunks as they are written;
     ``tracks.meta`` names their tracks once all are made."""
     if trace.has_gpu:
+        ctx.free_device_levels()  # (before the gaps: their temporaries never beside the levels)
         yield from _gap_events(tracks, ctx.gaps)
         yield _busy_counters(tracks, ctx)
         st = ctx.step_table

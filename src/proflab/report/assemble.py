@@ -96,11 +96,8 @@ def _while_little_is_held(ctx: Context) -> None:
     for name in (*first, "_hot_kernels", "launch_stats", "kernel_ops", "fp32_gemms", "kernel_time_ns"):
         getattr(ctx, name)
     ctx.drop("kernel_rows")
-    # the device sets' levels (compute, +communication, +memcpy) serve the breakdowns and the
-    # step table; the gaps and the report read only all activity (busy)
-    for name in ("step_table", "device_breakdowns", "device_info", "busy"):
-        getattr(ctx, name)
-    ctx.drop("device_sets")
+    # the device sets' levels serve the breakdowns and the step table
+    ctx.free_device_levels("device_breakdowns", "device_info")
 
 
 def _memory(ctx: Context):
