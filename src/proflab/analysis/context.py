@@ -55,7 +55,7 @@ class Context:
         """Build the step table, ``keep`` and all activity (``busy``) from the device sets'
         levels (compute, +communication, +memcpy), then free the levels: the gaps and the
         report read only all activity, and the gaps' temporaries then never sit beside them
-        (the 1 GB export: 1.45 -> 1.39 GiB for a query of its gaps). What reads the levels
+        (the 1 GB export: 1,449 -> 1,385 MiB for a query of its gaps). What reads the levels
         later builds them again."""
         for name in ("step_table", *keep, "busy"):
             getattr(self, name)

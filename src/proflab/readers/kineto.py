@@ -468,9 +468,9 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
 # A trace of at least this many slices (192 MiB) is shared with a helper process on a
 # machine with two or more cores. A second interpreter with polars costs ~110 MiB more at
 # once, against a memory bound (0.4 x the trace + 300 MB, the two processes' RSS together)
-# that grows with the trace: a 170 MB trace read alone peaks at 210 MiB in 1.38 s, with the
-# helper at 318 MiB (bound 351, too close to share it) in 1.18 s; a 261 MB one 216 MiB in
-# 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
+# that grows with the trace (measured when each had a fixed half): a 170 MB trace read alone
+# peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351, too close to share it)
+# in 1.18 s; a 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
 _HELPER_FROM_SLICES = 12
 
 

@@ -118,26 +118,48 @@ def _lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return out
 
 
-def _gap_events(tracks: _Tracks, gaps: pl.DataFrame) -> Iterator[list[dict]]:
-    """One slice per idle gap, ``_CHUNK_ROWS`` gaps at a time (a gap per kernel: millions)."""
-    cols = ["device", "cause", "sync_name", "dur_ns", "step", "launch_name", "start_ns"]
-    for first in range(0, gaps.height, _CHUNK_ROWS):
-        out = []
-        for r in gaps.slice(first, _CHUNK_ROWS).select(cols).iter_rows(named=True):
-            pid, tid = tracks.thread("proflab: idle gaps", int(r["device"]), f"GPU {r['device']} idle, by cause")
-            cause = str(r["cause"])
-            name = f"{cause}: {r['sync_name']}" if cause == "sync" and r["sync_name"] else cause
-            args = {"cause": cause, "idle_us": _us(r["dur_ns"]), "step": r["step"], "ended_by_launch": r["launch_name"]}
-            if r["sync_name"]:
-                args["sync_call"] = r["sync_name"]
-            out.append({"ph": "X", "cat": "proflab.gap", "name": name, "pid": pid, "tid": tid,
-                        "ts": _us(r["start_ns"]), "dur": _us(r["dur_ns"]), "args": args})
-        yield out
+def _gap_events(tracks: _Tracks, gaps: pl.DataFrame) -> Iterator[bytes]:
+    """One slice per idle gap, as JSON fragments of ``_GAP_CHUNK_ROWS`` gaps written by polars
+    (a gap per kernel: millions; as a dict each, in Python, the 1 GB export's 2.2 M took 12 s).
+    A gap after a sync call names it (``sync_call``); the others have no such arg."""
+    pid = tracks.pid("proflab: idle gaps")
+    for dev in gaps.get_column("device").unique().sort().to_list():
+        tracks.thread("proflab: idle gaps", int(dev), f"GPU {dev} idle, by cause")
+    cause, sync = pl.col("cause").cast(pl.String), pl.col("sync_name")
+    has_sync = (sync.is_not_null() & (sync != "")).alias("_sync")
+    event = [
+        pl.lit("X").alias("ph"),
+        pl.lit("proflab.gap").alias("cat"),
+        pl.when((cause == "sync") & pl.col("_sync")).then(pl.concat_str([cause, pl.lit(": "), sync])).otherwise(cause).alias("name"),
+        pl.lit(pid, dtype=pl.Int64).alias("pid"),
+        pl.col("device").cast(pl.Int64).alias("tid"),
+        pl.col("ts"),
+        pl.col("dur"),
+    ]
+    args = [cause.alias("cause"), pl.col("dur").alias("idle_us"), pl.col("step"), pl.col("launch_name").alias("ended_by_launch")]
+    for first in range(0, gaps.height, _GAP_CHUNK_ROWS):
+        part = gaps.slice(first, _GAP_CHUNK_ROWS)
+        part = part.with_columns(_us_array(part.get_column("start_ns")).alias("ts"), _us_array(part.get_column("dur_ns")).alias("dur"),
+                                 has_sync)
+        pieces = [
+            _json_rows(group.select(*event, pl.struct(args + ([sync.alias("sync_call")] if synced else [])).alias("args")))
+            for (synced,), group in part.partition_by("_sync", as_dict=True, maintain_order=True).items()
+        ]
+        yield b",".join(p for p in pieces if p)
 
 
-# gaps turned into event objects at a time, encoded and written before the next: the gaps and
-# the model's events of the 1 GB export (2.2 M and 13.8 M) as lists of dicts peaked at 11.2 GiB
-_CHUNK_ROWS = 20_000
+# (the gaps are written beside the whole analysis; chunks of 200 k rows peaked 36 MiB higher on
+# the 1 GB export, over its bound)
+_GAP_CHUNK_ROWS = 50_000
+
+
+def _json_rows(df: pl.DataFrame, last: bytes = b"") -> bytes:
+    """Each row of ``df`` a JSON object, ``last`` added as its last member, joined by commas
+    (polars ends each object with its line, and no newline is inside one: JSON escapes it)."""
+    text = df.write_ndjson().encode()
+    if last:
+        text = text.replace(b"}\n", last + b"}\n")
+    return text.rstrip(b"\n").replace(b"\n", b",")
 
 
 def _step_events(tracks: _Tracks, steps: pl.DataFrame) -> list[dict]:
@@ -307,7 +329,7 @@ def _model_events(trace) -> Iterator[bytes]:
         meta.append({"ph": "M", "name": "thread_name", "pid": int(dev), "tid": int(stream), "args": {"name": f"stream {stream}"}})
     for pid in trace.cpu["pid"].drop_nulls().unique().sort().to_list():
         meta.append({"ph": "M", "name": "process_name", "pid": int(pid), "tid": 0, "args": {"name": f"host process {pid}"}})
-    yield _dumps(meta)[1:-1]
+    yield _fragment(meta)
     gpu_args = ["correlation", "external_id", "bytes", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                 "registers", "shared_mem_bytes", "copy_kind"]
     yield from _event_json(gpu, "kind", "device", "stream", gpu_args)
@@ -350,10 +372,10 @@ def _event_json(frame: pl.DataFrame, cat: str, pid: str, tid: str, args: list[st
         for (mask,), group in part.partition_by("_nulls", as_dict=True, maintain_order=True).items():
             present = [arg[a] for i, a in enumerate(args) if not (mask >> i) & 1]
             if present:
-                pieces.append(group.select(*event, pl.struct(present).alias("args")).write_ndjson().encode())
-            else:  # (a line ends its event, and no newline is inside a JSON string)
-                pieces.append(group.select(event).write_ndjson().encode().replace(b"}\n", b',"args":{}}\n'))
-        text = b"".join(pieces).rstrip(b"\n").replace(b"\n", b",")
+                pieces.append(_json_rows(group.select(*event, pl.struct(present).alias("args"))))
+            else:
+                pieces.append(_json_rows(group.select(event), b',"args":{}'))
+        text = b",".join(p for p in pieces if p)
         if text:
             yield text
 
@@ -507,17 +529,22 @@ def _our_pid_base(trace) -> int:
     return max(seen) + 1000
 
 
-def _added(tracks: _Tracks, trace, report, ctx) -> Iterator[list[dict]]:
-    """Our events but the power counters (see module doc), in chunks as they are written;
-    ``tracks.meta`` names their tracks once all are made."""
+def _added(tracks: _Tracks, trace, report, ctx) -> Iterator[bytes]:
+    """Our events but the power counters (see module doc), as JSON fragments when they are
+    written; ``tracks.meta`` names their tracks once all are made."""
     if trace.has_gpu:
         ctx.free_device_levels()  # (before the gaps: their temporaries never beside the levels)
         yield from _gap_events(tracks, ctx.gaps)
-        yield _busy_counters(tracks, ctx)
+        yield _fragment(_busy_counters(tracks, ctx))
         st = ctx.step_table
         if st.height:
-            yield _step_events(tracks, st)
-    yield _finding_events(tracks, report.findings, ctx)
+            yield _fragment(_step_events(tracks, st))
+    yield _fragment(_finding_events(tracks, report.findings, ctx))
+
+
+def _fragment(events: list[dict]) -> bytes:
+    """Events as a JSON fragment: joined by commas, no brackets."""
+    return _dumps(events)[1:-1]
 
 
 def _enc_hook(obj):
@@ -549,7 +576,7 @@ def _inside(mv: memoryview) -> memoryview | None:
     return None if k >= j else mv[i + 1 : j]
 
 
-def _write_doc(fh, original: _Original | None, model_events: Iterable[bytes], ours: Iterable[list[dict]],
+def _write_doc(fh, original: _Original | None, model_events: Iterable[bytes], ours: Iterable[bytes],
                tracks: _Tracks, other: dict) -> None:
     """``{...the input's other fields, "otherData": ..., "traceEvents": [input's or the
     model's, ours, our tracks' names]}``, written piece by piece: event chunks as they are
@@ -579,8 +606,8 @@ def _write_doc(fh, original: _Original | None, model_events: Iterable[bytes], ou
             if len(body):
                 fh.write(body)
                 first = False
-    encoded = (_dumps(part)[1:-1] for part in itertools.chain(ours, [tracks.meta]))
-    for chunk in itertools.chain(model_events, encoded):  # (a chunk's events at a time: the bytes stay small)
+    names = (_fragment(meta) for meta in [tracks.meta])  # (made once every event has its track)
+    for chunk in itertools.chain(model_events, ours, names):  # (a chunk's events at a time: the bytes stay small)
         if chunk:
             fh.write(chunk if first else b"," + chunk)
             first = False
@@ -614,7 +641,7 @@ def write_perfetto(trace, report, out: str | Path, *, ctx=None, monitor: str | P
     tracks = _Tracks(_our_pid_base(trace))
     # (the power counters first: what they note goes in otherData, written before any event)
     power = _power_counters(tracks, trace, Path(monitor), notes) if monitor is not None and Path(monitor).is_file() else []
-    ours = itertools.chain(_added(tracks, trace, report, ctx), [power])
+    ours = itertools.chain(_added(tracks, trace, report, ctx), [_fragment(power)])
     other = {"proflab": {"events": "original" if original is not None else "model", "notes": notes,
                          "findings": [f.id for f in report.findings], "source": src.name}}
     with atomic_path(out) as tmp:
