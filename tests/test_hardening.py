@@ -289,3 +289,101 @@ def test_centuries_long_event_is_a_refusal_naming_the_file(tmp_path, capsys):
         return
     assert rc == 2
     assert str(p) in _one_line(capsys.readouterr().err)
+
+
+# --- cases a 16,000-case fuzz run found (PROFLAB_FUZZ_CASES=16000), rebuilt by their ids ----------
+
+
+def _fuzz_case(tmp_path, family: str, index: int, what: str):
+    from fuzzing import Builder
+
+    try:
+        case = Builder(tmp_path).build(family, index)
+    except FileNotFoundError as e:  # a seed input that is not shipped here
+        pytest.skip(str(e))
+    assert case.what.startswith(what), case.what  # the generator still builds this case
+    return case
+
+
+@pytest.mark.parametrize(("family", "index", "what"), [
+    ("kineto_json", 736, "memory_h100: event.ts=9223372036854775808"),
+    ("kineto_json", 2233, "memory_h100: 30 events duplicated+ts=1e+300"),
+    ("chrome_array", 1434, "memory_h100 as an array"),
+])  # fmt: skip
+def test_memory_events_out_of_range_are_dropped_and_said(tmp_path, family, index, what):
+    """A [memory] event whose time or size no int64 column holds was a TypeError (an
+    OverflowError for 1e300) where the report's memory section was built."""
+    from proflab import analyze, load
+
+    report = analyze(load(_fuzz_case(tmp_path, family, index, what).paths[0], cache=False))
+    assert report.memory is not None and report.memory["devices"], report.memory
+    assert any("[memory] event(s)" in n and "dropped" in n for n in report.memory["notes"]), report.memory["notes"]
+
+
+def test_memory_reader_keeps_in_range_events_and_counts_the_rest(tmp_path):
+    from proflab.readers.memory import kineto_memory
+
+    def ev(ts, **args):
+        return {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts, "args": args}
+
+    ok = {"Bytes": 512, "Total Allocated": 512, "Total Reserved": 2048, "Device Id": 0, "Device Type": 1, "Addr": 7}
+    doc = {"traceEvents": [
+        ev(10.0, **ok), ev(1e300, **ok), ev(11.0, **{**ok, "Bytes": 2**64}), ev(12.0, **{**ok, "Device Id": 2**40}),
+        ev(13.0, **{**ok, "Addr": -(2**63) - 1}), ev(14.0, **{k: v for k, v in ok.items() if k != "Bytes"}), ev(15.0, **ok),
+    ]}  # fmt: skip
+    p = tmp_path / "m.pt.trace.json"
+    p.write_text(json.dumps(doc))
+    df, _, dropped = kineto_memory(p)
+    assert df["ts_ns"].to_list() == [10_000, 15_000] and df["bytes"].to_list() == [512, 512]
+    assert dropped == 5
+
+
+def test_sqlite_error_text_reaches_no_terminal_raw(tmp_path, capsys):
+    """nsys-1155: a flipped bit in a table's CREATE statement; SQLite's error quotes the bad
+    token (\\x0e) in the message, which went out raw through the API."""
+    from proflab import load
+    from proflab.errors import CorruptInput
+
+    case = _fuzz_case(tmp_path, "nsys", 1155, "mfu_2gpu_before: bit_flips")
+    with pytest.raises(CorruptInput) as e:
+        load(case.paths[0], cache=False)
+    assert "\\x0e" in str(e.value) and "\x0e" not in str(e.value)
+    assert main(["analyze", str(case.paths[0]), "--no-cache"]) == 2
+    _no_controls(_one_line(capsys.readouterr().err))
+
+
+def test_error_message_of_the_api_is_one_escaped_line():
+    from proflab.errors import CorruptInput
+
+    e = CorruptInput("a\x1b[2Jb\nc.json", "token \x1b]0;owned\x07\nnext\u202e")
+    assert "\n" not in str(e) and "\x1b" not in str(e) and "\u202e" not in str(e)
+    assert str(e) == "a\\x1b[2Jb\\x0ac.json: token \\x1b]0;owned\\x07\\x0anext\\u202e"
+
+
+def test_names_that_are_not_utf8_are_shown_repaired(tmp_path):
+    """nsys-1192: a flipped bit made one NVTX text invalid UTF-8; kept as read, it stopped the
+    process with a panic inside polars (PyObject pointer is null) when the ranges were listed."""
+    from proflab import analyze, load
+
+    trace = load(_fuzz_case(tmp_path, "nsys", 1192, "mfu_2gpu_after: bit_flips").paths[0], cache=False)
+    assert any("not UTF-8" in n for n in trace.meta.notes), trace.meta.notes
+    assert trace.cpu["name"].str.contains("\ufffd", literal=True).any()
+    report = analyze(trace)
+    assert report.ranges and report.kernels
+
+
+def test_meta_json_of_another_shape_is_ignored_where_memory_is_costed(tmp_path):
+    """rundir-534: a run directory whose meta.json holds a number where proflab writes an
+    object; the memory section's collection cost called .get on it."""
+    case = _fuzz_case(tmp_path, "rundir", 534, "20261122-074634-h100_cuda_train: meta.json: a wrong field")
+    assert main(["analyze", str(case.paths[0]), "-f", "json", "--no-cache"]) == 0
+    from proflab.analysis.memory import MemoryAnalysis, _run_collection_cost
+
+    for meta in (5, [], {"options": 3}, {"options": {"profile_memory": True}, "processes": [4, {"step_times": "x"},
+                 {"step_times": {"bare_ms": "1", "profiled_ms": float("nan")}}]}):  # fmt: skip
+        run = tmp_path / f"run{abs(hash(json.dumps(meta, default=str)))}"
+        run.mkdir()
+        (run / "meta.json").write_text(json.dumps(meta))
+        a = MemoryAnalysis(sources={})
+        _run_collection_cost(a, run)
+        assert "run_profiled_step_ms" not in (a.collection or {})

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from proflab._controls import escape
+
 __all__ = [
     "ProflabError",
     "InputError",
@@ -50,9 +52,11 @@ class InputError(ProflabError):
     """A user-supplied file cannot be used; ``path`` names it."""
 
     def __init__(self, path: str | Path, problem: str) -> None:
-        self.path = str(path)
-        self.problem = problem
-        super().__init__(f"{self.path}: {problem}")
+        # one line, with the control characters of a file name or of a damaged file's text
+        # that another library quotes (SQLite's "unrecognized token") shown as escapes
+        self.path = escape(str(path), one_line=True)
+        self.problem = escape(problem, one_line=True)
+        super().__init__(f"{self.path}: {self.problem}")
 
 
 class InputNotFound(InputError):

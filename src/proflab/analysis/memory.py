@@ -28,6 +28,7 @@ iterations at the end of each ``Optimizer.step`` (said in ``notes``).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -550,9 +551,9 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
     if recorded is False or (recorded is None and Path(src).stat().st_size > _SCAN_UNMARKED_BYTES):
         # Kineto marks a trace recorded with profile_memory; an unmarked large file is not
         # read a second time on the chance that it holds [memory] events
-        events, on = pl.DataFrame(schema=rm.MEMORY_SCHEMA), False
+        events, on, dropped = pl.DataFrame(schema=rm.MEMORY_SCHEMA), False, 0
     else:
-        events, on = rm.kineto_memory(src)
+        events, on, dropped = rm.kineto_memory(src)
     sources: dict[str, Any] = {
         "kineto_memory_events": {"available": events.height > 0, "events": events.height, "profile_memory": on},
     }
@@ -576,6 +577,8 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
         sources["snapshot"] = {"available": False, "why": "not a proflab run directory"}
     sources["nsys_memory_usage"] = {"available": False, "why": "not an Nsight Systems export"}
     a = analyze_memory(trace, events, profile_memory=on, nvml=nvml, snapshot=snap, sources=sources)
+    if dropped:
+        a.notes.append(f"{dropped} [memory] event(s) without their sizes, or with values out of range, were dropped")
     if snap_problem:
         a.missing.append(Missing("memory snapshot", snap_problem, ("snapshot summary",)))
     if run is not None:
@@ -588,6 +591,10 @@ def memory_for_trace(trace: Trace) -> MemoryAnalysis | None:
 PROFILE_MEMORY_US_PER_EVENT = (5.5, 9.2)
 
 
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def _run_collection_cost(a: MemoryAnalysis, run: Path) -> None:
     """What ``--profile-memory`` cost this run: the run's own profiled against bare step time
     (the whole profiler), and the share the allocation events explain at the measured cost."""
@@ -597,13 +604,18 @@ def _run_collection_cost(a: MemoryAnalysis, run: Path) -> None:
         meta = json.loads((run / "meta.json").read_text())
     except (OSError, ValueError):
         return
-    if not (meta.get("options") or {}).get("profile_memory"):
+    # (a damaged meta.json: anything not shaped as proflab writes it counts as absent)
+    options = meta.get("options") if isinstance(meta, dict) else None
+    if not isinstance(options, dict) or not options.get("profile_memory"):
         return
     c = a.collection or {}
     per_step = c.get("memory_events_per_step")
-    for p in meta.get("processes") or []:
-        st = p.get("step_times") or {}
-        if st.get("bare_ms") and st.get("profiled_ms"):
+    processes = meta.get("processes")
+    for p in processes if isinstance(processes, list) else []:
+        st = p.get("step_times") if isinstance(p, dict) else None
+        if not isinstance(st, dict):
+            continue
+        if _positive(st.get("bare_ms")) and _positive(st.get("profiled_ms")):
             c["run_bare_step_ms"] = st["bare_ms"]
             c["run_profiled_step_ms"] = st["profiled_ms"]
             c["run_profiled_over_bare"] = round(st["profiled_ms"] / st["bare_ms"], 3)

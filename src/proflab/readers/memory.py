@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import math
 import pickle
 import zlib
 from pathlib import Path
@@ -86,15 +87,17 @@ def _read_bytes(path: Path) -> bytes:
     return raw
 
 
-def kineto_memory(path: str | Path) -> tuple[pl.DataFrame, bool]:
+def kineto_memory(path: str | Path) -> tuple[pl.DataFrame, bool, int]:
     """The ``[memory]`` events of a Kineto trace, sorted by time (stable: the allocator's
-    order within one timestamp is kept), and whether the trace says ``profile_memory`` was
-    on. A trace recorded without it has no rows."""
+    order within one timestamp is kept), whether the trace says ``profile_memory`` was on,
+    and how many ``[memory]`` events were dropped: without their sizes, or with a value no
+    column can hold (a time whose ns leave int64, a size beyond int64, a device id beyond
+    int32). A trace recorded without it has no rows."""
     path = Path(path)
     data = _read_bytes(path)
     on = b'"profile_memory": 1' in data[-4096:] or b'"profile_memory":1' in data[-4096:] or b'"profile_memory": true' in data[-4096:]
     if b'"[memory]"' not in data:
-        return pl.DataFrame(schema=MEMORY_SCHEMA), on
+        return pl.DataFrame(schema=MEMORY_SCHEMA), on, 0
 
     events = _memory_objects(data)
     if events is None:  # not laid out as Kineto writes it: decode the whole document
@@ -116,22 +119,47 @@ def kineto_memory(path: str | Path) -> tuple[pl.DataFrame, bool]:
         except msgspec.DecodeError:
             bad += 1
             continue
-        if a.nbytes is None or a.total_allocated is None:
+        row = _row(e, a)
+        if row is None:
             bad += 1
             continue
-        rows["ts_ns"].append(int(round(e.ts * 1000)))
-        rows["pid"].append(e.pid if isinstance(e.pid, int) else None)
-        rows["tid"].append(e.tid if isinstance(e.tid, int) else None)
-        rows["device"].append(a.device if a.device is not None else -1)
-        rows["device_type"].append(a.device_type)
-        rows["bytes"].append(int(a.nbytes))
-        rows["total_allocated"].append(int(a.total_allocated))
-        rows["total_reserved"].append(None if a.total_reserved is None else int(a.total_reserved))
-        rows["addr"].append(a.addr)
+        for k, v in zip(MEMORY_SCHEMA, row):
+            rows[k].append(v)
     df = pl.DataFrame(rows, schema=MEMORY_SCHEMA)
     # the event order in the file is the allocator's order; sort by time only, stably
     df = df.with_row_index("seq").sort("ts_ns", "seq", maintain_order=True).drop("seq")
-    return df, on
+    return df, on, bad
+
+
+_I64 = (-(2**63), 2**63 - 1)
+_I32 = (-(2**31), 2**31 - 1)
+
+
+def _fits(v: Any, bounds: tuple[int, int]) -> int | None:
+    """``v`` as an integer if it is one (or a whole float) within ``bounds``, else None."""
+    if isinstance(v, float):
+        if not v.is_integer():
+            return None
+        v = int(v)
+    return v if isinstance(v, int) and bounds[0] <= v <= bounds[1] else None
+
+
+def _row(e: _Ev, a: _Args) -> tuple | None:
+    """One event's values in ``MEMORY_SCHEMA`` order, or None when a required value is missing
+    or one does not fit its column (a damaged trace: never a wrapped or clipped number)."""
+    ts_ns = round(e.ts * 1000) if math.isfinite(e.ts) else None
+    nbytes, total = _fits(a.nbytes, _I64), _fits(a.total_allocated, _I64)
+    reserved = None if a.total_reserved is None else _fits(a.total_reserved, _I64)
+    device = -1 if a.device is None else _fits(a.device, _I32)
+    device_type = None if a.device_type is None else _fits(a.device_type, _I32)
+    addr = None if a.addr is None else _fits(a.addr, _I64)
+    if (ts_ns is None or _fits(ts_ns, _I64) is None or nbytes is None or total is None or device is None
+            or (a.total_reserved is not None and reserved is None) or (a.device_type is not None and device_type is None)
+            or (a.addr is not None and addr is None)):  # fmt: skip
+        return None
+    pid = _fits(e.pid, _I64) if isinstance(e.pid, int) else None
+    tid = _fits(e.tid, _I64) if isinstance(e.tid, int) else None
+    return ts_ns, pid, tid, device, device_type, nbytes, total, reserved, addr
 
 
 _EV_DECODER = msgspec.json.Decoder(_Ev)

@@ -208,6 +208,8 @@ def _read_tables(path: Path, ctx: _Ctx, *, events: int | None = None) -> Trace:
     gpu, cpu = ctx.decode(gpu), ctx.decode(cpu)
     ctx.release()
     gpu, cpu = _timed(gpu, "GPU", ctx.notes), _timed(cpu, "host", ctx.notes)
+    if ctx.not_utf8:
+        ctx.notes.append(f"{ctx.not_utf8} name(s) that were not UTF-8 (a damaged export) are shown with U+FFFD for each bad byte")
     if gpu.height == 0 and cpu.height == 0 and events is None:  # (an empty part: slicing says so)
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events")
     devices = ctx.devices()
@@ -247,6 +249,7 @@ class _Ctx:
         # names travel as UInt32 codes into these texts until the tables are merged
         self._texts: list[pl.Series] = []
         self._n_texts = 0
+        self.not_utf8 = 0  # distinct names that were not UTF-8 (repaired for display)
         self._lookups: dict[str, pl.DataFrame] = {}
         # SQL conditions a part of the export (``_read_part``) puts on host and GPU tables
         self.host_where: str | None = None
@@ -445,10 +448,14 @@ class _Ctx:
         """Append distinct texts to the dictionary; returns the code of the first. Copied into
         buffers of their own, so the dictionary never keeps a whole chunk's text alive."""
         first = self._n_texts
+        raw = values.cast(pl.Binary).to_list()
         try:  # (as bytes: a damaged export's text need not be UTF-8, and polars then says so)
-            own = pl.Series("value", values.cast(pl.Binary).to_list(), dtype=pl.Binary).cast(pl.String)
-        except pl.exceptions.PolarsError:  # not UTF-8: kept as read, the reader's checks decide
-            own = values.rename("value")
+            own = pl.Series("value", raw, dtype=pl.Binary).cast(pl.String)
+        except pl.exceptions.PolarsError:
+            # Not UTF-8 (a damaged page): each bad byte shown as U+FFFD, and said in the notes.
+            # Kept as read, the text would fail, or stop the process, wherever it is shown.
+            self.not_utf8 += sum(1 for b in raw if b is not None and not _is_utf8(b))
+            own = pl.Series("value", [None if b is None else b.decode("utf-8", "replace") for b in raw], dtype=pl.String)
         self._texts.append(own)
         self._n_texts += values.len()
         return first
@@ -792,6 +799,14 @@ def _operator_only(names: pl.Series) -> pl.Series:
         return frame.select(fast).to_series()
     except pl.exceptions.ComputeError:
         return frame.select(v.str.replace(_EMIT_NVTX_KEY + ".*$", "")).to_series()
+
+
+def _is_utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _unversioned(names: pl.Series) -> pl.Series:

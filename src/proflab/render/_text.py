@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from proflab._controls import escape
 from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
 __all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable"]
-
-# C0 and C1 controls (ESC starts ANSI and OSC sequences: colours, titles, hyperlinks, screen
-# clears; C1's CSI does the same in one byte) and the bidirectional overrides that reorder
-# what is shown. Newline and tab stay: the renderers lay those out themselves.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def _escape(m: re.Match) -> str:
-    c = ord(m.group())
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def printable(obj: Any) -> Any:
     """``obj`` (a report's dict) with every control character in its text shown as an escape
     (``\\x1b``): names come from traces, and a terminal or page must show them, not obey them."""
     if isinstance(obj, str):
-        return _UNPRINTABLE.sub(_escape, obj)
+        return escape(obj)
     if isinstance(obj, dict):
         return {printable(k): printable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
