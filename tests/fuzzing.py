@@ -12,6 +12,7 @@ same bytes, so a failure is reproduced by its test id alone.
 
 from __future__ import annotations
 
+import copy
 import csv
 import gzip
 import io
@@ -51,6 +52,13 @@ BAD_VALUES = (
 # CSV cells: the text ncu could never have written, and numbers as other locales write them.
 BAD_CELLS = ("", "n/a", "NaN", "inf", "-inf", "1e999", "-5", "18446744073709551617", "1,234.5", "1.234,5",
              "1 234,5", "٣٫١٤", "\x1b[2J", "<b>x</b>", "\x00", "(1, 2", "((((", "1e-400", "--", "0x10")
+
+
+def _bad(rng: random.Random):
+    """One of BAD_VALUES, a copy: a mutation that later edits what it was given in place (adds
+    events to a list that became ``traceEvents``) must never change the constants, which made a
+    case's input depend on the cases built before it in the process (and one list hold itself)."""
+    return copy.deepcopy(rng.choice(BAD_VALUES))
 
 
 @dataclass(frozen=True)
@@ -230,7 +238,7 @@ def _pick(events: list, rng: random.Random, k: int) -> list[dict]:
 
 def m_wrong_type(doc, rng):
     field = rng.choice(_EVENT_FIELDS)
-    value = rng.choice(BAD_VALUES)
+    value = _bad(rng)
     for e in _pick(_events(doc), rng, rng.choice((1, 5, 50))):
         e[field] = value
     return f"event.{field}={value!r}"[:60]
@@ -238,7 +246,7 @@ def m_wrong_type(doc, rng):
 
 def m_wrong_arg_type(doc, rng):
     field = rng.choice(_ARG_FIELDS)
-    value = rng.choice(BAD_VALUES)
+    value = _bad(rng)
     for e in _pick(_events(doc), rng, rng.choice((1, 5, 50))):
         if not isinstance(e.get("args"), dict):
             e["args"] = {}
@@ -250,7 +258,7 @@ def m_wrong_top(doc, rng):
     if not isinstance(doc, dict):
         return "array form: top unchanged"
     field = rng.choice(_TOP_FIELDS)
-    doc[field] = rng.choice(BAD_VALUES + ([{"0": "x"}], [[1]], "ns", "us", "ms"))
+    doc[field] = copy.deepcopy(rng.choice(BAD_VALUES + ([{"0": "x"}], [[1]], "ns", "us", "ms")))
     return f"top.{field}"
 
 
@@ -259,10 +267,10 @@ def m_device_properties(doc, rng):
         return "array form"
     props = doc.get("deviceProperties")
     if isinstance(props, list) and props and isinstance(props[0], dict):
-        props[0][rng.choice(list(props[0]) or ["id"])] = rng.choice(BAD_VALUES)
+        props[0][rng.choice(list(props[0]) or ["id"])] = _bad(rng)
     else:
-        doc["deviceProperties"] = [{"id": rng.choice(BAD_VALUES), "name": rng.choice(HOSTILE_NAMES),
-                                    "numSms": rng.choice(BAD_VALUES), "totalGlobalMem": rng.choice(BAD_VALUES)}]
+        doc["deviceProperties"] = [{"id": _bad(rng), "name": rng.choice(HOSTILE_NAMES),
+                                    "numSms": _bad(rng), "totalGlobalMem": _bad(rng)}]
     return "deviceProperties"
 
 
@@ -331,10 +339,10 @@ def m_unknown_events(doc, rng):
         ev.insert(rng.randrange(len(ev) + 1), {"ph": rng.choice(("X", "B", "E", "i", "s", "f", "C", "Z", 7, None)),
                                               "cat": rng.choice(("kernel", "gpu_memcpy", "cuda_runtime", "ac2g", "cpu_op",
                                                                  "???", "", None, 3)),
-                                              "name": rng.choice(HOSTILE_NAMES), "ts": rng.choice(BAD_VALUES),
-                                              "dur": rng.choice(BAD_VALUES), "pid": rng.choice(BAD_VALUES),
-                                              "tid": rng.choice(BAD_VALUES), "id": rng.choice(BAD_VALUES),
-                                              "args": rng.choice(BAD_VALUES)})
+                                              "name": rng.choice(HOSTILE_NAMES), "ts": _bad(rng),
+                                              "dur": _bad(rng), "pid": _bad(rng),
+                                              "tid": _bad(rng), "id": _bad(rng),
+                                              "args": _bad(rng)})
     return "random events"
 
 
@@ -562,7 +570,9 @@ class Builder:
     def build(self, family: str, index: int) -> Case:
         rng = random.Random(f"{family}:{index}")
         d = self.root / f"{family}-{index}"
-        d.mkdir(parents=True, exist_ok=True)
+        if d.exists():  # built before (in-process, then through the CLI): the same case afresh
+            shutil.rmtree(d)
+        d.mkdir(parents=True)
         return getattr(self, f"_case_{family}")(rng, d, index)
 
     def _doc(self, rng) -> tuple[str, dict]:

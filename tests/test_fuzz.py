@@ -291,3 +291,17 @@ def test_hostile_names_render_clean(tmp_path):
 
 def test_family_list_is_covered():
     assert set(FAMILIES) == {f for f, _ in plan(len(FAMILIES) * 20)}
+
+
+def test_a_case_never_changes_the_generators_constants(builder):
+    """kineto_json-8845 (wrong top-level traceEvents, then random events added to it) once made
+    BAD_VALUES' empty list hold events and itself: every later case built in the process was
+    another input than the same id alone, and some could not be written at all."""
+    import copy
+
+    import fuzzing
+
+    before = copy.deepcopy(fuzzing.BAD_VALUES)
+    case = builder.build("kineto_json", 8845)
+    assert case.what.endswith("top.traceEvents+random events") and case.paths[0].is_file()
+    assert repr(fuzzing.BAD_VALUES) == repr(before)

@@ -387,3 +387,47 @@ def test_meta_json_of_another_shape_is_ignored_where_memory_is_costed(tmp_path):
         a = MemoryAnalysis(sources={})
         _run_collection_cost(a, run)
         assert "run_profiled_step_ms" not in (a.collection or {})
+
+
+def test_a_duration_whose_end_leaves_the_clock_is_dropped_and_said(tmp_path):
+    """kineto_json-6378: dur 2**53+1 us on a trace whose starts are epoch ns: start and
+    duration each fit in int64 ns, their sum wrapped, and the report said wall_ms = -9.4e12."""
+    from proflab import analyze, load
+
+    trace = load(_fuzz_case(tmp_path, "kineto_json", 6378, "a100_2022: event.dur=9007199254740993").paths[0], cache=False)
+    assert any("clock's range" in n for n in trace.meta.notes), trace.meta.notes
+    report = analyze(trace)
+    assert report.summary["wall_ms"] >= 0 and all(s.get("dur_ms", 0) >= 0 for s in report.steps)
+
+
+def test_a_blob_where_an_export_keeps_text_is_read_as_text(tmp_path):
+    """nsys-2718: a StringIds value stored as a BLOB that is not UTF-8 stopped the read with
+    polars' "invalid utf8" (a ComputeError, traceback and all)."""
+    from proflab import analyze, load
+
+    trace = load(_fuzz_case(tmp_path, "nsys", 2718, "t4_power_iteration_baseline: StringIds.value=X'00FF10'").paths[0], cache=False)
+    analyze(trace)
+    assert any("not UTF-8" in n for n in trace.meta.notes), trace.meta.notes
+
+
+def test_a_monitor_file_that_makes_polars_panic_is_one_line(tmp_path, capsys):
+    """rundir-1485: a zeroed block in monitor.parquet made polars panic (PanicException, which
+    ``except Exception`` does not catch) where the memory section read it."""
+    case = _fuzz_case(tmp_path, "rundir", 1485, "20261122-074634-h100_cuda_train: monitor.parquet zero_block")
+    from proflab.errors import CorruptInput
+    from proflab.readers.monitor import read_monitor
+
+    with pytest.raises(CorruptInput, match="monitor.parquet: not a readable parquet file"):
+        read_monitor(case.paths[0] / "monitor.parquet")
+    assert main(["analyze", str(case.paths[0]), "-f", "json", "--no-cache"]) in (0, 2)
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_an_ncu_speedup_beyond_the_whole_kernel_is_not_read(tmp_path):
+    """ncu-5181: "1,234.5" in a details page's Estimated Speedup became a 1,234.5 % speedup."""
+    from proflab.readers import ncu as ncu_reader
+
+    case = _fuzz_case(tmp_path, "ncu", 5181, "copy_blocked details.csv: bad cells")
+    speeds = ncu_reader.read(case.paths[0]).rules.get_column("est_speedup_pct").to_list()
+    assert speeds and all(s is None or 0 <= s <= 100 for s in speeds), speeds
+    assert None in speeds  # the damaged cell, read as missing

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import polars as pl
-
 from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageError
@@ -110,7 +108,9 @@ def _side(what: Any, tag: str, read: Any, top_kernels: int, opts: dict[str, Any]
             if not isinstance(run, dict):
                 raise SchemaError(p / "meta.json", "expected a JSON object")
             if (p / "monitor.parquet").is_file():
-                monitor = pl.read_parquet(p / "monitor.parquet")
+                from proflab.readers.monitor import read_monitor
+
+                monitor = read_monitor(p / "monitor.parquet")
         sources.extend(expand_paths([p]))
     # the energy of a run directory needs its traces: such a side is always read
     got = [_trace_part(s, read, top_kernels, opts or {}, keep_trace=monitor is not None) for s in sources]

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from proflab.errors import CorruptInput, EmptyTrace, InputError, InputNotFound, SchemaError
+from proflab.errors import EmptyTrace, InputError, InputNotFound, SchemaError
 
 __all__ = ["EnergyAnalysis", "ENERGY_SCHEMA_ID", "analyze_energy", "counter_resolution", "device_energy",
            "energy_of", "energy_per_step", "load_monitor", "span_energy_j"]
@@ -51,10 +51,9 @@ def load_monitor(run_dir: str | Path) -> pl.DataFrame:
     p = Path(run_dir) / "monitor.parquet"
     if not p.is_file():
         raise InputNotFound(run_dir, "no monitor.parquet (run without the GPU monitor, or not a proflab run directory)")
-    try:
-        df = pl.read_parquet(p)
-    except Exception as e:  # truncated or not parquet
-        raise CorruptInput(p, f"not a readable parquet file ({type(e).__name__})") from None
+    from proflab.readers.monitor import read_monitor
+
+    df = read_monitor(p)
     lacking = [c for c in _NEEDED if c not in df.columns]
     if lacking:
         raise SchemaError(p, f"not GPU monitor samples (no column {', '.join(lacking)})")

@@ -96,7 +96,7 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
                 f = entry.frames
                 gpu, cpu, steps, note = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
                 return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)
-            except (OSError, pl.exceptions.PolarsError, TypeError, IndexError):
+            except (OSError, pl.exceptions.PolarsError, pl.exceptions.PanicException, TypeError, IndexError):
                 _cache.drop(p)  # damaged after all: read the trace again
     if part is not None and _is_nsys(p):
         # an export is cut inside SQLite: only the part is read (and nothing is cached,

@@ -370,13 +370,23 @@ def _partition(events: list) -> tuple[list, list, list, list[str]]:
 
 def _timed(df: pl.DataFrame, problems: Counter | None) -> pl.DataFrame:
     """The rows that have a start: an event without ``ts`` (or with null) has no place on
-    the timeline, so it is dropped and counted for the notes, never placed at time 0."""
-    n = df.get_column("start_ns").null_count()
-    if not n:
+    the timeline, so it is dropped and counted for the notes, never placed at time 0. So is
+    one whose end the int64 ns clock cannot hold (a start and a duration that each fit, but
+    not their sum, which would wrap to a time before the trace began)."""
+    start, dur = pl.col("start_ns"), pl.col("dur_ns")
+    past = ((dur > 0) & (start > _I64_MAX - dur)) | ((dur < 0) & (start < _I64_MIN - dur)) if "dur_ns" in df.columns else pl.lit(False)
+    n, far = df.select(start.null_count(), past.sum()).row(0)
+    if not n and not far:
         return df
     if problems is not None:
-        problems["ts", "missing", "event dropped"] += n
-    return df.filter(pl.col("start_ns").is_not_null())
+        if n:
+            problems["ts", "missing", "event dropped"] += n
+        if far:
+            problems["dur", "ending past the clock's range", "event dropped"] += far
+    return df.filter(start.is_not_null() & ~past.fill_null(False))
+
+
+_I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 
 _FLOW_CATS = {"ac2g", "async"}
@@ -548,7 +558,7 @@ class _Helper:
                 (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"), pl.read_ipc(out / f"comms-{i}.arrow"))
                 for i in range(first, self.slices)
             ]
-        except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError):
+        except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError, pl.exceptions.PanicException):
             return None
         if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA or dict(m.schema) != COMM_SCHEMA for g, c, m in parts):
             return None

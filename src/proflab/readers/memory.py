@@ -293,10 +293,9 @@ def nvml_memory(run_dir: str | Path) -> pl.DataFrame | None:
     p = Path(run_dir) / "monitor.parquet"
     if not p.is_file():
         return None
-    try:
-        df = pl.read_parquet(p)
-    except Exception as e:  # a damaged monitor file: say so where the caller notes it
-        raise CorruptInput(p, f"not a readable parquet file ({type(e).__name__})") from e
+    from proflab.readers.monitor import read_monitor
+
+    df = read_monitor(p)  # (a damaged file: CorruptInput, which the caller notes)
     need = {"time_ns", "device", "mem_used_bytes", "mem_total_bytes"}
     if not need <= set(df.columns):
         return None

@@ -275,6 +275,8 @@ def _from_details(header: list[str], rows: list[list[str]], source: str, version
         launches.setdefault(lid, lrow)
         if rec.get("Rule Name"):
             speed = parse_value(rec.get("Estimated Speedup", ""))
+            if speed is not None and not 0 <= speed <= 100:  # a share of the kernel's time: else damaged
+                speed = None
             rules.append({
                 "launch_id": lid,
                 "section": rec["Section Name"],

@@ -419,12 +419,26 @@ class _Ctx:
             cur.close()
         if raw.width == 0 or raw.height == 0:
             return pl.DataFrame(schema=schema)
+        raw = raw.rename(dict(zip(raw.columns, schema, strict=True)))
+        for c, t in schema.items():
+            if t == pl.String and raw.schema[c] == pl.Binary:  # a BLOB where text belongs (a damaged export)
+                raw = raw.with_columns(self._text_of(raw.get_column(c)))
         try:
-            return raw.rename(dict(zip(raw.columns, schema, strict=True))).cast(schema)  # type: ignore[arg-type]
+            return raw.cast(schema)  # type: ignore[arg-type]
         except pl.exceptions.InvalidOperationError as e:  # a REAL or text where nsys writes integers
             col = next((c for c in schema if f"'{c}'" in str(e)), None)
             where = {None: "", "dur_ns": " columns start/end", "start_ns": " column start"}.get(col, f" column {col}")
             raise SchemaError(self.path, f"unexpected value types in table {table}{where} (values out of range or not integers)") from e
+
+    def _text_of(self, values: pl.Series) -> pl.Series:
+        """Bytes as text; what is not UTF-8 shows U+FFFD for each bad byte, and is counted for
+        the notes (kept as read, it would fail, or stop the process, wherever it is shown)."""
+        try:
+            return values.cast(pl.String)
+        except pl.exceptions.PolarsError:
+            raw = values.to_list()
+            self.not_utf8 += sum(1 for b in raw if b is not None and not _is_utf8(b))
+            return pl.Series(values.name, [None if b is None else b.decode("utf-8", "replace") for b in raw], dtype=pl.String)
 
     def strings(self) -> pl.DataFrame:
         if self._strings is None:
@@ -448,14 +462,8 @@ class _Ctx:
         """Append distinct texts to the dictionary; returns the code of the first. Copied into
         buffers of their own, so the dictionary never keeps a whole chunk's text alive."""
         first = self._n_texts
-        raw = values.cast(pl.Binary).to_list()
-        try:  # (as bytes: a damaged export's text need not be UTF-8, and polars then says so)
-            own = pl.Series("value", raw, dtype=pl.Binary).cast(pl.String)
-        except pl.exceptions.PolarsError:
-            # Not UTF-8 (a damaged page): each bad byte shown as U+FFFD, and said in the notes.
-            # Kept as read, the text would fail, or stop the process, wherever it is shown.
-            self.not_utf8 += sum(1 for b in raw if b is not None and not _is_utf8(b))
-            own = pl.Series("value", [None if b is None else b.decode("utf-8", "replace") for b in raw], dtype=pl.String)
+        # (as bytes: a damaged export's text need not be UTF-8, and polars then says so)
+        own = self._text_of(pl.Series("value", values.cast(pl.Binary).to_list(), dtype=pl.Binary))
         self._texts.append(own)
         self._n_texts += values.len()
         return first

@@ -294,10 +294,13 @@ def _power_counters(tracks: _Tracks, trace, monitor: Path, notes: list[str]) -> 
     if base is None:
         notes.append("monitor power not drawn: the trace has no baseTimeNanoseconds to place it on the monitor's clock")
         return []
+    from proflab.errors import InputError
+    from proflab.readers.monitor import read_monitor
+
     try:
-        m = pl.read_parquet(monitor, columns=["device", "time_ns", "power_w"])
-    except Exception as e:  # noqa: BLE001 - a damaged monitor file costs the counter, not the export
-        notes.append(f"monitor power not drawn: {monitor.name} unreadable ({type(e).__name__})")
+        m = read_monitor(monitor, columns=["device", "time_ns", "power_w"])
+    except InputError as e:  # a damaged monitor file costs the counter, not the export
+        notes.append(f"monitor power not drawn: {monitor.name} unreadable ({e.problem})")
         return []
     lo, hi = trace.window_ns
     margin = 1_000_000_000  # a second each side: NVML's power is a one-second average

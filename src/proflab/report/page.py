@@ -104,14 +104,10 @@ def _run_extras(run_dir: Path | None) -> tuple[Any, dict[str, Any] | None]:
     analysis that fails is left out, never the page)."""
     if run_dir is None or not (run_dir / "monitor.parquet").is_file():
         return None, None
-    import polars as pl
+    from proflab.errors import ProflabError
+    from proflab.readers.monitor import read_monitor
 
-    from proflab.errors import ProflabError, SchemaError
-
-    try:
-        monitor = pl.read_parquet(run_dir / "monitor.parquet")
-    except Exception as e:  # a damaged file: one line, like every bad input
-        raise SchemaError(run_dir / "monitor.parquet", f"not a readable monitor file ({e})") from e
+    monitor = read_monitor(run_dir / "monitor.parquet")  # a damaged file: one line, like every bad input
     try:
         from proflab.api import energy
 
