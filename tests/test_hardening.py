@@ -431,3 +431,20 @@ def test_an_ncu_speedup_beyond_the_whole_kernel_is_not_read(tmp_path):
     speeds = ncu_reader.read(case.paths[0]).rules.get_column("est_speedup_pct").to_list()
     assert speeds and all(s is None or 0 <= s <= 100 for s in speeds), speeds
     assert None in speeds  # the damaged cell, read as missing
+
+
+def test_a_far_rowid_does_not_split_a_table_into_trillions_of_pieces(tmp_path):
+    """nsys-6296: a StringIds id (its rowid) of -2**63 made the read plan 3.5e13 rowid pieces
+    of the table; the list of their queries took the test process to 24 GB and the OOM
+    killer. Run in a child with its address space capped, so a regression cannot do that."""
+    import resource
+
+    case = _fuzz_case(tmp_path, "nsys", 6296, "h100_2gpu_1s: StringIds.id=-9223372036854775808")
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    proc = subprocess.run([sys.executable, "-m", "proflab", "analyze", str(case.paths[0]), "-f", "json", "--no-cache"],
+                          capture_output=True, text=True, preexec_fn=cap, timeout=300)  # fmt: skip
+    assert proc.returncode in (0, 2), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr

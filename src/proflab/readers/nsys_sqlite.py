@@ -61,6 +61,7 @@ __all__ = ["sniff", "read", "event_rows", "SQLITE_MAGIC"]
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
 _CHUNK_ROWS = 1 << 19  # rows of a table read and finished at a time
+_MAX_PIECES = 1 << 16  # pieces of a table at most (34 G rowids: an export's rowids run from 1)
 _READ_THREADS = 2  # threads reading a large table's next pieces (SQLite runs without the GIL)
 
 # ENUM_CUDA_MEMCPY_OPER and ENUM_CUDA_MEM_KIND ids (stable across nsys versions).
@@ -363,7 +364,9 @@ class _Ctx:
             low, top = self.con.execute(_rowid_bounds(table)).fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
-        if top is None or top - low < _CHUNK_ROWS:
+        if top is None or top - low < _CHUNK_ROWS or (top - low) // _CHUNK_ROWS > _MAX_PIECES:
+            # (one piece, too, where the rowids are far from dense: a damaged or hand-set id
+            # of -2**63 made 3.5e13 pieces, and the list of their queries filled 24 GB)
             done = finish(_detached(self._fetch_arrow(sql, schema, table)))
             self._advance(table, self._planned.get(table, 0))
             return done
@@ -758,7 +761,9 @@ _EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CU
 
 def _event_table_rows(con: sqlite3.Connection, tables: set[str]) -> dict[str, int]:
     """The rowids each event table present spans, from its bounds (two B-tree seeks a table;
-    a table without rowids is not counted)."""
+    a table without rowids is not counted), but no more rows than the file can hold (a row
+    takes more than 8 bytes; a damaged rowid may span 2**64)."""
+    most = _file_bytes(con) // 8
     out = {}
     for t in _EVENT_TABLES:
         if t in tables:
@@ -767,8 +772,12 @@ def _event_table_rows(con: sqlite3.Connection, tables: set[str]) -> dict[str, in
             except sqlite3.OperationalError:
                 continue
             if top is not None:
-                out[t] = top - low + 1
+                out[t] = min(top - low + 1, most)
     return out
+
+
+def _file_bytes(con: sqlite3.Connection) -> int:
+    return con.execute("PRAGMA page_count").fetchone()[0] * con.execute("PRAGMA page_size").fetchone()[0]
 
 
 def _rowid_bounds(table: str) -> str:
