@@ -448,3 +448,26 @@ def test_a_far_rowid_does_not_split_a_table_into_trillions_of_pieces(tmp_path):
                           capture_output=True, text=True, preexec_fn=cap, timeout=300)  # fmt: skip
     assert proc.returncode in (0, 2), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr
+
+
+@pytest.mark.parametrize(("family", "index", "what"), [
+    ("kineto_json", 11853, "a100_2022: args.shared memory=-1"),
+    ("kineto_json", 15861, "a100_2022: hostile names+args.shared memory=-1"),
+])  # fmt: skip
+def test_a_negative_size_reads_as_missing(tmp_path, family, index, what):
+    """Fuzz cases 11853 and 15861: "shared memory": -1 became a kernel row with -1 bytes of
+    shared memory in the report; sizes and launch dimensions below 0 now read as missing."""
+    from proflab import analyze, load
+
+    trace = load(_fuzz_case(tmp_path, family, index, what).paths[0], cache=False)
+    for c in ("bytes", "grid_x", "block_x", "registers", "shared_mem_bytes"):
+        assert not (trace.gpu[c] < 0).any(), c
+    assert all((k.get("shared_mem_bytes") or 0) >= 0 for k in analyze(trace).kernels)
+
+
+def test_a_memory_event_a_millennium_away_is_dropped(tmp_path):
+    """memory case kineto_json-15158: ts = 1e308 us is finite, but not in ns (OverflowError)."""
+    from proflab import analyze, load
+
+    report = analyze(load(_fuzz_case(tmp_path, "kineto_json", 15158, "memory_h100: event.ts=1e+308").paths[0], cache=False))
+    assert any("dropped" in n for n in report.memory["notes"]), report.memory["notes"]

@@ -191,6 +191,16 @@ def empty(schema: dict[str, pl.DataType]) -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
+# GPU columns that count or measure (bytes, launch dimensions, registers): a negative value is
+# a damaged input's, and reads as missing, never as a negative size in a report
+_COUNTS = ("bytes", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers", "shared_mem_bytes")
+
+
+def counts_only(gpu: pl.DataFrame) -> pl.DataFrame:
+    """``gpu`` (a reader's GPU rows) with negative sizes and launch dimensions as nulls."""
+    return gpu.with_columns(pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in _COUNTS if c in gpu.columns)
+
+
 def steps_from_annotations(cpu: pl.DataFrame) -> pl.DataFrame:
     """Profiler steps from ``ProfilerStep#N`` ranges (torch.profiler writes them; in an Nsight
     Systems export they are NVTX ranges when torch.profiler ran too). Host ranges, whatever

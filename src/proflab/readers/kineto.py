@@ -50,6 +50,7 @@ from proflab.model.trace import (
     MEMORY_KINDS,
     Trace,
     TraceMeta,
+    counts_only,
     steps_from_annotations,
 )
 from proflab.readers import _progress as progress
@@ -778,7 +779,7 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
         # a memcpy whose name did not parse still is a memcpy, of unknown direction
         pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
     )
-    return df.select(list(GPU_SCHEMA))
+    return counts_only(df.select(list(GPU_SCHEMA)))
 
 
 def _enum(expr: pl.Expr, values: list[str]) -> pl.Expr:

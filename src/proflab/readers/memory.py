@@ -147,7 +147,7 @@ def _fits(v: Any, bounds: tuple[int, int]) -> int | None:
 def _row(e: _Ev, a: _Args) -> tuple | None:
     """One event's values in ``MEMORY_SCHEMA`` order, or None when a required value is missing
     or one does not fit its column (a damaged trace: never a wrapped or clipped number)."""
-    ts_ns = round(e.ts * 1000) if math.isfinite(e.ts) else None
+    ts_ns = round(e.ts * 1000) if math.isfinite(e.ts * 1000) else None  # (1e308 us: inf ns)
     nbytes, total = _fits(a.nbytes, _I64), _fits(a.total_allocated, _I64)
     reserved = None if a.total_reserved is None else _fits(a.total_reserved, _I64)
     device = -1 if a.device is None else _fits(a.device, _I32)

@@ -50,6 +50,7 @@ from proflab.model.trace import (
     MEMORY_KINDS,
     Trace,
     TraceMeta,
+    counts_only,
     steps_from_annotations,
 )
 from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
@@ -250,7 +251,7 @@ class _Ctx:
         # names travel as UInt32 codes into these texts until the tables are merged
         self._texts: list[pl.Series] = []
         self._n_texts = 0
-        self.not_utf8 = 0  # distinct names that were not UTF-8 (repaired for display)
+        self.not_utf8 = 0  # texts that were not UTF-8 (shown repaired)
         self._lookups: dict[str, pl.DataFrame] = {}
         # SQL conditions a part of the export (``_read_part``) puts on host and GPU tables
         self.host_where: str | None = None
@@ -532,7 +533,7 @@ class _Ctx:
         for col, dtype in _CODED_GPU.items():
             if col not in df.columns:
                 df = df.with_columns(pl.lit(None, dtype=dtype).alias(col))
-        return df.select([pl.col(c).cast(t) for c, t in _CODED_GPU.items()])
+        return counts_only(df.select([pl.col(c).cast(t) for c, t in _CODED_GPU.items()]))
 
     def kernels(self) -> pl.DataFrame:
         t = "CUPTI_ACTIVITY_KIND_KERNEL"
