@@ -471,3 +471,18 @@ def test_a_memory_event_a_millennium_away_is_dropped(tmp_path):
 
     report = analyze(load(_fuzz_case(tmp_path, "kineto_json", 15158, "memory_h100: event.ts=1e+308").paths[0], cache=False))
     assert any("dropped" in n for n in report.memory["notes"]), report.memory["notes"]
+
+
+def test_a_run_listing_holds_numbers_no_column_can(tmp_path, capsys):
+    """rundir-3046: a meta.json exit status of 2**63 stopped `proflab runs` (TypeError while
+    building the table); an integer duration of 400 digits would have been an OverflowError."""
+    from proflab.collect.rundir import list_runs
+
+    case = _fuzz_case(tmp_path, "rundir", 3046, "20261122-074634-h100_cuda_train: meta.json: a wrong field")
+    assert main(["runs", str(case.paths[0].parent)]) == 0
+    run = tmp_path / "runs2" / "r1"
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text('{"exit_status": 9223372036854775808, "duration_s": 1' + "0" * 400 + ', "name": "x"}')
+    (info,) = list_runs(tmp_path / "runs2")
+    assert info.exit_status is None and info.duration_s is None
+    assert main(["runs", str(tmp_path / "runs2")]) == 0

@@ -21,6 +21,7 @@ interrupted still leaves a readable directory.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from dataclasses import dataclass
@@ -128,8 +129,8 @@ def list_runs(root: str | Path = DEFAULT_ROOT) -> list[RunInfo]:
                 name=_str(meta.get("name")) or d.name,
                 command=" ".join(map(str, cmd)) if isinstance(cmd, list) else str(cmd),
                 status=_str(meta.get("status")) or "?",
-                exit_status=exit_status if type(exit_status) is int else None,
-                duration_s=float(duration) if type(duration) in (int, float) else None,
+                exit_status=exit_status if type(exit_status) is int and -(2**31) <= exit_status < 2**31 else None,
+                duration_s=_seconds(duration),
                 top_finding=_str(analysis.get("top_finding")) if isinstance(analysis, dict) else None,
             )
         )
@@ -138,6 +139,14 @@ def list_runs(root: str | Path = DEFAULT_ROOT) -> list[RunInfo]:
 
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _seconds(v: Any) -> float | None:
+    """A duration as meta.json holds it, or None for another type or a number no float holds
+    finitely (an integer of 400 digits)."""
+    if type(v) not in (int, float) or (type(v) is int and abs(v) > 2**63):
+        return None
+    return float(v) if math.isfinite(v) else None
 
 
 def unprofiled_step_ms(trace: str | Path) -> float | None:
