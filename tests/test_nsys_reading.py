@@ -209,21 +209,21 @@ def test_read_reports_its_progress_over_the_event_tables(monkeypatch):
 
 
 @pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
-def test_event_rows_counts_the_event_tables_without_reading_them(tmp_path):
+def test_table_rows_counts_the_event_tables_without_reading_them(tmp_path):
     con = sqlite3.connect(H100)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    counted = sum(con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in nsys_sqlite._EVENT_TABLES if t in tables)
+    counted = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in nsys_sqlite._EVENT_TABLES if t in tables}
     con.close()
-    assert nsys_sqlite.event_rows(H100) == counted > 10_000
+    assert nsys_sqlite.table_rows(H100) == counted and sum(counted.values()) > 10_000
     not_sqlite = tmp_path / "t.json"
     not_sqlite.write_text("{}")
-    assert nsys_sqlite.event_rows(not_sqlite) is None
+    assert nsys_sqlite.table_rows(not_sqlite) is None
 
 
 @pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
 def test_a_whole_read_that_would_not_fit_is_warned_about_first(monkeypatch, capsys):
     """Before an export is read whole, one line on stderr when the memory a read and analysis
-    are measured to need per event exceeds what is available, naming the way to read a part;
+    are estimated to need exceeds what is available, naming the ways to read less;
     the report follows as usual. A machine short of memory for a fixture cannot be had here:
     the available memory is set low, the one thing not real in this test."""
     import json
@@ -236,7 +236,8 @@ def test_a_whole_read_that_would_not_fit_is_warned_about_first(monkeypatch, caps
     assert json.loads(out)["findings"]
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("proflab: warning: h100_2gpu_1s.sqlite holds ")
-    assert "--steps or --window" in lines[0] and "0.0 GiB is available" in lines[0]
+    assert "events; reading and analysing it whole needs about 163 MB" in lines[0] and " 1 MB is available" in lines[0]
+    assert "--memory-budget, --steps or --window" in lines[0]
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--window", "0ms:100ms"]) == 0
     assert capsys.readouterr().err == ""  # a part: no warning
     monkeypatch.setattr(cli, "_available_memory", lambda: 1 << 40)

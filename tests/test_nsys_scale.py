@@ -106,3 +106,28 @@ def test_a_few_steps_of_a_large_export_read_only_those(export, tmp_path):
     report = json.loads(out.read_text())
     assert "steps 12:14 (2 of 20 profiler steps)" in " ".join(report["notes"])
     assert report["source"]["inputs"][0]["events"] == _events(export) + 20
+
+
+def test_an_export_over_the_memory_budget_is_analysed_within_it(export, tmp_path):
+    """``--memory-budget 250M`` on the large export, whose whole analysis is estimated (and
+    measured, above) to need more: the peak stays within the budget, and the report says
+    what was analysed and how far it is like the whole export."""
+    from proflab.readers import nsys_budget, nsys_sqlite
+
+    budget = 250_000_000
+    assert nsys_budget.estimate(nsys_sqlite.table_rows(export)) > 1.2 * budget
+    out = tmp_path / "report.json"
+    probe = (
+        "import resource, subprocess, sys\n"
+        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '--memory-budget', '250M', '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
+        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    r = subprocess.run([sys.executable, "-c", probe, str(export), str(out)], capture_output=True, text=True, timeout=600, env=env)
+    rc, maxrss_kib = map(int, r.stdout.split())
+    assert rc in (0, 1), r.stderr
+    assert maxrss_kib * 1024 <= budget, f"peak RSS {maxrss_kib * 1024 / 1e6:.0f} MB over the 250 MB budget"
+    report = json.loads(out.read_text())
+    notes = [n for n in report["notes"] if n.startswith("memory budget: ")]
+    assert len(notes) == 2 and "over the budget of 250 MB" in notes[0] and "within" in notes[1]
+    assert report["findings"]

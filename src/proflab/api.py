@@ -9,17 +9,22 @@ from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageError
 from proflab.report import Report
+from proflab.readers.nsys_budget import DEFAULT_BUDGET
 from proflab.report.assemble import report_for
 
 __all__ = ["load", "analyze", "compare", "energy"]
 
-def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None) -> Trace:
+def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None,
+         memory_budget: int | None = DEFAULT_BUDGET) -> Trace:
     """Read a trace file (Kineto JSON or JSON.gz, Nsight Systems export) into the columnar model.
 
     ``cache``: keep/reuse the normalized tables in the columnar cache (default: for files of
     16 MB and more; False: never). ``steps="10:20"`` keeps profiler steps 10 to 19,
     ``window="100ms:250ms"`` a time window from the trace's first event (see
-    ``proflab.model.slicing``)."""
+    ``proflab.model.slicing``). ``memory_budget`` (bytes, default 1.5 GB; None: no limit):
+    an Nsight Systems export whose whole analysis is estimated to need more is read in a
+    part from its middle that fits, and the trace's notes say which and how far it is like
+    the whole export (``proflab.readers.nsys_budget``)."""
     from proflab.model.slicing import parse_steps, parse_window
     from proflab.readers import load as _load
 
@@ -28,7 +33,7 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
 
         raise UsageError("give steps or window, not both")
     part = parse_steps(steps) if steps is not None else parse_window(window) if window is not None else None
-    return _load(path, cache=cache, part=part)
+    return _load(path, cache=cache, part=part, budget=memory_budget)
 
 
 def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:
@@ -48,19 +53,20 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
 
 def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,
             unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None,
-            cache: bool | None = None, steps: str | None = None, window: str | None = None):
+            cache: bool | None = None, steps: str | None = None, window: str | None = None,
+            memory_budget: int | None = DEFAULT_BUDGET):
     """Compare two runs: each a trace (path or :class:`Trace`), a list of them (a trace set),
     a folder of traces, or a ``proflab run`` directory (its traces, ``meta.json`` and
     ``monitor.parquet``). Returns a :class:`proflab.analysis.compare.Comparison` whose
     tables are polars DataFrames. ``threshold_pct`` replaces the default noise floor (%);
     ``unprofiled_steps_ms``: (before, after) step times in ms measured without the profiler,
-    which the verdict then rests on. ``cache``, ``steps`` and ``window`` as for :func:`load`;
+    which the verdict then rests on. ``cache``, ``steps``, ``window`` and ``memory_budget`` as for :func:`load`;
     a trace file compared before is answered from the report cache (its report and the small
     tables the comparison needs) without reading it. ``load_trace``, when given, must read
-    with the same ``cache``, ``steps`` and ``window``."""
+    with the same ``cache``, ``steps``, ``window`` and ``memory_budget``."""
     from proflab.analysis.compare import compare as _compare
 
-    opts = {"cache": cache, "steps": steps, "window": window}
+    opts = {"cache": cache, "steps": steps, "window": window, "memory_budget": memory_budget}
     read = load_trace or (lambda p: load(p, **opts))
     return _compare(_side(before, "before", read, top_kernels, opts), _side(after, "after", read, top_kernels, opts),
                     threshold_pct=threshold_pct, unprofiled_steps_ms=unprofiled_steps_ms)
@@ -127,7 +133,8 @@ def _trace_part(source: Trace | Path, read: Any, top_kernels: int, opts: dict[st
 
     key = None
     if isinstance(source, Path) and not keep_trace:
-        options = {"compare": 1, "top": top_kernels, "steps": opts.get("steps"), "window": opts.get("window")}
+        options = {"compare": 1, "top": top_kernels, "steps": opts.get("steps"), "window": opts.get("window"),
+                   "memory_budget": opts.get("memory_budget")}
         key = report_cache.key(source, options, opts.get("cache"))
         got = report_cache.get_with_extra(key)
         if got is not None and got[1] is not None:

@@ -274,6 +274,29 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
                       help="only this time window from the trace's first event, events clipped to it (100ms:250ms; units ns, us, ms, s; ms if none)")
     g.add_argument("--no-cache", dest="cache", action="store_false", default=None,
                    help="neither read nor write the columnar cache of large traces")
+    g.add_argument("--memory-budget", type=_budget_bytes, default=_DEFAULT_BUDGET, metavar="SIZE",
+                   help="analyse an Nsight Systems export that would need more memory than this in a part from its "
+                        "middle that fits, and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole)")
+
+
+_DEFAULT_BUDGET = 1_500_000_000  # bytes (readers.nsys_budget.DEFAULT_BUDGET, not imported: --help stays instant)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
+
+
+def _budget_bytes(text: str) -> int | None:
+    """``--memory-budget``: 1.5G, 800M, 4GiB, 2000000000 (bytes) or none."""
+    if text.strip().lower() in ("none", "off", "0"):
+        return None
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 1.5G, 800M or 4GiB, or none")
+    power = "kmgt".find(m.group(2).lower()) + 1 if m.group(2) else 0
+    return round(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+
+
+def _reading(args: argparse.Namespace) -> dict:
+    """The reading options of the command line, as ``proflab.load`` takes them."""
+    return {"cache": args.cache, "steps": args.steps, "window": args.window, "memory_budget": args.memory_budget}
 
 
 def _loader(args: argparse.Namespace, *, show_progress: bool = False):
@@ -283,9 +306,9 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
         from proflab.api import load
 
         if not (args.steps or args.window):
-            _warn_if_too_big(Path(p))
+            _warn_if_too_big(Path(p), args.memory_budget)
         if not (show_progress and sys.stderr.isatty()):
-            return load(p, cache=args.cache, steps=args.steps, window=args.window)
+            return load(p, **_reading(args))
         from rich.console import Console
         from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -302,35 +325,33 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
 
         try:
             with _progress.reporting(sink):
-                return load(p, cache=args.cache, steps=args.steps, window=args.window)
+                return load(p, **_reading(args))
         finally:
             bar.stop()
 
     return read
 
 
-# peak memory of a whole read and analysis of an Nsight Systems export, per event row:
-# 103-108 bytes on the scaled H100 emit_nvtx exports (1-2 GB), 153 on the scaled T4 mix of
-# runtime calls and short kernels (1.5 GB) (README.md, bench_nsys_large.py)
-_NSYS_BYTES_PER_EVENT = (103, 153)
+def _warn_if_too_big(path: Path, budget: int | None, available: int | None = None) -> None:
+    """One line on stderr before an Nsight Systems export is read when what its read and
+    analysis are estimated to need (``readers.nsys_budget``: the whole export's, or the
+    budget's when that is smaller) exceeds the memory available now: the system may stop the
+    process partway. The read goes on either way (swap, or a part of the estimate unused)."""
+    from proflab.readers import nsys_budget
 
-
-def _warn_if_too_big(path: Path, available: int | None = None) -> None:
-    """One line on stderr before an Nsight Systems export is read whole when what the read
-    and analysis are measured to need per event exceeds the memory available now: the system
-    may stop the process partway, and --steps / --window read a part in memory that follows
-    the part. The read goes on either way (swap, or a part of the estimate unused)."""
-    from proflab.readers import nsys_sqlite
-
-    rows = nsys_sqlite.event_rows(path)
+    whole = nsys_budget.whole_bytes(path)
     available = _available_memory() if available is None else available
-    if not rows or available is None or rows * _NSYS_BYTES_PER_EVENT[0] <= available:
+    if whole is None or available is None:
         return
-    lo, hi = (rows * b / 2**30 for b in _NSYS_BYTES_PER_EVENT)
+    rows, need = whole
+    need = need if budget is None else min(need, budget)
+    if need <= available:
+        return
     print(
-        f"proflab: warning: {path.name} holds {rows / 1e6:.1f} M events; reading and analysing it whole needs "
-        f"about {lo:.1f}-{hi:.1f} GiB ({_NSYS_BYTES_PER_EVENT[0]}-{_NSYS_BYTES_PER_EVENT[1]} bytes an event, as measured "
-        f"on exports like it) and {available / 2**30:.1f} GiB is available; --steps or --window reads a part",
+        f"proflab: warning: {path.name} holds {rows:,} events; reading and analysing "
+        f"{'it whole' if need == whole[1] else 'the part of it --memory-budget allows'} needs about {nsys_budget.size_text(need)} "
+        f"(estimated from its tables' rows) and {nsys_budget.size_text(available)} is available; a smaller --memory-budget, "
+        "--steps or --window reads less",
         file=sys.stderr,
     )
 
@@ -704,7 +725,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         bare = [args.bare_step_ms or unprofiled_step_ms(p) for p in paths]
         # (an export that holds a whole job gets a job report, which is never cached: a cached
         # report for it exists only when it held one process)
-        options = {"top": args.top, "steps": args.steps, "window": args.window, "job": args.job}
+        options = {"top": args.top, "steps": args.steps, "window": args.window, "job": args.job, "memory_budget": args.memory_budget}
         keys = [report_cache.key(p, {**options, "bare_step_ms": b}, args.cache) for p, b in zip(paths, bare)]
         reports = [None if args.perfetto else report_cache.get(k) for k in keys]  # --perfetto needs the trace
         if reports and all(r is not None for r in reports):  # analysed before: nothing to read
@@ -858,7 +879,7 @@ def _job_or_reports(args: argparse.Namespace, paths: list[Path]):
     try:
         return jobs.analyze_job(
             paths, scheduler=args.scheduler, workers=args.workers, top_kernels=args.top,
-            bare_step_ms=args.bare_step_ms, cache=args.cache, steps=args.steps, window=args.window,
+            bare_step_ms=args.bare_step_ms, **_reading(args),
         )
     except jobs.NotAJob as e:
         if args.scheduler or args.workers:
@@ -994,7 +1015,7 @@ def _write_html(args: argparse.Namespace) -> int:
     from proflab.report.page import html_report
 
     html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
-                       cache={"cache": args.cache, "steps": args.steps, "window": args.window})
+                       cache=_reading(args))
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
         from proflab.api import analyze
@@ -1141,7 +1162,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         measured = [unprofiled_steps_ms(p) for p in sides]
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
     comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
-                         unprofiled_steps_ms=unprofiled, cache=args.cache, steps=args.steps, window=args.window)
+                         unprofiled_steps_ms=unprofiled, **_reading(args))
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0
@@ -1234,7 +1255,17 @@ def cmd_sql(args: argparse.Namespace) -> int:
         return _write_out(args, text)
     from proflab import sql
 
-    load = _loader(args, show_progress=fmt == "table")
+    read = _loader(args, show_progress=fmt == "table")
+
+    def load(p):  # a query's rows carry no notes: a part read for the budget is said on stderr
+        trace = read(p)
+        if trace.meta.budget is not None:
+            from proflab.render._text import printable
+
+            said = next((n for n in trace.meta.notes if n.startswith("memory budget: reading")), "")
+            print(f"proflab: {printable(said.split('. A larger', 1)[0])}; the query sees that part", file=sys.stderr)
+        return trace
+
     # a folder or run directory of several rank traces: the job's tables
     ranks = None
     if args.trace and Path(args.trace).is_dir():
@@ -1244,7 +1275,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         if args.output and any(Path(args.output).resolve() == f.resolve() for f in found):
             raise UsageError(f"{args.output}: refusing to overwrite an input trace")
         ranks, args.trace = (found, None) if len(found) >= 2 else (None, str(found[0]))
-    reading = {"cache": args.cache, "steps": args.steps, "window": args.window}
+    reading = _reading(args)
     if args.tables:
         if args.query:
             raise UsageError("--tables takes no query")

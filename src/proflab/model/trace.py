@@ -127,6 +127,7 @@ class TraceMeta:
     distributed: dict[str, Any] | None = None
     versions: dict[str, str] = field(default_factory=dict)  # tool versions the trace records
     notes: tuple[str, ...] = field(default_factory=tuple)
+    budget: int | None = None  # bytes: the memory budget the reader read a part for (None: read as asked)
 
 
 @dataclass(frozen=True)

@@ -64,12 +64,15 @@ def _companion(f: Path) -> bool:
     return head.startswith(b"{") and not any(k in head for k in _TRACE_KEYS)
 
 
-def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None = None):
+def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None = None, budget: int | None = None):
     """Read one trace file into a :class:`proflab.model.Trace`.
 
     ``cache``: use the columnar cache (``_cache``; None: when the file is large enough,
     False: never). ``part``: only some steps or a time window (``proflab.model.slicing``);
-    from a cached trace only that part is read."""
+    from a cached trace only that part is read. ``budget`` (bytes; None: no limit): an
+    Nsight Systems export whose whole analysis is estimated to need more is read in a part
+    that fits (``nsys_budget``; neither read from nor written to the cache, which holds
+    whole traces)."""
     from dataclasses import replace
 
     import polars as pl
@@ -83,6 +86,10 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
         raise InputNotFound(p, "no such file or directory")
     if p.is_dir():
         raise UnsupportedFormat(p, "is a directory; pass one trace file (or use expand_paths)")
+    if part is None and budget is not None and _over_budget(p, budget):
+        from proflab.readers import nsys_sqlite
+
+        return nsys_sqlite.read(p, budget=budget)
     use_cache = _cache.enabled(p, cache)
     if use_cache:
         entry = _cache.scan_entry(p)
@@ -104,11 +111,22 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
         from proflab.readers import nsys_sqlite
 
         return nsys_sqlite.read(p, part)
-    trace = _read(p)
+    trace = _read(p, budget if part is None else None)
     release()  # what the reader freed of the C heap (``proflab._heap``)
-    if use_cache:
+    if use_cache and trace.meta.budget is None:
         _cache.store(p, trace)
     return slice_trace(trace, part)
+
+
+def _over_budget(p: Path, budget: int) -> bool:
+    """Whether ``p`` is an Nsight Systems export whose whole analysis is estimated to need more
+    than ``budget`` bytes (a ``.nsys-rep`` is known only once converted: its read decides)."""
+    from proflab.readers import nsys_budget, nsys_sqlite
+
+    if not nsys_sqlite.sniff(p):
+        return False  # (a .nsys-rep is known once converted: ``_read`` passes the budget on)
+    whole = nsys_budget.whole_bytes(p)
+    return whole is not None and whole[1] > budget
 
 
 def _is_nsys(p: Path) -> bool:
@@ -117,11 +135,11 @@ def _is_nsys(p: Path) -> bool:
     return nsys_sqlite.sniff(p) or p.suffix == ".nsys-rep"
 
 
-def _read(p: Path):
+def _read(p: Path, budget: int | None = None):
     from proflab.readers import kineto, nsys_sqlite
 
     if _is_nsys(p):
-        return nsys_sqlite.read(p)
+        return nsys_sqlite.read(p, budget=budget)
     if kineto.sniff(p):
         return kineto.read(p)
     raise UnsupportedFormat(

@@ -57,7 +57,7 @@ from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window
 from proflab.readers import _progress as progress
 from proflab.readers._merge import merge_by_start
 
-__all__ = ["sniff", "read", "event_rows", "SQLITE_MAGIC"]
+__all__ = ["sniff", "read", "table_rows", "SQLITE_MAGIC"]
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
@@ -81,10 +81,11 @@ def sniff(path: Path) -> bool:
         return False
 
 
-def event_rows(path: str | Path) -> int | None:
-    """How many rows the export's event tables hold, from their rowid bounds (two B-tree
-    seeks a table, nothing read): what a whole read will hold in memory scales with it. None
-    for a file that is not an export that opens; the read itself says what is wrong with it."""
+def table_rows(path: str | Path) -> dict[str, int] | None:
+    """How many rows each event table of the export holds, from their rowid bounds (two B-tree
+    seeks a table, nothing read): what a whole read will hold in memory scales with them
+    (``nsys_budget.estimate``). None for a file that is not an export that opens; the read
+    itself says what is wrong with it."""
     path = Path(path)
     if not sniff(path):
         return None
@@ -94,21 +95,23 @@ def event_rows(path: str | Path) -> int | None:
         return None
     try:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return sum(_event_table_rows(con, tables).values())
+        return _event_table_rows(con, tables)
     except (sqlite3.Error, UnicodeDecodeError):
         return None
     finally:
         con.close()
 
 
-def read(path: str | Path, part: SliceSpec | None = None) -> Trace:
+def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None = None) -> Trace:
     """Read an export (or convert a ``.nsys-rep`` with nsys first). Raises InputError subclasses.
 
     ``part`` (``--steps`` / ``--window``): only that part, cut inside SQLite (``_read_part``),
-    so memory follows the part, not the export; the trace is already sliced."""
+    so memory follows the part, not the export; the trace is already sliced. ``budget``
+    (bytes; with no ``part``): an export whose whole analysis is estimated to need more is
+    read in a part that fits (``nsys_budget``), and its notes say so."""
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
-        return slice_trace(_read_report(path), part)
+        return slice_trace(_read_report(path, None if part is not None else budget), part)
     import adbc_driver_sqlite.dbapi as adbc
 
     uri = _read_only_uri(path)
@@ -118,7 +121,7 @@ def read(path: str | Path, part: SliceSpec | None = None) -> Trace:
     except (sqlite3.Error, adbc.Error) as e:
         raise CorruptInput(path, f"cannot open as SQLite: {e}") from e
     try:
-        return _read(path, con, bulk, lambda: adbc.connect(uri), part)
+        return _read(path, con, bulk, lambda: adbc.connect(uri), part, budget)
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
     except UnicodeDecodeError as e:  # a damaged page under a table or column name
@@ -141,7 +144,7 @@ def _is_nsys_rep(path: Path) -> bool:
     return path.suffix in (".nsys-rep", ".qdrep")
 
 
-def _read_report(path: Path) -> Trace:
+def _read_report(path: Path, budget: int | None) -> Trace:
     from proflab.collect import nsys
 
     with tempfile.TemporaryDirectory(prefix="proflab-nsys-") as tmp:
@@ -155,7 +158,7 @@ def _read_report(path: Path) -> Trace:
             ) from e
         except CollectError as e:
             raise UnsupportedFormat(path, f"nsys could not export it to SQLite ({str(e).removeprefix(f'{path}: ')})") from e
-        trace = read(out)
+        trace = read(out, budget=budget)
     return Trace(trace.gpu, trace.cpu, trace.steps, trace.devices, _with_source(trace.meta, path))
 
 
@@ -163,7 +166,7 @@ def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | None = None) -> Trace:
+def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | None = None, budget: int | None = None) -> Trace:
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables:
         raise EmptyTrace(path, "SQLite database with no tables")
@@ -171,21 +174,52 @@ def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | 
         raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
     ctx = _Ctx(path, con, bulk, tables, connect)
     try:
+        if part is None and budget is not None:
+            trace = _read_within(path, ctx, budget)
+            if trace is not None:
+                return trace
         return _read_tables(path, ctx) if part is None else _read_part(path, ctx, part)
     finally:
         ctx.close_readers()
 
 
-def _read_part(path: Path, ctx: _Ctx, part: SliceSpec) -> Trace:
+def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
+    """The part of the export that fits ``budget`` (``nsys_budget``), with notes that say what
+    reading it whole would need, what was read, and how far the part is like the whole; None
+    when the whole read fits."""
+    from proflab.readers import nsys_budget
+
+    rows = _event_table_rows(ctx.con, ctx.tables)
+    if nsys_budget.estimate(rows) <= budget:
+        return None
+    ctx.host_where = ctx.step_ranges()
+    all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
+    ctx.host_where = None
+    plan = nsys_budget.plan(ctx.con, rows, budget, all_steps)
+    if plan is None:
+        return None
+    events, origin = ctx.extent()
+    if origin is None:
+        return None  # nothing dated: the whole read says what the export holds
+    trace = _read_part(path, ctx, plan.part(origin), known=(all_steps, events, origin))
+    like = nsys_budget.likeness(ctx.con, plan.lo_ns, plan.hi_ns, ctx.string_of)
+    notes = nsys_budget.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like)
+    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
+
+
+def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, known: tuple | None = None) -> Trace:
     """The part ``part`` selects, every table filtered in its SQL to the rows that can belong
     to it (those overlapping the part's host window; with ``--steps``, GPU work in the
     correlation id range of the host calls kept), then cut exactly by ``slice_trace`` as a
     whole trace would be. First, in SQLite: the export's ProfilerStep ranges (the steps and
     their count) and, for ``--window``, its first event."""
     source = str(path)
-    ctx.host_where = ctx.step_ranges()
-    all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
-    events, origin = ctx.extent()
+    if known is None:
+        ctx.host_where = ctx.step_ranges()
+        all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
+        events, origin = ctx.extent()
+    else:  # (the export's steps, event count and first start, as the caller read them)
+        all_steps, events, origin = known
     if part.steps is not None:
         sel = selected_steps(all_steps, part, source)
         lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
@@ -453,6 +487,17 @@ class _Ctx:
                 else pl.DataFrame(schema={"id": pl.Int64, "value": pl.String})
             )
         return self._strings
+
+    def string_of(self, sid) -> str:
+        """One StringIds text by its id (repaired where not UTF-8); '' for none."""
+        if "StringIds" not in self.tables or type(sid) is not int:
+            return ""
+        self.con.text_factory = bytes
+        try:
+            row = self.con.execute("SELECT value FROM StringIds WHERE id = ?", (sid,)).fetchone()
+        finally:
+            self.con.text_factory = str
+        return row[0].decode("utf-8", "replace") if row and isinstance(row[0], bytes) else ""
 
     def comm_ids(self) -> pl.Series:
         """StringIds ids of collective-communication kernel names."""

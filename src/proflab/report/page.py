@@ -20,7 +20,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
     """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
     view), a folder of traces or a run directory. ``load`` reads one trace (default
     ``proflab.load``). ``cache``: the reading options ``load`` uses (``cache``, ``steps``,
-    ``window``); with them, the page of one trace file is built from the report cache (its
+    ``window``, ``memory_budget``; a job's ranks are read with them too); with them, the page of one trace file is built from the report cache (its
     report and timeline) when it was made before, without reading the trace."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.readers import expand_paths
@@ -38,7 +38,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         read = load or _load
 
         try:
-            rep = jobs.analyze_job(files, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
+            rep = jobs.analyze_job(files, top_kernels=top_kernels, bare_step_ms=bare_step_ms, **(cache or {}))
         except jobs.NotAJob:
             rep = None
         if rep is not None:
@@ -52,7 +52,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         from proflab.report import cache as report_cache
 
         options = {"html": 1, "top": top_kernels, "bare_step_ms": bare_step_ms or unprofiled_step_ms(files[0]),
-                   "steps": cache.get("steps"), "window": cache.get("window"), "job": job}
+                   "steps": cache.get("steps"), "window": cache.get("window"), "job": job, "memory_budget": cache.get("memory_budget")}
         key = report_cache.key(files[0], options, cache.get("cache"))
         got = report_cache.get_with_extra(key)
         if got is not None and isinstance(got[1], dict) and "overview" in got[1]:

@@ -1,0 +1,199 @@
+"""An Nsight Systems export analysed within a memory budget.
+
+What reading and analysing an export whole holds in memory grows with its events (a 3.5 GB
+capture needs 8-9 GB whole), so an export whose whole analysis would pass the budget is
+analysed in a part that fits, chosen and checked in SQLite before anything is read:
+
+- **the estimate**: the peak of a whole read and analysis, from the row counts of the event
+  tables (rowid bounds, two B-tree seeks a table) and the per-event costs measured on real
+  exports (``COST_*``, ``benchmarks/bench_nsys_large.py``);
+- **the part**: the middle of the export by where its memory goes, found from the start times
+  of a few thousand rows of each table spread evenly over its rowids (seeks, not a scan), as
+  wide as the budget allows with a margin; whole profiler steps where the export has them,
+  else a time window (``model.slicing``: read inside SQLite, so memory follows the part);
+- **the check**: one aggregate over the kernel table (SQLite's own, in its memory) compares the
+  part's kernel time per kernel with the whole export's, so the report says how far the part
+  is like the whole and names the kernel that differs most.
+
+The notes the report carries say all three: what reading it whole would need, what was
+analysed, and how alike the part and the whole are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+
+import polars as pl
+
+from proflab.errors import UsageError
+from proflab.model.slicing import SliceSpec
+
+__all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "Plan", "whole_bytes", "estimate", "plan", "likeness", "notes", "size_text"]
+
+DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
+
+# Peak RSS of a whole read and analysis (proflab analyze, 2 cores) as measured on the scaled
+# exports of bench_nsys_large.py: the H100 emit_nvtx ones (0.5, 1 and 2 GB: 0.80, 1.47 and
+# 2.85 GB) and the T4 mix of runtime calls and short kernels (0.37 and 1.47 GB: 1.13 and
+# 4.21 GB). A fixed part (interpreter, polars, the name dictionary) and a cost per GPU activity
+# (its row, the device sets, gaps, launch links) and per host event; within 3 % of all five.
+COST_FIXED = 160_000_000
+COST_GPU = 432
+COST_HOST = 31
+_MARGIN = 0.8  # of the budget (less the fixed part) a part is planned to fill: small parts cost more an event
+_SAMPLES = 4096  # rows of each table whose start places its events in time
+_GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+_UNLIKE_POINTS = 5.0  # a kernel's share of kernel time differing more: the part is not like the whole
+_TOP = 10  # the export's kernels with the most time compared
+
+
+def estimate(rows: dict[str, int]) -> int:
+    """Bytes a whole read and analysis of an export with these event-table rows is measured
+    to peak at."""
+    return COST_FIXED + sum(n * (COST_GPU if t in _GPU else COST_HOST) for t, n in rows.items())
+
+
+def whole_bytes(path) -> tuple[int, int] | None:
+    """(event rows, estimated peak bytes) of reading ``path`` whole; None when it is no
+    export that opens (the read says what is wrong)."""
+    from proflab.readers import nsys_sqlite
+
+    rows = nsys_sqlite.table_rows(path)
+    return None if rows is None else (sum(rows.values()), estimate(rows))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The part of an export to analyse within the budget. ``lo_ns``/``hi_ns``: its span on the
+    export's clock; ``steps``: (first, stop) profiler step numbers when it is whole steps."""
+
+    budget: int
+    need: int  # estimated peak of reading the export whole (bytes)
+    lo_ns: int
+    hi_ns: int
+    steps: tuple[int, int] | None
+    step_too_big: bool  # the export has steps, but none fits the budget whole
+
+    def part(self, origin_ns: int) -> SliceSpec:
+        if self.steps is not None:
+            return SliceSpec(steps=self.steps, text=f"steps {self.steps[0]}:{self.steps[1]}")
+        a, b = (self.lo_ns - origin_ns) // 1000 * 1000, -((origin_ns - self.hi_ns) // 1000) * 1000  # whole us: the text is exact
+        return SliceSpec(window_ns=(a, b), text=f"window {_ms(a)}:{_ms(b)}")
+
+
+def size_text(b: float) -> str:
+    """Bytes as MB below 1 GB, else GB (decimal, as --memory-budget takes them)."""
+    return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"
+
+
+def _ms(ns: int) -> str:
+    return f"{ns / 1e6:.3f}".rstrip("0").rstrip(".") + "ms"
+
+
+def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame) -> Plan | None:
+    """The part of the export to read, or None when reading it whole fits ``budget``.
+    ``rows``: each event table's rows; ``steps``: the export's profiler steps
+    (``step``, ``start_ns``, ``end_ns``). Raises UsageError for a budget below what any
+    analysis needs."""
+    import numpy as np
+
+    need = estimate(rows)
+    if need <= budget:
+        return None
+    room = (budget - COST_FIXED) * _MARGIN
+    if room <= 0:
+        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {COST_FIXED / 1e6:.0f} MB any analysis of an export needs")
+    times, weights = [], []
+    for table, n in rows.items():
+        starts = _sampled_starts(con, table, _SAMPLES)
+        if starts.size:
+            times.append(starts)
+            weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
+    if not times:
+        return None  # nothing dated: the whole read says what the export holds
+    t = np.concatenate(times)
+    order = np.argsort(t, kind="stable")
+    t, cum = t[order], np.cumsum(np.concatenate(weights)[order])
+    first = (cum[-1] - room) / 2  # the middle of the export by where its memory goes
+    i = int(np.searchsorted(cum, max(first, 0.0)))
+    j = int(np.searchsorted(cum, first + room))
+    lo, hi = int(t[min(i, t.size - 1)]), (int(t[j]) if j < t.size else int(t[-1]) + 1)
+    hi = max(hi, lo + 1)
+    if steps.height:
+        inside = steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
+        if inside.height:
+            a, b = int(inside["step"].min()), int(inside["step"].max()) + 1
+            kept = steps.filter((pl.col("step") >= a) & (pl.col("step") < b))
+            return Plan(budget, need, int(kept["start_ns"].min()), int(kept["end_ns"].max()), (a, b), False)
+        return Plan(budget, need, lo, hi, None, True)
+    return Plan(budget, need, lo, hi, None, False)
+
+
+def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
+    """The start times (ns) of up to ``k`` rows spread evenly over ``table``'s rowids: rows
+    found by seeks of the rowid B-tree, so the cost follows ``k``, not the table."""
+    import numpy as np
+
+    try:
+        low, top = con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
+    except sqlite3.OperationalError:
+        return np.empty(0, dtype=np.int64)
+    if low is None or top is None or type(low) is not int or type(top) is not int:
+        return np.empty(0, dtype=np.int64)
+    ids = np.unique(np.linspace(low, top, num=min(k, top - low + 1)).astype(np.int64))
+    listed = ", ".join(map(str, ids.tolist()))
+    try:
+        got = con.execute(f'SELECT start FROM "{table}" WHERE rowid IN ({listed}) AND start IS NOT NULL').fetchall()
+    except sqlite3.OperationalError:
+        return np.empty(0, dtype=np.int64)
+    return np.array([v for (v,) in got if type(v) is int and -(2**62) < v < 2**62], dtype=np.int64)
+
+
+def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
+    """How far the kernels running in [lo, hi) are like the whole export's, in one SQLite
+    aggregate over the kernel table: the kernel time in each (ns), the part's share of it, and
+    the largest difference in share of kernel time (percentage points) among the whole
+    export's ``_TOP`` kernels with the most time, with that kernel's name (``texts``: a
+    StringIds id -> name lookup). None without kernels."""
+    try:
+        got = con.execute(
+            "SELECT demangledName, sum(end - start), "
+            f"sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return None
+    got = [(k, w, p) for k, w, p in got if type(w) is int and type(p) is int]
+    whole, part = sum(w for _, w, _ in got), sum(p for _, _, p in got)
+    if whole <= 0 or part <= 0:
+        return None
+    top = sorted(got, key=lambda r: -r[1])[:_TOP]
+    diffs = [(abs(100 * w / whole - 100 * p / part), k, 100 * w / whole, 100 * p / part) for k, w, p in top]
+    worst = max(diffs, key=lambda d: d[0])
+    return {"whole_ns": whole, "part_ns": part, "points": worst[0], "kernel": texts(worst[1]),
+            "whole_pct": worst[2], "part_pct": worst[3], "compared": len(top)}
+
+
+def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None) -> list[str]:
+    """What the report says of a part read for the budget."""
+    what = (f"profiler {p.part(0).text}" if p.steps is not None else
+            f"a time window in its middle ({(p.hi_ns - p.lo_ns) / 1e6:,.1f} ms)" + (", since no whole profiler step fits it" if p.step_too_big else ""))
+    out = [
+        f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({events / 1e6:.1f} M events, estimated "
+        f"from its tables' rows), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
+        f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part"
+    ]
+    if like is None:
+        out.append("memory budget: the export has no kernels to compare the part with the whole export by")
+        return out
+    name = like["kernel"] if len(like["kernel"]) <= 80 else like["kernel"][:77] + "..."
+    share = f"the part runs {like['part_ns'] / 1e6:,.1f} ms of kernels, {100 * like['part_ns'] / like['whole_ns']:.0f}% of the export's {like['whole_ns'] / 1e6:,.1f} ms"
+    if like["points"] <= _UNLIKE_POINTS:
+        out.append(f"memory budget: {share}; the export's {like['compared']} kernels with the most time take shares of kernel time "
+                   f"in the part within {like['points']:.1f} points of their shares in the whole export")
+    else:
+        out.append(f"memory budget: {share}; the part is NOT like the whole export: {name} takes {like['part_pct']:.1f}% of its kernel "
+                   f"time and {like['whole_pct']:.1f}% of the export's ({like['points']:.1f} points apart); analyse other parts with "
+                   "--steps / --window")
+    return out

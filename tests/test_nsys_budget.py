@@ -1,0 +1,218 @@
+"""An Nsight Systems export analysed within a memory budget (``readers.nsys_budget``).
+
+The shared exports are small, so the budgets here are set between the fixed part of the
+estimate and the whole export's estimate: what a 3.5 GB capture is to 1.5 GB, a 2 MB export
+is to a budget a little over the fixed part. The part read is checked against the same part
+read by ``--window`` / ``--steps`` (itself checked against slicing the whole read), and the
+notes' figures against SQL over the export. Peak RSS under a budget is measured on a
+generated export in ``test_nsys_scale.py``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+from polars.testing import assert_frame_equal
+
+from proflab.cli import main
+from proflab.errors import UsageError
+from proflab.readers import load, nsys_budget, nsys_sqlite
+from test_nsys_slicing import with_steps
+
+NSYS = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nsys"
+H100 = NSYS / "h100_2gpu_1s.sqlite"
+
+pytestmark = pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+
+
+def _budget(path: Path, share: float) -> int:
+    """A budget that leaves ``share`` of the export's estimated per-event memory room."""
+    need = nsys_budget.estimate(nsys_sqlite.table_rows(path))
+    return int(nsys_budget.COST_FIXED + share * (need - nsys_budget.COST_FIXED))
+
+
+def _origin(path: Path) -> int:
+    con = sqlite3.connect(path)
+    try:
+        firsts = [con.execute(f'SELECT min(start) FROM "{t}" WHERE end >= start').fetchone()[0]
+                  for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME")]
+        firsts.append(con.execute("SELECT min(start) FROM NVTX_EVENTS WHERE end >= start AND eventType IN (59, 60)").fetchone()[0])
+    finally:
+        con.close()
+    return min(f for f in firsts if f is not None)
+
+
+def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
+    budget = _budget(H100, 0.5)
+    whole = load(H100, cache=False)
+    got = load(H100, cache=False, budget=budget)
+    assert got.meta.budget == budget and whole.meta.budget is None
+    part_note = next(n for n in got.meta.notes if n.startswith("analysed part of the trace: window "))
+    window = part_note.removeprefix("analysed part of the trace: window ").split(" (")[0]
+    from proflab.model.slicing import parse_window
+
+    same = load(H100, cache=False, part=parse_window(window))  # the same part, asked for by --window
+    for table in ("gpu", "cpu", "steps", "devices"):
+        assert_frame_equal(getattr(got, table), getattr(same, table))
+    kept = got.gpu.height + got.cpu.height
+    # the room is 80 % of half the export's per-event estimate: events of about that cost, from
+    # the middle by where the cost lies (this export's GPU work is spread evenly over its
+    # second; half its host events come in one burst of 20 ms)
+    cost = got.gpu.height * nsys_budget.COST_GPU + got.cpu.height * nsys_budget.COST_HOST
+    variable = whole.gpu.height * nsys_budget.COST_GPU + whole.cpu.height * nsys_budget.COST_HOST
+    assert 0.3 * variable < cost < 0.45 * variable
+    lo, hi = int(got.cpu["start_ns"].min()), int((got.cpu["start_ns"] + got.cpu["dur_ns"]).max())
+    w_lo, w_hi = int(whole.cpu["start_ns"].min()), int((whole.cpu["start_ns"] + whole.cpu["dur_ns"]).max())
+    assert lo - w_lo > 0.15 * (w_hi - w_lo) and w_hi - hi > 0.15 * (w_hi - w_lo)  # neither end
+    assert got.meta.event_count == whole.meta.event_count
+    budget_notes = [n for n in got.meta.notes if n.startswith("memory budget: ")]
+    assert len(budget_notes) == 2
+    assert f"{kept:,} of its {whole.meta.event_count:,} events" in budget_notes[0]
+    assert f"over the budget of {budget / 1e6:.0f} MB" in budget_notes[0]
+    # the part's kernel time, as SQL over the export gives it
+    origin = _origin(H100)
+    a_ms, b_ms = (float(x.removesuffix("ms")) for x in window.split(":"))
+    lo_ns, hi_ns = origin + round(a_ms * 1e6), origin + round(b_ms * 1e6)
+    con = sqlite3.connect(H100)
+    by_kernel = con.execute(
+        f"SELECT sum(max(0, min(end, {hi_ns}) - max(start, {lo_ns}))), sum(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "GROUP BY demangledName ORDER BY 2 DESC"
+    ).fetchall()
+    con.close()
+    part_ns, whole_ns = sum(p for p, _ in by_kernel), sum(w for _, w in by_kernel)
+    assert f"the part runs {part_ns / 1e6:,.1f} ms of kernels" in budget_notes[1]
+    assert f"of the export's {whole_ns / 1e6:,.1f} ms" in budget_notes[1]
+    points = max(abs(100 * p / part_ns - 100 * w / whole_ns) for p, w in by_kernel[:10])
+    # (this one-second export is not alike throughout: a kernel with a tenth of its kernel
+    # time runs only before its middle)
+    assert points > 5 and "the part is NOT like the whole export: " in budget_notes[1]
+    assert f"({points:.1f} points apart)" in budget_notes[1]
+
+
+def test_an_export_within_the_budget_is_read_whole():
+    need = nsys_budget.estimate(nsys_sqlite.table_rows(H100))
+    got = load(H100, cache=False, budget=need)
+    whole = load(H100, cache=False)
+    assert got.meta.budget is None and got.meta.notes == whole.meta.notes
+    assert_frame_equal(got.cpu, whole.cpu)
+
+
+def test_an_export_with_steps_is_read_in_whole_steps_from_its_middle(tmp_path):
+    stepped = with_steps(H100, tmp_path / "stepped.sqlite", n=20, first=0)
+    got = load(stepped, cache=False, budget=_budget(stepped, 0.5))
+    steps = got.steps["step"].to_list()
+    assert 4 <= len(steps) <= 12 and steps == list(range(steps[0], steps[-1] + 1))
+    assert steps[0] >= 3 and steps[-1] <= 16  # the middle, not either end
+    note = next(n for n in got.meta.notes if n.startswith("memory budget: reading"))
+    assert f"analysed profiler steps {steps[0]}:{steps[-1] + 1}:" in note
+    from proflab.model.slicing import parse_steps
+
+    same = load(stepped, cache=False, part=parse_steps(f"{steps[0]}:{steps[-1] + 1}"))
+    assert_frame_equal(got.gpu, same.gpu)
+    assert_frame_equal(got.cpu, same.cpu)
+
+
+@pytest.fixture(scope="module")
+def alike(tmp_path_factory) -> Path:
+    """The one-second export repeated 8 times one after another (``benchmarks/gen_nsys.py``):
+    alike throughout, as the steady steps of a long capture are."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from gen_nsys import scale
+
+    out = tmp_path_factory.mktemp("budget") / "alike.sqlite"
+    assert scale(H100, out, 12) == 8
+    return out
+
+
+def test_a_part_like_the_whole_export_says_how_alike(alike):
+    got = load(alike, cache=False, budget=_budget(alike, 0.5))
+    note = [n for n in got.meta.notes if n.startswith("memory budget: ")][1]
+    points = float(note.split(" points of their shares")[0].rsplit(" ", 1)[1])
+    assert "the export's 10 kernels with the most time take shares of kernel time in the part within " in note
+    assert points < 2.0
+
+
+def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
+    """The kernels of the repeated export's first 30 % renamed to one new kernel: the whole
+    export's top kernel is then one the middle part does not run, and the note says the part
+    is not like the whole, naming it with both shares."""
+    odd = tmp_path / "odd.sqlite"
+    shutil.copyfile(alike, odd)
+    con = sqlite3.connect(odd)
+    sid = con.execute("SELECT max(id) FROM StringIds").fetchone()[0] + 1
+    con.execute("INSERT INTO StringIds (id, value) VALUES (?, 'warmup_<script>_kernel')", (sid,))
+    t0, t1 = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ?, shortName = ? WHERE end < ?", (sid, sid, t0 + (t1 - t0) * 0.3))
+    con.commit()
+    con.close()
+    got = load(odd, cache=False, budget=_budget(odd, 0.3))
+    note = [n for n in got.meta.notes if n.startswith("memory budget: ")][1]
+    assert "the part is NOT like the whole export: warmup_<script>_kernel takes " in note
+    part_pct, whole_pct = (float(x.split("%")[0]) for x in note.split(" takes ")[1].split(" time and "))
+    assert part_pct == 0.0 and whole_pct > 20
+    assert "analyse other parts with --steps / --window" in note
+
+
+def test_the_cli_takes_a_budget_and_says_what_it_read(capsys):
+    budget = _budget(H100, 0.5)
+    assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 2
+    assert report["findings"]
+    assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", "none"]) in (0, 1)
+    assert not any(n.startswith("memory budget") for n in json.loads(capsys.readouterr().out)["notes"])
+
+
+@pytest.mark.parametrize("text, want", [("1.5G", 1_500_000_000), ("800M", 800_000_000), ("800MB", 800_000_000), ("4GiB", 4 * 2**30),
+                                        ("2000000000", 2_000_000_000), ("none", None), ("512k", 512_000)])  # fmt: skip
+def test_budget_sizes(text, want):
+    from proflab.cli import _budget_bytes
+
+    assert _budget_bytes(text) == want
+
+
+@pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", ""])
+def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["analyze", str(H100), "--memory-budget", text])
+    assert e.value.code == 2
+    assert "--memory-budget" in capsys.readouterr().err
+
+
+def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
+    with pytest.raises(UsageError, match="below the 160 MB any analysis of an export needs"):
+        load(H100, cache=False, budget=100_000_000)
+    assert main(["analyze", str(H100), "--no-cache", "--memory-budget", "100M"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "below the 160 MB" in err[0]
+
+
+def test_the_report_cache_tells_budgets_apart(tmp_path, monkeypatch, capsys):
+    """A report made within one budget is not answered for another (nor for none)."""
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")  # (the export is 2 MB)
+    big = tmp_path / "h.sqlite"
+    shutil.copyfile(H100, big)
+    budget = _budget(big, 0.5)
+    assert main(["analyze", str(big), "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
+    first = json.loads(capsys.readouterr().out)
+    assert main(["analyze", str(big), "-f", "json", "--memory-budget", "none"]) in (0, 1)
+    second = json.loads(capsys.readouterr().out)
+    assert any(n.startswith("memory budget") for n in first["notes"])
+    assert not any(n.startswith("memory budget") for n in second["notes"])
+
+
+def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
+    budget = _budget(H100, 0.5)
+    assert main(["sql", str(H100), "SELECT count(*) AS n FROM gpu", "--no-cache", "--memory-budget", str(budget), "-f", "json"]) == 0
+    captured = capsys.readouterr()
+    n = json.loads(captured.out)[0]["n"]
+    assert n == load(H100, cache=False, budget=budget).gpu.height < load(H100, cache=False).gpu.height
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("proflab: memory budget: reading h100_2gpu_1s.sqlite whole would need about ")
+    assert lines[0].endswith("; the query sees that part")
