@@ -158,11 +158,18 @@ def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     assert "analyse other parts with --steps / --window" in note
 
 
-def test_the_cli_takes_a_budget_and_says_what_it_read(capsys):
+def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
     budget = _budget(H100, 0.5)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
     report = json.loads(capsys.readouterr().out)
     assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 2
+    source = report["source"]["inputs"][0]
+    part = load(H100, cache=False, budget=budget)
+    assert source["memory_budget_bytes"] == budget and source["analysed_events"] == part.gpu.height + part.cpu.height
+    assert source["events"] == part.meta.event_count > source["analysed_events"]
+    import jsonschema
+
+    jsonschema.validate(report, report_schema)
     assert report["findings"]
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", "none"]) in (0, 1)
     assert not any(n.startswith("memory budget") for n in json.loads(capsys.readouterr().out)["notes"])
@@ -216,3 +223,39 @@ def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("proflab: memory budget: reading h100_2gpu_1s.sqlite whole would need about ")
     assert lines[0].endswith("; the query sees that part")
+
+
+def test_reports_say_what_the_budget_left_out_under_their_header():
+    """A reader of the terminal or Markdown report sees that a part was analysed before any
+    figure of it (the notes at the end are easy to miss); the HTML page puts every note above
+    the findings."""
+    from proflab.api import analyze
+    from proflab.render import render
+
+    report = analyze(load(H100, cache=False, budget=_budget(H100, 0.5)))
+    term = render([report], "term", width=100, color=False).splitlines()
+    assert term[1].startswith("memory budget: reading h100_2gpu_1s.sqlite whole would need about ")
+    window = next(i for i, line in enumerate(term) if line.startswith("Window "))
+    assert sum(line.startswith("memory budget: ") for line in term[:window]) == 2
+    assert not any(line.startswith("note: memory budget") for line in term)  # said once
+    md = render([report], "md", width=100, color=False)
+    assert md.index("memory budget: reading") < md.index("- Window: ")
+    from proflab.render.html import render_html
+
+    html = render_html([report])
+    assert html.index("note: memory budget: reading") < html.index("Findings")
+
+
+def test_compare_says_a_side_was_analysed_in_a_part():
+    """Without profiler steps a comparison sets totals side by side: parts of different spans
+    would pass for a change, so the caveats say a side was read for the budget, and how to
+    compare alike."""
+    import proflab
+
+    budget = _budget(H100, 0.5)
+    c = proflab.compare(H100, H100, cache=False, memory_budget=budget)
+    said = [x for x in c.caveats if "memory budget" in x]
+    assert said == ["before and after: analysed in a part of the export for the memory budget (the report's notes say which); "
+                    "totals over parts of different spans do not compare: give both sides --memory-budget none or the same --window"]
+    whole = proflab.compare(H100, H100, cache=False, memory_budget=None)
+    assert not any("memory budget" in x for x in whole.caveats)

@@ -603,6 +603,12 @@ class Comparison:
         if diff:
             out.append("profiler settings differ (" + ", ".join(diff) + "): the profiler's own host cost differs, so a "
                        "host-bound loop's step time changes with them; compare runs recorded alike")
+        budgeted = [tag for tag, side in (("before", self.before), ("after", self.after))
+                    if any(n.startswith("memory budget: reading") for r in side.reports for n in r.notes)]
+        if budgeted:
+            out.append(f"{' and '.join(budgeted)}: analysed in a part of the export for the memory budget (the report's notes say "
+                       "which); " + ("totals over parts of different spans do not compare: give both sides --memory-budget none "
+                                     "or the same --window" if self.per == "window" else "per-step times compare the steps of the parts"))
         if self.per == "window":
             wb, wa = (sum(r.summary.get("wall_ms") or 0 for r in side.reports) for side in (self.before, self.after))
             out.append(f"no profiler steps on a side: kernel, operator and range times are totals over the analysed windows "

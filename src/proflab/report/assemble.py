@@ -136,6 +136,8 @@ def _source(trace: Trace) -> dict[str, Any]:
                 "with_stack": m.with_stack,
                 "record_shapes": m.record_shapes,
                 "versions": m.versions,
+                # read in a part for the memory budget: the budget, and the events the part holds
+                **({"memory_budget_bytes": m.budget, "analysed_events": trace.gpu.height + trace.cpu.height} if m.budget is not None else {}),
             }
         ],
         "tool": {"name": "proflab", "version": __version__},
