@@ -12,7 +12,7 @@ machine may be shared, so CPU seconds are printed beside wall time):
   --memory-budget none``, every rule over every event, as a user runs it the first time (no
   columnar or report cache to read from or write);
 - **proflab, default**: the same within the default memory budget (1.5 GB): an export whose
-  whole analysis would need more is analysed in a part from its middle (``readers.nsys_budget``);
+  whole analysis would need more is analysed in a part from its middle (``readers.budget``);
   the share of its events analysed is read from the report's notes.
 
 It prints them per size, the whole analysis's wall and CPU time ratios to the baseline and

@@ -141,12 +141,13 @@ def _run_in_process(case: Case, budget: int | None = None) -> str:
 def _half_budget(path: Path) -> int | None:
     """A memory budget that leaves half an export's estimated per-event memory room (None for
     a file whose tables cannot be counted: the read says what is wrong with it)."""
-    from proflab.readers import nsys_budget, nsys_sqlite
+    from proflab.readers import budget as limits
+    from proflab.readers import nsys_sqlite
 
     rows = nsys_sqlite.table_rows(path)
     if rows is None:
         return None
-    return nsys_budget.COST_FIXED + (nsys_budget.estimate(rows) - nsys_budget.COST_FIXED) // 2
+    return limits.COST_FIXED + (limits.estimate(rows) - limits.COST_FIXED) // 2
 
 
 def _rss(field: str) -> int | None:

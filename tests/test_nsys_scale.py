@@ -112,10 +112,11 @@ def test_an_export_over_the_memory_budget_is_analysed_within_it(export, tmp_path
     """``--memory-budget 250M`` on the large export, whose whole analysis is estimated (and
     measured, above) to need more: the peak stays within the budget, and the report says
     what was analysed and how far it is like the whole export."""
-    from proflab.readers import nsys_budget, nsys_sqlite
+    from proflab.readers import budget as limits
+    from proflab.readers import nsys_sqlite
 
     budget = 250_000_000
-    assert nsys_budget.estimate(nsys_sqlite.table_rows(export)) > 1.2 * budget
+    assert limits.estimate(nsys_sqlite.table_rows(export)) > 1.2 * budget
     out = tmp_path / "report.json"
     probe = (
         "import resource, subprocess, sys\n"

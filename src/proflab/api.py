@@ -9,7 +9,7 @@ from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageError
 from proflab.report import Report
-from proflab.readers.nsys_budget import DEFAULT_BUDGET
+from proflab.readers.budget import DEFAULT_BUDGET
 from proflab.report.assemble import report_for
 
 __all__ = ["load", "analyze", "compare", "energy"]
@@ -24,7 +24,7 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
     ``proflab.model.slicing``). ``memory_budget`` (bytes, default 1.5 GB; None: no limit):
     an Nsight Systems export whose whole analysis is estimated to need more is read in a
     part from its middle that fits, and the trace's notes say which and how far it is like
-    the whole export (``proflab.readers.nsys_budget``)."""
+    the whole export (``proflab.readers.budget``)."""
     from proflab.model.slicing import parse_steps, parse_window
     from proflab.readers import load as _load
 

@@ -279,7 +279,7 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
                         "middle that fits, and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole)")
 
 
-_DEFAULT_BUDGET = 1_500_000_000  # bytes (readers.nsys_budget.DEFAULT_BUDGET, not imported: --help stays instant)
+_DEFAULT_BUDGET = 1_500_000_000  # bytes (readers.budget.DEFAULT_BUDGET, not imported: --help stays instant)
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORECASE)
 
 
@@ -334,12 +334,12 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
 
 def _warn_if_too_big(path: Path, budget: int | None, available: int | None = None) -> None:
     """One line on stderr before an Nsight Systems export is read when what its read and
-    analysis are estimated to need (``readers.nsys_budget``: the whole export's, or the
+    analysis are estimated to need (``readers.budget``: the whole export's, or the
     budget's when that is smaller) exceeds the memory available now: the system may stop the
     process partway. The read goes on either way (swap, or a part of the estimate unused)."""
-    from proflab.readers import nsys_budget
+    from proflab.readers import budget as limits
 
-    whole = nsys_budget.whole_bytes(path)
+    whole = limits.whole_bytes(path)
     available = _available_memory() if available is None else available
     if whole is None or available is None:
         return
@@ -349,8 +349,8 @@ def _warn_if_too_big(path: Path, budget: int | None, available: int | None = Non
         return
     print(
         f"proflab: warning: {path.name} holds {rows:,} events; reading and analysing "
-        f"{'it whole' if need == whole[1] else 'the part of it --memory-budget allows'} needs about {nsys_budget.size_text(need)} "
-        f"(estimated from its tables' rows) and {nsys_budget.size_text(available)} is available; a smaller --memory-budget, "
+        f"{'it whole' if need == whole[1] else 'the part of it --memory-budget allows'} needs about {limits.size_text(need)} "
+        f"(estimated from its tables' rows) and {limits.size_text(available)} is available; a smaller --memory-budget, "
         "--steps or --window reads less",
         file=sys.stderr,
     )

@@ -71,7 +71,7 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
     False: never). ``part``: only some steps or a time window (``proflab.model.slicing``);
     from a cached trace only that part is read. ``budget`` (bytes; None: no limit): an
     Nsight Systems export whose whole analysis is estimated to need more is read in a part
-    that fits (``nsys_budget``; neither read from nor written to the cache, which holds
+    that fits (``budget``; neither read from nor written to the cache, which holds
     whole traces)."""
     from dataclasses import replace
 
@@ -121,11 +121,12 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
 def _over_budget(p: Path, budget: int) -> bool:
     """Whether ``p`` is an Nsight Systems export whose whole analysis is estimated to need more
     than ``budget`` bytes (a ``.nsys-rep`` is known only once converted: its read decides)."""
-    from proflab.readers import nsys_budget, nsys_sqlite
+    from proflab.readers import budget as limits
+    from proflab.readers import nsys_sqlite
 
     if not nsys_sqlite.sniff(p):
         return False  # (a .nsys-rep is known once converted: ``_read`` passes the budget on)
-    whole = nsys_budget.whole_bytes(p)
+    whole = limits.whole_bytes(p)
     return whole is not None and whole[1] > budget
 
 

@@ -84,7 +84,7 @@ def sniff(path: Path) -> bool:
 def table_rows(path: str | Path) -> dict[str, int] | None:
     """How many rows each event table of the export holds, from their rowid bounds (two B-tree
     seeks a table, nothing read): what a whole read will hold in memory scales with them
-    (``nsys_budget.estimate``). None for a file that is not an export that opens; the read
+    (``budget.estimate``). None for a file that is not an export that opens; the read
     itself says what is wrong with it."""
     path = Path(path)
     if not sniff(path):
@@ -108,7 +108,7 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
     ``part`` (``--steps`` / ``--window``): only that part, cut inside SQLite (``_read_part``),
     so memory follows the part, not the export; the trace is already sliced. ``budget``
     (bytes; with no ``part``): an export whose whole analysis is estimated to need more is
-    read in a part that fits (``nsys_budget``), and its notes say so."""
+    read in a part that fits (``budget``), and its notes say so."""
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
         return slice_trace(_read_report(path, None if part is not None else budget), part)
@@ -184,26 +184,26 @@ def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | 
 
 
 def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
-    """The part of the export that fits ``budget`` (``nsys_budget``), with notes that say what
+    """The part of the export that fits ``budget`` (``budget``), with notes that say what
     reading it whole would need, what was read, and how far the part is like the whole; None
     when the whole read fits."""
-    from proflab.readers import nsys_budget
+    from proflab.readers import budget as limits
 
     rows = _event_table_rows(ctx.con, ctx.tables)
-    if nsys_budget.estimate(rows) <= budget:
+    if limits.estimate(rows) <= budget:
         return None
     ctx.host_where = ctx.step_ranges()
     all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
     ctx.host_where = None
-    plan = nsys_budget.plan(ctx.con, rows, budget, all_steps)
+    plan = limits.plan(ctx.con, rows, budget, all_steps)
     if plan is None:
         return None
     events, origin = ctx.extent()
     if origin is None:
         return None  # nothing dated: the whole read says what the export holds
     trace = _read_part(path, ctx, plan.part(origin), known=(all_steps, events, origin))
-    like = nsys_budget.likeness(ctx.con, plan.lo_ns, plan.hi_ns, ctx.string_of)
-    notes = nsys_budget.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like)
+    like = limits.likeness(ctx.con, plan.lo_ns, plan.hi_ns, ctx.string_of)
+    notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like)
     return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
 
 

@@ -1,4 +1,4 @@
-"""An Nsight Systems export analysed within a memory budget (``readers.nsys_budget``).
+"""An Nsight Systems export analysed within a memory budget (``readers.budget``).
 
 The shared exports are small, so the budgets here are set between the fixed part of the
 estimate and the whole export's estimate: what a 3.5 GB capture is to 1.5 GB, a 2 MB export
@@ -19,7 +19,8 @@ from polars.testing import assert_frame_equal
 
 from proflab.cli import main
 from proflab.errors import UsageError
-from proflab.readers import load, nsys_budget, nsys_sqlite
+from proflab.readers import budget as limits
+from proflab.readers import load, nsys_sqlite
 from test_nsys_slicing import with_steps
 
 NSYS = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nsys"
@@ -30,8 +31,8 @@ pytestmark = pytest.mark.skipif(not H100.exists(), reason="shared fixtures folde
 
 def _budget(path: Path, share: float) -> int:
     """A budget that leaves ``share`` of the export's estimated per-event memory room."""
-    need = nsys_budget.estimate(nsys_sqlite.table_rows(path))
-    return int(nsys_budget.COST_FIXED + share * (need - nsys_budget.COST_FIXED))
+    need = limits.estimate(nsys_sqlite.table_rows(path))
+    return int(limits.COST_FIXED + share * (need - limits.COST_FIXED))
 
 
 def _origin(path: Path) -> int:
@@ -61,8 +62,8 @@ def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
     # the room is 80 % of half the export's per-event estimate: events of about that cost, from
     # the middle by where the cost lies (this export's GPU work is spread evenly over its
     # second; half its host events come in one burst of 20 ms)
-    cost = got.gpu.height * nsys_budget.COST_GPU + got.cpu.height * nsys_budget.COST_HOST
-    variable = whole.gpu.height * nsys_budget.COST_GPU + whole.cpu.height * nsys_budget.COST_HOST
+    cost = got.gpu.height * limits.COST_GPU + got.cpu.height * limits.COST_HOST
+    variable = whole.gpu.height * limits.COST_GPU + whole.cpu.height * limits.COST_HOST
     assert 0.3 * variable < cost < 0.45 * variable
     lo, hi = int(got.cpu["start_ns"].min()), int((got.cpu["start_ns"] + got.cpu["dur_ns"]).max())
     w_lo, w_hi = int(whole.cpu["start_ns"].min()), int((whole.cpu["start_ns"] + whole.cpu["dur_ns"]).max())
@@ -93,7 +94,7 @@ def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
 
 
 def test_an_export_within_the_budget_is_read_whole():
-    need = nsys_budget.estimate(nsys_sqlite.table_rows(H100))
+    need = limits.estimate(nsys_sqlite.table_rows(H100))
     got = load(H100, cache=False, budget=need)
     whole = load(H100, cache=False)
     assert got.meta.budget is None and got.meta.notes == whole.meta.notes
@@ -192,7 +193,7 @@ def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
 
 
 def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
-    with pytest.raises(UsageError, match="below the 160 MB any analysis of an export needs"):
+    with pytest.raises(UsageError, match="below the 160 MB any analysis of this trace needs"):
         load(H100, cache=False, budget=100_000_000)
     assert main(["analyze", str(H100), "--no-cache", "--memory-budget", "100M"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -1,19 +1,22 @@
-"""An Nsight Systems export analysed within a memory budget.
+"""A trace analysed within a memory budget.
 
-What reading and analysing an export whole holds in memory grows with its events (a 3.5 GB
-capture needs 8-9 GB whole), so an export whose whole analysis would pass the budget is
-analysed in a part that fits, chosen and checked in SQLite before anything is read:
+What reading and analysing a trace whole holds in memory grows with its events (a 3.5 GB
+Nsight Systems capture needs 8-9 GB whole, a 4 GB Kineto trace about 2 GB), so a trace whose
+whole analysis would pass the budget is analysed in a part that fits:
 
-- **the estimate**: the peak of a whole read and analysis, from the row counts of the event
-  tables (rowid bounds, two B-tree seeks a table) and the per-event costs measured on real
-  exports (``COST_*``, ``benchmarks/bench_nsys_large.py``);
-- **the part**: the middle of the export by where its memory goes, found from the start times
-  of a few thousand rows of each table spread evenly over its rowids (seeks, not a scan), as
-  wide as the budget allows with a margin; whole profiler steps where the export has them,
-  else a time window (``model.slicing``: read inside SQLite, so memory follows the part);
-- **the check**: one aggregate over the kernel table (SQLite's own, in its memory) compares the
-  part's kernel time per kernel with the whole export's, so the report says how far the part
-  is like the whole and names the kernel that differs most.
+- **the estimate**: the peak of a whole read and analysis, from what the file says before it
+  is read: an export's event-table row counts (rowid bounds, two B-tree seeks a table), a
+  Kineto trace's size; with the per-event costs measured on real traces (``COST_*``,
+  ``KINETO_*``; ``benchmarks/bench_nsys_large.py``, ``bench_scaling.py``);
+- **the part** (:func:`choose`): the middle of the trace by where its memory goes, from the
+  start times of a sample of its events (an export's rows found by rowid seeks; a Kineto
+  trace's events as its slices were decoded to disk), as wide as the budget allows with a
+  margin; whole profiler steps where the trace has them, else a time window, read as
+  ``--steps`` / ``--window`` read them (``model.slicing``): memory follows the part;
+- **the check** (:func:`likeness`): the part's kernel time per kernel against the whole
+  trace's (one SQLite aggregate over an export's kernel table; a streaming group-by over a
+  Kineto trace's decoded slices), so the report says how far the part is like the whole and
+  names the kernel that differs most.
 
 The notes the report carries say all three: what reading it whole would need, what was
 analysed, and how alike the part and the whole are.
@@ -29,7 +32,8 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.slicing import SliceSpec
 
-__all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "Plan", "whole_bytes", "estimate", "plan", "likeness", "notes", "size_text"]
+__all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "Plan", "whole_bytes", "estimate", "plan",
+           "choose", "likeness", "kernel_likeness", "notes", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
@@ -94,7 +98,7 @@ def _ms(ns: int) -> str:
 
 
 def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame) -> Plan | None:
-    """The part of the export to read, or None when reading it whole fits ``budget``.
+    """The part of an export to read, or None when reading it whole fits ``budget``.
     ``rows``: each event table's rows; ``steps``: the export's profiler steps
     (``step``, ``start_ns``, ``end_ns``). Raises UsageError for a budget below what any
     analysis needs."""
@@ -103,9 +107,6 @@ def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.D
     need = estimate(rows)
     if need <= budget:
         return None
-    room = (budget - COST_FIXED) * _MARGIN
-    if room <= 0:
-        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {COST_FIXED / 1e6:.0f} MB any analysis of an export needs")
     times, weights = [], []
     for table, n in rows.items():
         starts = _sampled_starts(con, table, _SAMPLES)
@@ -114,10 +115,22 @@ def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.D
             weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
     if not times:
         return None  # nothing dated: the whole read says what the export holds
-    t = np.concatenate(times)
-    order = np.argsort(t, kind="stable")
-    t, cum = t[order], np.cumsum(np.concatenate(weights)[order])
-    first = (cum[-1] - room) / 2  # the middle of the export by where its memory goes
+    return choose(np.concatenate(times), np.concatenate(weights), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+
+
+def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame) -> Plan:
+    """The middle stretch of a trace that fits ``budget``: ``times`` (ns) of a sample of its
+    events, each standing for ``weights`` bytes of the whole analysis (so they sum to about
+    ``need - fixed``); whole ``steps`` inside that stretch where the trace has any. Raises
+    UsageError for a budget below ``fixed``, what any analysis needs."""
+    import numpy as np
+
+    room = (budget - fixed) * _MARGIN
+    if room <= 0:
+        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
+    order = np.argsort(times, kind="stable")
+    t, cum = times[order], np.cumsum(weights[order])
+    first = (cum[-1] - room) / 2  # the middle of the trace by where its memory goes
     i = int(np.searchsorted(cum, max(first, 0.0)))
     j = int(np.searchsorted(cum, first + room))
     lo, hi = int(t[min(i, t.size - 1)]), (int(t[j]) if j < t.size else int(t[-1]) + 1)
@@ -153,10 +166,8 @@ def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
 
 
 def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
-    """How far the kernels running in [lo, hi) are like the whole export's, in one SQLite
-    aggregate over the kernel table: the kernel time in each (ns), the part's share of it, and
-    the largest difference in share of kernel time (percentage points) among the whole
-    export's ``_TOP`` kernels with the most time, with that kernel's name (``texts``: a
+    """How far the kernels running in [lo, hi) of an export are like the whole export's, in
+    one SQLite aggregate over its kernel table (see :func:`kernel_likeness`; ``texts``: a
     StringIds id -> name lookup). None without kernels."""
     try:
         got = con.execute(
@@ -166,36 +177,79 @@ def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
         ).fetchall()
     except sqlite3.OperationalError:
         return None
-    got = [(k, w, p) for k, w, p in got if type(w) is int and type(p) is int]
-    whole, part = sum(w for _, w, _ in got), sum(p for _, _, p in got)
+    like = kernel_likeness([(k, w, p) for k, w, p in got if type(w) is int and type(p) is int])
+    if like is not None:
+        like["kernel"] = texts(like["kernel"])
+    return like
+
+
+def kernel_likeness(rows: list[tuple]) -> dict | None:
+    """From (kernel, whole ns, part ns) rows: the kernel time in each (ns), and the largest
+    difference in share of kernel time (percentage points) among the whole trace's ``_TOP``
+    kernels with the most time, with that kernel and both its shares. None without kernel
+    time in the whole or the part."""
+    whole, part = sum(w for _, w, _ in rows), sum(p for _, _, p in rows)
     if whole <= 0 or part <= 0:
         return None
-    top = sorted(got, key=lambda r: -r[1])[:_TOP]
+    top = sorted(rows, key=lambda r: -r[1])[:_TOP]
     diffs = [(abs(100 * w / whole - 100 * p / part), k, 100 * w / whole, 100 * p / part) for k, w, p in top]
     worst = max(diffs, key=lambda d: d[0])
-    return {"whole_ns": whole, "part_ns": part, "points": worst[0], "kernel": texts(worst[1]),
+    return {"whole_ns": whole, "part_ns": part, "points": worst[0], "kernel": worst[1],
             "whole_pct": worst[2], "part_pct": worst[3], "compared": len(top)}
 
 
-def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None) -> list[str]:
-    """What the report says of a part read for the budget."""
+def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None, *, what_whole: str = "export",
+          estimated: str = "from its tables' rows") -> list[str]:
+    """What the report says of a part read for the budget. ``what_whole``: "export" or
+    "trace"; ``estimated``: what the estimate of the whole read came from."""
+    w = what_whole
     what = (f"profiler {p.part(0).text}" if p.steps is not None else
             f"a time window in its middle ({(p.hi_ns - p.lo_ns) / 1e6:,.1f} ms)" + (", since no whole profiler step fits it" if p.step_too_big else ""))
     out = [
         f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({events / 1e6:.1f} M events, estimated "
-        f"from its tables' rows), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
+        f"{estimated}), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
         f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part"
     ]
     if like is None:
-        out.append("memory budget: the export has no kernels to compare the part with the whole export by")
+        out.append(f"memory budget: the {w} has no kernels to compare the part with the whole {w} by")
         return out
     name = like["kernel"] if len(like["kernel"]) <= 80 else like["kernel"][:77] + "..."
-    share = f"the part runs {like['part_ns'] / 1e6:,.1f} ms of kernels, {100 * like['part_ns'] / like['whole_ns']:.0f}% of the export's {like['whole_ns'] / 1e6:,.1f} ms"
+    share = f"the part runs {like['part_ns'] / 1e6:,.1f} ms of kernels, {100 * like['part_ns'] / like['whole_ns']:.0f}% of the {w}'s {like['whole_ns'] / 1e6:,.1f} ms"
     if like["points"] <= _UNLIKE_POINTS:
-        out.append(f"memory budget: {share}; the export's {like['compared']} kernels with the most time take shares of kernel time "
-                   f"in the part within {like['points']:.1f} points of their shares in the whole export")
+        out.append(f"memory budget: {share}; the {w}'s {like['compared']} kernels with the most time take shares of kernel time "
+                   f"in the part within {like['points']:.1f} points of their shares in the whole {w}")
     else:
-        out.append(f"memory budget: {share}; the part is NOT like the whole export: {name} takes {like['part_pct']:.1f}% of its kernel "
-                   f"time and {like['whole_pct']:.1f}% of the export's ({like['points']:.1f} points apart); analyse other parts with "
+        out.append(f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
+                   f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart); analyse other parts with "
                    "--steps / --window")
     return out
+
+
+# -- Kineto traces ------------------------------------------------------------------------------
+
+# Peak RSS of a whole read and analysis of a Kineto trace, the reader and its helper process
+# together (bench_scaling.py's realistic shapes, 2 cores: 65 MB to 1.5 GB), per event decoded
+# and fixed: within the bound of 0.4 x the trace's bytes + 300 MB the whole path holds to.
+KINETO_FIXED = 250_000_000
+KINETO_EVENT = 150
+_KINETO_BYTES_PER_EVENT = 300  # of JSON, at the fewest seen (real and generated traces: 300-350)
+
+
+def kineto_need(path) -> int:
+    """The estimated peak (bytes) of reading and analysing a Kineto trace whole, from its
+    size: a gzip file's uncompressed size from its trailer (modulo 4 GiB there: taken as at
+    least 4x the compressed bytes, less than Kineto's JSON compresses)."""
+    import os
+
+    size = os.stat(path).st_size
+    try:
+        with open(path, "rb") as f:
+            if f.read(2) == b"\x1f\x8b" and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                raw = int.from_bytes(f.read(4), "little")
+                while raw < 4 * size:
+                    raw += 1 << 32
+                size = raw
+    except OSError:
+        pass
+    return KINETO_FIXED + KINETO_EVENT * (size // _KINETO_BYTES_PER_EVENT)
