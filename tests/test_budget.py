@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -260,3 +261,129 @@ def test_compare_says_a_side_was_analysed_in_a_part():
                     "totals over parts of different spans do not compare: give both sides --memory-budget none or the same --window"]
     whole = proflab.compare(H100, H100, cache=False, memory_budget=None)
     assert not any("memory budget" in x for x in whole.caveats)
+
+
+# -- Kineto traces: parts read back from the slices decoded to disk ------------------------------
+
+KINETO = Path(__file__).resolve().parent / "data" / "kineto" / "train_loop.pt.trace.json.gz"
+
+
+@pytest.fixture(scope="module")
+def plain_kineto(tmp_path_factory) -> Path:
+    import gzip
+
+    path = tmp_path_factory.mktemp("kineto") / "train_loop.pt.trace.json"
+    path.write_bytes(gzip.decompress(KINETO.read_bytes()))
+    return path
+
+
+def _same_trace(got, want) -> None:
+    for table in ("gpu", "cpu", "steps", "devices", "comms"):
+        assert_frame_equal(getattr(got, table), getattr(want, table))
+    assert got.meta == want.meta
+
+
+SPILLED = ["steps 3:5", "steps 4", "steps 5:", "window 100ms:300ms", "window 0:1", "window 250ms:"]
+
+
+@pytest.mark.parametrize("text", SPILLED)
+def test_a_kineto_part_read_from_its_decoded_slices_is_the_whole_read_sliced(text):
+    """The slices go to Arrow files as they are decoded, and only the part is read back: the
+    same events, in the same order, with the same steps, notes and meta as slicing a whole
+    read (a window clips events to it: their order is the whole read's, by the start before
+    clipping)."""
+    from proflab.model.slicing import parse_steps, parse_window, slice_trace
+    from proflab.readers import kineto
+
+    kind, arg = text.split()
+    spec = parse_steps(arg) if kind == "steps" else parse_window(arg)
+    _same_trace(kineto.read(KINETO, spec), slice_trace(kineto.read(KINETO), spec))
+
+
+@pytest.mark.parametrize("text", ["steps 3:5", "window 100ms:300ms"])
+def test_a_kineto_part_read_with_the_helper_process_is_the_whole_read_sliced(monkeypatch, plain_kineto, text):
+    """With small slices a plain trace is shared with the helper process, whose slices are
+    moved into the folder rather than read."""
+    from proflab.model.slicing import parse_steps, parse_window, slice_trace
+    from proflab.readers import kineto
+
+    if not kineto.helper_allowed():
+        pytest.skip("one core: the reader uses no helper process")
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # ~30 slices, shared with the helper
+    helped: list = []
+    result = kineto._Helper.result
+
+    def spy(self, first, spill=None):
+        got = result(self, first, spill)
+        helped.append((got is not None and len(got) > 0, spill is not None))
+        return got
+
+    monkeypatch.setattr(kineto._Helper, "result", spy)
+    from test_reader import _after_helper_starts
+
+    monkeypatch.setattr(kineto._Helper, "claim", _after_helper_starts(kineto._Helper.claim))
+    kind, arg = text.split()
+    spec = parse_steps(arg) if kind == "steps" else parse_window(arg)
+    got = kineto.read(plain_kineto, spec)
+    assert helped == [(True, True)], "the helper decoded no slice"
+    _same_trace(got, slice_trace(kineto.read(plain_kineto), spec))
+
+
+def _kineto_budget(path: Path) -> int:
+    """A budget whose room holds about half the trace's events (counted after decoding)."""
+    from proflab.readers import kineto
+
+    whole = kineto.read(path)
+    return limits.KINETO_PART_FIXED + limits.KINETO_PART_EVENT * (whole.gpu.height + whole.cpu.height) // 2
+
+
+def test_a_kineto_trace_over_the_budget_is_read_in_whole_steps_from_its_middle():
+    import dataclasses
+
+    from proflab.model.slicing import parse_steps
+    from proflab.readers import kineto
+
+    budget = _kineto_budget(KINETO)
+    got = load(KINETO, cache=False, budget=budget)
+    assert got.meta.budget == budget
+    assert got.steps["step"].to_list() == [4]  # of 3, 4 and 5: the middle one (the room holds 40 % of the events)
+    said = [n for n in got.meta.notes if n.startswith("memory budget: ")]
+    same = kineto.read(KINETO, parse_steps("4:5"))  # the same part, asked for by --steps
+    _same_trace(got, dataclasses.replace(same, meta=dataclasses.replace(same.meta, notes=(*same.meta.notes, *said), budget=budget)))
+    kept = got.gpu.height + got.cpu.height
+    assert said[0].startswith("memory budget: reading train_loop.pt.trace.json.gz whole would need about ")
+    assert f"events, estimated from their count), over the budget of {budget / 1e6:.0f} MB; analysed profiler steps 4:5: " in said[0]
+    assert f"{kept:,} of its {got.meta.event_count:,} events" in said[0]
+    kernels = kineto.read(KINETO).gpu.filter(pl.col("kind") == "kernel")
+    part = got.gpu.filter(pl.col("kind") == "kernel")
+    whole_ms = kernels["dur_ns"].sum() / 1e6
+    assert f"of the trace's {whole_ms:,.1f} ms" in said[1]
+    lo, hi = int(got.steps["start_ns"][0]), int(got.steps["end_ns"][0])
+    inside = kernels.select((pl.min_horizontal(pl.col("start_ns") + pl.col("dur_ns"), hi) - pl.max_horizontal("start_ns", lo))
+                            .clip(lower_bound=0).sum()).item()
+    assert said[1].startswith(f"memory budget: the part runs {inside / 1e6:,.1f} ms of kernels")
+    assert part.height > 0
+
+
+def test_load_reads_an_over_budget_kineto_part_without_caching_it(tmp_path, monkeypatch):
+    """A part of a trace over the budget is read from its decoded slices, not by a whole
+    read that fills the cache: the cache folder stays empty."""
+    from proflab.model.slicing import parse_steps
+
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("PROFLAB_CACHE_MIN_MB", "0")
+    got = load(KINETO, part=parse_steps("4"), budget=limits.KINETO_PART_FIXED + 1)
+    assert got.steps["step"].to_list() == [4] and got.meta.budget is None
+    assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").rglob("*.arrow")) and not any((tmp_path / "cache").rglob("*.parquet"))
+    load(KINETO, part=parse_steps("4"), budget=None)  # no budget: the whole read is cached, as before
+    assert any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_the_cli_reads_a_kineto_trace_within_a_budget(capsys):
+    budget = _kineto_budget(KINETO)
+    assert main(["analyze", str(KINETO), "--no-cache", "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
+    report = json.loads(capsys.readouterr().out)
+    source = report["source"]["inputs"][0]
+    assert source["memory_budget_bytes"] == budget and source["analysed_events"] < source["events"]
+    assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 2
+    assert report["steps"] and {s["step"] for s in report["steps"]} == {4}

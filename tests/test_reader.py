@@ -109,7 +109,7 @@ def plain_train_loop(tmp_path):
 
 
 def test_helper_split_gives_identical_tables(monkeypatch, plain_train_loop):
-    if not kineto._helper_allowed():
+    if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # ~30 slices, shared with the helper
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
@@ -128,7 +128,7 @@ def test_a_helper_that_dies_costs_time_not_data(monkeypatch, plain_train_loop, t
     """A helper that claims the last slices and then dies (a real process that exits 1 after
     making its claims, as one killed mid-read leaves them): this process decodes those
     slices too. One that never starts (``/bin/false``) leaves every slice here."""
-    if not kineto._helper_allowed():
+    if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
@@ -197,7 +197,7 @@ def test_helper_reports_values_it_dropped(monkeypatch, plain_train_loop):
     """An odd value in the file's last slice, which the helper decodes first: its slice is
     decoded tolerantly there, and the note reaches the trace as if the reader had decoded it
     itself."""
-    if not kineto._helper_allowed():
+    if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
     data = plain_train_loop.read_bytes()
     at = data.rindex(b'"args": {')

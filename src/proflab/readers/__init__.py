@@ -69,10 +69,10 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
 
     ``cache``: use the columnar cache (``_cache``; None: when the file is large enough,
     False: never). ``part``: only some steps or a time window (``proflab.model.slicing``);
-    from a cached trace only that part is read. ``budget`` (bytes; None: no limit): an
-    Nsight Systems export whose whole analysis is estimated to need more is read in a part
-    that fits (``budget``; neither read from nor written to the cache, which holds
-    whole traces)."""
+    from a cached trace only that part is read. ``budget`` (bytes; None: no limit): a trace
+    whose whole analysis is estimated to need more is read in a part that fits
+    (``readers.budget``), and a ``part`` of it in memory that follows the part; such a trace
+    is neither read from nor written to the cache, which holds whole traces."""
     from dataclasses import replace
 
     import polars as pl
@@ -86,10 +86,13 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
         raise InputNotFound(p, "no such file or directory")
     if p.is_dir():
         raise UnsupportedFormat(p, "is a directory; pass one trace file (or use expand_paths)")
-    if part is None and budget is not None and _over_budget(p, budget):
-        from proflab.readers import nsys_sqlite
+    if budget is not None and _over_budget(p, budget):
+        # read in memory that follows the part (given, or the budget's), and never cached:
+        # the cache holds whole traces
+        from proflab.readers import kineto, nsys_sqlite
 
-        return nsys_sqlite.read(p, budget=budget)
+        reader = nsys_sqlite if _is_nsys(p) else kineto
+        return reader.read(p, part, budget=budget)
     use_cache = _cache.enabled(p, cache)
     if use_cache:
         entry = _cache.scan_entry(p)
@@ -119,15 +122,21 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
 
 
 def _over_budget(p: Path, budget: int) -> bool:
-    """Whether ``p`` is an Nsight Systems export whose whole analysis is estimated to need more
-    than ``budget`` bytes (a ``.nsys-rep`` is known only once converted: its read decides)."""
+    """Whether ``p`` is an Nsight Systems export or a Kineto trace whose whole analysis is
+    estimated to need more than ``budget`` bytes (a ``.nsys-rep`` is known only once
+    converted: its read decides)."""
     from proflab.readers import budget as limits
-    from proflab.readers import nsys_sqlite
+    from proflab.readers import kineto, nsys_sqlite
 
-    if not nsys_sqlite.sniff(p):
-        return False  # (a .nsys-rep is known once converted: ``_read`` passes the budget on)
-    whole = limits.whole_bytes(p)
-    return whole is not None and whole[1] > budget
+    if nsys_sqlite.sniff(p):
+        whole = limits.whole_bytes(p)
+        return whole is not None and whole[1] > budget
+    if _is_nsys(p) or not kineto.sniff(p):
+        return False
+    try:
+        return limits.kineto_need(p) > budget
+    except OSError:
+        return False  # (the read says what is wrong with the file)
 
 
 def _is_nsys(p: Path) -> bool:

@@ -32,7 +32,8 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.slicing import SliceSpec
 
-__all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "Plan", "whole_bytes", "estimate", "plan",
+__all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
+           "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
            "choose", "likeness", "kernel_likeness", "notes", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
@@ -91,6 +92,10 @@ class Plan:
 def size_text(b: float) -> str:
     """Bytes as MB below 1 GB, else GB (decimal, as --memory-budget takes them)."""
     return f"{b / 1e6:.0f} MB" if b < 1e9 else f"{b / 1e9:.1f} GB"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
 def _ms(ns: int) -> str:
@@ -206,7 +211,7 @@ def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None, *,
     what = (f"profiler {p.part(0).text}" if p.steps is not None else
             f"a time window in its middle ({(p.hi_ns - p.lo_ns) / 1e6:,.1f} ms)" + (", since no whole profiler step fits it" if p.step_too_big else ""))
     out = [
-        f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({events / 1e6:.1f} M events, estimated "
+        f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({_count(events)} events, estimated "
         f"{estimated}), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
         f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part"
     ]
@@ -232,24 +237,38 @@ def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None, *,
 # and fixed: within the bound of 0.4 x the trace's bytes + 300 MB the whole path holds to.
 KINETO_FIXED = 250_000_000
 KINETO_EVENT = 150
+# Read in one process (one core, or a trace under 12 slices), a whole read and analysis
+# costs 320 bytes an event (the 514 MB trace: 684 MB).
+KINETO_ALONE_EVENT = 330
+# A part read (``kineto._read_spilled``): the slices decoded one at a time to disk peak at
+# 186 MB (the 514 MB benchmark trace, a part of one event), 318 MB with the helper process
+# decoding beside (so it runs only where the budget holds both); reading the part back and
+# analysing it then costs 320-375 bytes an event (a part of 614 k events: 400 MB).
+KINETO_PART_FIXED = 190_000_000
+KINETO_PART_EVENT = 400
+KINETO_HELPER = 140_000_000
 _KINETO_BYTES_PER_EVENT = 300  # of JSON, at the fewest seen (real and generated traces: 300-350)
 
 
 def kineto_need(path) -> int:
     """The estimated peak (bytes) of reading and analysing a Kineto trace whole, from its
-    size: a gzip file's uncompressed size from its trailer (modulo 4 GiB there: taken as at
+    size (and whether a helper process decodes half of it): a gzip file's uncompressed size
+    from its trailer (modulo 4 GiB there: taken as at
     least 4x the compressed bytes, less than Kineto's JSON compresses)."""
     import os
 
-    size = os.stat(path).st_size
+    size, gz = os.stat(path).st_size, False
     try:
         with open(path, "rb") as f:
             if f.read(2) == b"\x1f\x8b" and size >= 18:
                 f.seek(-4, os.SEEK_END)
-                raw = int.from_bytes(f.read(4), "little")
+                raw, gz = int.from_bytes(f.read(4), "little"), True
                 while raw < 4 * size:
                     raw += 1 << 32
                 size = raw
     except OSError:
         pass
-    return KINETO_FIXED + KINETO_EVENT * (size // _KINETO_BYTES_PER_EVENT)
+    from proflab.readers import kineto
+
+    shared = not gz and size >= kineto.HELPER_FROM_BYTES and kineto.helper_allowed()
+    return KINETO_FIXED + (KINETO_EVENT if shared else KINETO_ALONE_EVENT) * (size // _KINETO_BYTES_PER_EVENT)

@@ -16,10 +16,12 @@ and the trace's notes say what was done. Only a file that is not a trace is refu
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
 import msgspec
+import numpy as np
 import polars as pl
 from msgspec import Struct, field
 
@@ -53,6 +56,7 @@ from proflab.model.trace import (
     counts_only,
     steps_from_annotations,
 )
+from proflab.model.slicing import SliceSpec
 from proflab.readers import _progress as progress
 from proflab.readers import _tolerant
 from proflab.readers._merge import merge_by_start
@@ -233,11 +237,18 @@ def _no_gc():
             gc.enable()
 
 
-def read(path: str | Path) -> Trace:
-    """Read a Kineto trace into the model. Raises an InputError subclass on bad input."""
+def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None = None) -> Trace:
+    """Read a Kineto trace into the model. Raises an InputError subclass on bad input.
+
+    ``part`` (``--steps`` / ``--window``) or ``budget`` (bytes: a trace whose whole analysis
+    is estimated to need more is read in a part that fits, ``readers.budget``): the trace's
+    slices are decoded to Arrow files on disk as they come, and only the part is read back,
+    so memory follows the part, not the trace (``_read_spilled``)."""
     with _no_gc():
         try:
-            return _read(Path(path))
+            if part is None and budget is None:
+                return _read(Path(path))
+            return _read_spilled(Path(path), part, budget)
         except UnicodeDecodeError as e:
             # msgspec raises this, not a DecodeError, for a string that is not UTF-8
             raise CorruptInput(path, f"JSON with text that is not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
@@ -259,8 +270,22 @@ def _read(path: Path) -> Trace:
             doc = _Doc(traceEvents=doc)
         tables = [_tables(doc.traceEvents, problems)]
         doc.traceEvents = []
+    event_count, problems, unknown = _tallies(path, tables)
+    gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
+    comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
+    tables.clear()  # the parts are now only in these lists, which the merge empties
+    gpu = merge_by_start(gpu_parts)
+    cpu = merge_by_start(cpu_parts)
+    comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
+    devices, meta = _described(path, doc, gpu.height, cpu.height, unknown, problems, size, event_count)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta, comms=comms)
+
+
+def _tallies(path: Path, tables: list[_Tables]) -> tuple[int, Counter, Counter]:
+    """The events, tolerant-decoding problems and unrecognised categories of all slices.
+    Raises when there is no event."""
     event_count = sum(t.events for t in tables)
-    problems = Counter()
+    problems: Counter = Counter()
     for t in tables:
         problems.update(t.problems)
     if event_count == 0:
@@ -270,20 +295,21 @@ def _read(path: Path) -> Trace:
     unknown: Counter[str] = Counter()
     for t in tables:
         unknown.update(t.unknown)
-    gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
-    comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
-    tables.clear()  # the parts are now only in these lists, which the merge empties
-    gpu = merge_by_start(gpu_parts)
-    cpu = merge_by_start(cpu_parts)
-    comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
-    if gpu.height == 0 and cpu.height == 0:
+    return event_count, problems, unknown
+
+
+def _described(path: Path, doc: _Doc, n_gpu: int, n_cpu: int, unknown: Counter, problems: Counter, size: int,
+               event_count: int) -> tuple[pl.DataFrame, TraceMeta]:
+    """The devices and meta of a trace of ``n_gpu`` GPU and ``n_cpu`` host events. Raises
+    when it has neither."""
+    if n_gpu == 0 and n_cpu == 0:
         if unknown:
             found = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
             raise UnsupportedFormat(path, f"no torch.profiler/Kineto events; the event categories found are {found}")
         raise EmptyTrace(path, "trace holds no host or GPU events (only metadata)")
     meta_fields, meta_problems = _meta(doc)
     devices = _devices(doc, meta_problems)
-    notes: list[str] = _holds(gpu, unknown)
+    notes: list[str] = _holds(n_gpu, unknown)
     if unknown:
         listed = ", ".join(f"{c!r} ({n})" for c, n in unknown.most_common(5))
         notes.append(f"ignored {sum(unknown.values())} events of unrecognised categories: {listed}")
@@ -296,20 +322,118 @@ def _read(path: Path) -> Trace:
         notes=tuple(notes),
         **meta_fields,
     )
-    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta, comms=comms)
+    return devices, meta
 
 
-def _holds(gpu: pl.DataFrame, unknown: Counter) -> list[str]:
-    """A first note saying what the trace holds when it is not a GPU trace proflab diagnoses."""
+def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Trace:
+    """A part of the trace (``part``, or for ``budget`` the middle stretch that fits it,
+    ``readers.budget``) in memory that follows the part: each slice's tables go to Arrow
+    files in a temporary folder as they are decoded (the helper process's too), the whole
+    trace's first event, steps and event count are read from those files, and only the
+    part's rows are read back, filtered as they are scanned, then put in time order as a
+    whole read orders them. A trace not in Kineto's own layout is decoded whole, as ever."""
+    from proflab.model.slicing import slice_frames, slice_trace, with_frames
+    from proflab.readers import budget as limits
+
+    with tempfile.TemporaryDirectory(prefix="proflab-part-") as tmp:
+        spill = Path(tmp)
+        try:
+            # the helper process while decoding: only where the budget holds both processes
+            doc, tables, size = _read_sliced(path, spill, helper=budget is None or budget >= limits.KINETO_PART_FIXED + limits.KINETO_HELPER)
+        except (NotSliceable, msgspec.DecodeError):
+            return slice_trace(_read(path), part)
+        event_count, problems, unknown = _tallies(path, tables)
+        comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
+        comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
+        n = len(tables)
+        del tables
+        files = {t: [spill / f"{t}-{i}.arrow" for i in range(n)] for t in ("gpu", "cpu")}
+        n_gpu, n_cpu, origin, marked, sample = _spilled_facts(files, every=max(1, event_count // 65_536))
+        devices, meta = _described(path, doc, n_gpu, n_cpu, unknown, problems, size, event_count)
+        all_steps = steps_from_annotations(marked)
+        # each row's place in the whole read's order: its start before any clipping, then its
+        # slice and row (the scans keep both)
+        gpu, cpu = (pl.scan_ipc(files[t]).with_columns(pl.col("start_ns").alias("_order")) for t in ("gpu", "cpu"))
+        whole = Trace(gpu=pl.DataFrame(schema=GPU_SCHEMA), cpu=pl.DataFrame(schema=CPU_SCHEMA), steps=all_steps, devices=devices,
+                      meta=meta, comms=comms)
+        plan = None
+        if part is None:
+            need = limits.KINETO_PART_FIXED + limits.KINETO_PART_EVENT * (n_gpu + n_cpu)  # (its events now counted)
+            if need > budget:
+                weights = np.full(sample.size, limits.KINETO_PART_EVENT * (n_gpu + n_cpu) / max(sample.size, 1))
+                plan = limits.choose(sample, weights, need=need, budget=budget, fixed=limits.KINETO_PART_FIXED, steps=all_steps)
+                part = plan.part(origin)
+        if part is None:  # the whole trace fits after all (its events counted, not estimated)
+            g, c = _in_time_order(gpu.collect()), _in_time_order(cpu.collect())
+            return Trace(gpu=g, cpu=c, steps=all_steps, devices=devices, meta=meta, comms=comms)
+        g, c, st, note = slice_frames(gpu, cpu, all_steps.lazy(), part, str(path), origin_ns=origin, all_steps=all_steps)
+        g, c = _in_time_order(g.collect(engine="streaming")), _in_time_order(c.collect(engine="streaming"))
+        trace = with_frames(whole, g, c, st.collect(), note)
+        if plan is None:
+            return trace
+        like = limits.kernel_likeness(_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
+        notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count")
+        return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
+
+
+def _spilled_facts(files: dict[str, list[Path]], every: int) -> tuple[int, int, int | None, pl.DataFrame, np.ndarray]:
+    """What the whole trace's decoded slices say, read a file and a few columns at a time
+    (a scan of them all at once held a third of the trace): its GPU and host event counts,
+    first start, the host rows that may be profiler steps (in the whole read's order), and
+    the starts of every ``every``-th event."""
+    n_gpu = n_cpu = 0
+    firsts, marked, sample = [], [], []
+    for kind in ("gpu", "cpu"):
+        for f in files[kind]:
+            df = pl.read_ipc(f, columns=["cat", "name", "start_ns", "dur_ns"] if kind == "cpu" else ["start_ns"])
+            if kind == "gpu":
+                n_gpu += df.height
+            else:
+                n_cpu += df.height
+                marked.append(df.filter(pl.col("name").str.starts_with("ProfilerStep#")))
+            starts = df.get_column("start_ns").drop_nulls()
+            if starts.len():
+                firsts.append(int(starts.min()))
+                sample.append(starts.gather_every(every).to_numpy())
+    steps = pl.concat(marked) if marked else pl.DataFrame(schema={c: CPU_SCHEMA[c] for c in ("cat", "name", "start_ns", "dur_ns")})
+    return (n_gpu, n_cpu, min(firsts) if firsts else None, steps.sort("start_ns", maintain_order=True),
+            np.concatenate(sample) if sample else np.empty(0, dtype=np.int64))
+
+
+def _in_time_order(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows read back from the decoded slices (in their order, each with its start before any
+    clipping as ``_order``) in the order a whole read gives them: by that start, ties in
+    slice order, merged as the whole read merges its slices (text through one small
+    dictionary, not a copy per row)."""
+    schema = [c for c in df.columns if c != "_order"]
+    merged = merge_by_start([df.rename({"start_ns": "_clipped"}).rename({"_order": "start_ns"})])
+    return merged.with_columns(pl.col("_clipped").alias("start_ns")).select(schema)
+
+
+def _kernel_time(gpu: pl.LazyFrame, lo: int, hi: int) -> list[tuple]:
+    """(kernel name, its time in the whole trace, its time inside [lo, hi)) in ns, over the
+    trace's decoded slices as they are scanned."""
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    inside = (pl.min_horizontal(end, pl.lit(hi)) - pl.max_horizontal(pl.col("start_ns"), pl.lit(lo))).clip(lower_bound=0)
+    got = (gpu.filter(pl.col("kind") == "kernel").group_by("name")
+           .agg(pl.col("dur_ns").sum().alias("whole"), inside.sum().alias("part")).collect(engine="streaming"))
+    return list(got.iter_rows())
+
+
+def _holds(gpu: pl.DataFrame | int, unknown: Counter) -> list[str]:
+    """A first note saying what the trace holds when it is not a GPU trace proflab diagnoses.
+    ``gpu``: its GPU activities (or their count)."""
     accel = sorted({_OTHER_ACCEL_CATS[c] for c in unknown if c in _OTHER_ACCEL_CATS})
-    if accel and gpu.height == 0:
+    if not isinstance(gpu, int):
+        gpu = gpu.height
+    if accel and gpu == 0:
         return [
             f"the trace holds host events and activity of {', '.join(accel)}, which proflab does not diagnose: "
             "only host-side findings (operators, steps, Python) are given"
         ]
     if accel:
         return [f"the trace also holds activity of {', '.join(accel)}, which is not analysed"]
-    if gpu.height == 0:
+    if gpu == 0:
         return [
             "the trace holds host events only (a CPU-only profile, or GPU activity was not recorded): "
             "GPU time, idle gaps, kernels and copies cannot be diagnosed from it"
@@ -435,36 +559,39 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
     return _tables(events)
 
 
-def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
+def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> tuple[_Doc, list[_Tables], int]:
     """Decode the file slice by slice (see ``_slices``); a large plain file is shared with a
     helper process (``_worker``), which decodes from the last slice back while this one goes
     from the first on, until they meet. Raises NotSliceable (or a decode error) for the
-    caller to fall back on a whole-document decode."""
+    caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
+    GPU tables are written to as ``cpu-N.arrow`` / ``gpu-N.arrow`` (N its index) instead of
+    being kept (the tables returned have none). ``helper``: False decodes every slice here."""
     slicer = open_slicer(path, _CHUNK_BYTES)
     tables: list[_Tables] = []
+
+    def decoded(piece) -> None:
+        t = _slice_tables(piece)
+        slicer.done(piece)
+        tables.append(t if spill is None else _spilled(t, spill, len(tables)))
+
     try:
         if isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
-            with _Helper(path, ranges) as helper:
+            with _Helper(path, ranges, helper) as shared:
                 for begin, stop in ranges:
-                    if not helper.claim(len(tables)):
+                    if not shared.claim(len(tables)):
                         break  # the helper holds this slice and every one after it
-                    piece = slicer.piece(begin, stop)
-                    tables.append(_slice_tables(piece))
-                    slicer.done(piece)
-                    progress.update(helper.claimed() / len(ranges))
-                helped = helper.result(len(tables))
+                    decoded(slicer.piece(begin, stop))
+                    progress.update(shared.claimed() / len(ranges))
+                helped = shared.result(len(tables), spill)
             if helped is None:  # no helper, or it failed: its slices are decoded here
                 for begin, stop in ranges[len(tables) :]:
-                    piece = slicer.piece(begin, stop)
-                    tables.append(_slice_tables(piece))
-                    slicer.done(piece)
+                    decoded(slicer.piece(begin, stop))
             else:
                 tables.extend(helped)
         else:
             for piece in slicer.pieces():
-                tables.append(_slice_tables(piece))
-                slicer.done(piece)
+                decoded(piece)
                 progress.update(None)  # compressed: the total is not known ahead
         document, size = slicer.document(), slicer.size
     finally:
@@ -476,6 +603,13 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
     return doc, tables, size
 
 
+def _spilled(t: _Tables, folder: Path, index: int) -> _Tables:
+    """Slice ``index``'s tables with its host and GPU events written to ``folder``."""
+    t.gpu.write_ipc(folder / f"gpu-{index}.arrow")
+    t.cpu.write_ipc(folder / f"cpu-{index}.arrow")
+    return t._replace(gpu=None, cpu=None)
+
+
 # A trace of at least this many slices (192 MiB) is shared with a helper process on a
 # machine with two or more cores. A second interpreter with polars costs ~110 MiB more at
 # once, against a memory bound (0.4 x the trace + 300 MB, the two processes' RSS together)
@@ -483,9 +617,10 @@ def _read_sliced(path: Path) -> tuple[_Doc, list[_Tables], int]:
 # peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351, too close to share it)
 # in 1.18 s; a 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
 _HELPER_FROM_SLICES = 12
+HELPER_FROM_BYTES = _HELPER_FROM_SLICES * _CHUNK_BYTES  # (a plain file; a gzip one is decoded in one process)
 
 
-def _helper_allowed() -> bool:
+def helper_allowed() -> bool:
     """One helper process on multi-core machines; PROFLAB_READ_PROCESSES=1 reads in one."""
     if os.environ.get("PROFLAB_READ_PROCESSES", "").strip() == "1":
         return False
@@ -499,12 +634,12 @@ class _Helper:
     helper that did not start) every claim succeeds. ``result(first)`` gives the helper's
     tables, of slices ``first`` to the last, or None when there is none or it failed."""
 
-    def __init__(self, path: Path, ranges: list[tuple[int, int]]) -> None:
+    def __init__(self, path: Path, ranges: list[tuple[int, int]], allowed: bool = True) -> None:
         self.slices = len(ranges)
         self.mine = 0  # slices this process claimed
         self.proc: subprocess.Popen | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
-        if self.slices < _HELPER_FROM_SLICES or not _helper_allowed():
+        if self.slices < _HELPER_FROM_SLICES or not allowed or not helper_allowed():
             return
         self.tmp = tempfile.TemporaryDirectory(prefix="proflab-read-")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -541,7 +676,9 @@ class _Helper:
         except OSError:
             return self.mine
 
-    def result(self, first: int) -> list[_Tables] | None:
+    def result(self, first: int, spill: Path | None = None) -> list[_Tables] | None:
+        """The helper's slices' tables; with ``spill``, their host and GPU tables moved into
+        that folder (as ``_read_sliced`` names them) rather than read."""
         if self.proc is None or self.tmp is None:
             return None
         if first == self.slices:  # every slice was decoded here: the helper has none
@@ -555,16 +692,22 @@ class _Helper:
             if meta["first"] != first or len(meta["slices"]) != self.slices - first:
                 return None
             # one file per slice: the helper never holds more than one slice's tables
-            parts = [
-                (pl.read_ipc(out / f"gpu-{i}.arrow"), pl.read_ipc(out / f"cpu-{i}.arrow"), pl.read_ipc(out / f"comms-{i}.arrow"))
-                for i in range(first, self.slices)
-            ]
+            parts = [(_ipc(out / f"gpu-{i}.arrow", spill), _ipc(out / f"cpu-{i}.arrow", spill), pl.read_ipc(out / f"comms-{i}.arrow"))
+                     for i in range(first, self.slices)]
         except (OSError, ValueError, KeyError, TypeError, pl.exceptions.PolarsError, pl.exceptions.PanicException):
             return None
         if any(dict(g.schema) != GPU_SCHEMA or dict(c.schema) != CPU_SCHEMA or dict(m.schema) != COMM_SCHEMA for g, c, m in parts):
             return None
+        if spill is not None:
+            try:
+                for i in range(first, self.slices):
+                    for table in ("gpu", "cpu"):
+                        shutil.move(out / f"{table}-{i}.arrow", spill / f"{table}-{i}.arrow")
+            except OSError:
+                return None  # (the slices are decoded again here, and written over)
         return [
-            _Tables(g, c, Counter(s["unknown"]), int(s["events"]), Counter({tuple(k): n for *k, n in s["problems"]}), m)
+            _Tables(None if spill else g, None if spill else c, Counter(s["unknown"]), int(s["events"]),
+                    Counter({tuple(k): n for *k, n in s["problems"]}), m)
             for (g, c, m), s in zip(parts, meta["slices"], strict=True)
         ]
 
@@ -584,6 +727,11 @@ class _Helper:
             self.proc.wait()
         if self.tmp is not None:
             self.tmp.cleanup()
+
+
+def _ipc(file: Path, schema_only: Path | None) -> pl.DataFrame:
+    """An Arrow file's table, or (``schema_only``) none of its rows: its schema is checked."""
+    return pl.read_ipc(file, n_rows=0) if schema_only is not None else pl.read_ipc(file)
 
 
 def _cuda_version(v: int | None) -> str | None:

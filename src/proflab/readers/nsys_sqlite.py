@@ -107,8 +107,8 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
 
     ``part`` (``--steps`` / ``--window``): only that part, cut inside SQLite (``_read_part``),
     so memory follows the part, not the export; the trace is already sliced. ``budget``
-    (bytes; with no ``part``): an export whose whole analysis is estimated to need more is
-    read in a part that fits (``budget``), and its notes say so."""
+    (bytes): an export whose whole analysis is estimated to need more is read in a part that
+    fits (``readers.budget``), and its notes say so; a ``part`` asked for is read as it is."""
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
         return slice_trace(_read_report(path, None if part is not None else budget), part)
