@@ -387,3 +387,37 @@ def test_the_cli_reads_a_kineto_trace_within_a_budget(capsys):
     assert source["memory_budget_bytes"] == budget and source["analysed_events"] < source["events"]
     assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 2
     assert report["steps"] and {s["step"] for s in report["steps"]} == {4}
+
+
+def test_a_kineto_trace_whose_size_misled_the_estimate_is_read_whole(tmp_path, monkeypatch):
+    """The estimate from a trace's size takes 300 bytes an event; 40 MB of blanks between its
+    events make the recorded trace look like 140 k more. Once its slices are decoded its
+    events are counted, the whole read fits, and it is read whole as usual (no part, no
+    budget notes), the same trace as without a budget."""
+    import gzip
+
+    from proflab.readers import kineto
+
+    raw = gzip.decompress(KINETO.read_bytes())
+    at = raw.index(b"\n  {")
+    padded = tmp_path / "padded.json"
+    padded.write_bytes(raw[:at] + b" " * 40_000_000 + raw[at:])
+    whole = kineto.read(padded)
+    counted = limits.kineto_need(padded, whole.meta.event_count)
+    budget = counted + 1_000_000
+    assert limits.kineto_need(padded) > budget  # the size says it is over
+    spilled, read_whole = [], []
+    monkeypatch.setattr(kineto, "_read_spilled", _recording(kineto._read_spilled, spilled))
+    monkeypatch.setattr(kineto, "_read", _recording(kineto._read, read_whole))
+    got = load(padded, cache=False, budget=budget)
+    assert len(spilled) == 1 and len(read_whole) == 1  # decoded to disk, counted, then read whole
+    assert got.meta.budget is None
+    _same_trace(got, whole)
+
+
+def _recording(fn, calls: list):
+    def wrapper(*args, **kwargs):
+        calls.append(args)
+        return fn(*args, **kwargs)
+
+    return wrapper

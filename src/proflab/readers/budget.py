@@ -250,11 +250,12 @@ KINETO_HELPER = 140_000_000
 _KINETO_BYTES_PER_EVENT = 300  # of JSON, at the fewest seen (real and generated traces: 300-350)
 
 
-def kineto_need(path) -> int:
-    """The estimated peak (bytes) of reading and analysing a Kineto trace whole, from its
-    size (and whether a helper process decodes half of it): a gzip file's uncompressed size
-    from its trailer (modulo 4 GiB there: taken as at
-    least 4x the compressed bytes, less than Kineto's JSON compresses)."""
+def kineto_need(path, events: int | None = None) -> int:
+    """The estimated peak (bytes) of reading and analysing a Kineto trace whole: from its
+    ``events`` where they are counted, else from its size; and by whether a helper process
+    decodes half of it (a plain file of 12 slices or more, on two or more cores). A gzip
+    file's uncompressed size is read from its trailer (modulo 4 GiB there: taken as at least
+    4x the compressed bytes, less than Kineto's JSON compresses)."""
     import os
 
     size, gz = os.stat(path).st_size, False
@@ -271,4 +272,5 @@ def kineto_need(path) -> int:
     from proflab.readers import kineto
 
     shared = not gz and size >= kineto.HELPER_FROM_BYTES and kineto.helper_allowed()
-    return KINETO_FIXED + (KINETO_EVENT if shared else KINETO_ALONE_EVENT) * (size // _KINETO_BYTES_PER_EVENT)
+    events = size // _KINETO_BYTES_PER_EVENT if events is None else events
+    return KINETO_FIXED + (KINETO_EVENT if shared else KINETO_ALONE_EVENT) * events

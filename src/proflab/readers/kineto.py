@@ -358,14 +358,13 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
                       meta=meta, comms=comms)
         plan = None
         if part is None:
-            need = limits.KINETO_PART_FIXED + limits.KINETO_PART_EVENT * (n_gpu + n_cpu)  # (its events now counted)
-            if need > budget:
-                weights = np.full(sample.size, limits.KINETO_PART_EVENT * (n_gpu + n_cpu) / max(sample.size, 1))
-                plan = limits.choose(sample, weights, need=need, budget=budget, fixed=limits.KINETO_PART_FIXED, steps=all_steps)
-                part = plan.part(origin)
-        if part is None:  # the whole trace fits after all (its events counted, not estimated)
-            g, c = _in_time_order(gpu.collect()), _in_time_order(cpu.collect())
-            return Trace(gpu=g, cpu=c, steps=all_steps, devices=devices, meta=meta, comms=comms)
+            need = limits.kineto_need(path, n_gpu + n_cpu)  # (its events now counted)
+            if need <= budget:  # its size misled the estimate: the whole read fits after all
+                return _read(path)
+            # the part's room at what a part costs an event (more than in a whole read)
+            weights = np.full(sample.size, limits.KINETO_PART_EVENT * (n_gpu + n_cpu) / max(sample.size, 1))
+            plan = limits.choose(sample, weights, need=need, budget=budget, fixed=limits.KINETO_PART_FIXED, steps=all_steps)
+            part = plan.part(origin)
         g, c, st, note = slice_frames(gpu, cpu, all_steps.lazy(), part, str(path), origin_ns=origin, all_steps=all_steps)
         g, c = _in_time_order(g.collect(engine="streaming")), _in_time_order(c.collect(engine="streaming"))
         trace = with_frames(whole, g, c, st.collect(), note)
