@@ -14,13 +14,13 @@ tables (~75 bytes per event) goes past it.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from peak_rss import analyze_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 GEN = ROOT / "benchmarks" / "gen_nsys.py"
@@ -53,16 +53,8 @@ def test_analyze_peak_rss_of_a_large_export_within_bound(export, tmp_path):
     n = _events(export)
     assert n > 1_500_000  # the export is the size the bound was set for
     out = tmp_path / "report.json"
-    probe = (
-        "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))  # the proflab under test
-    r = subprocess.run([sys.executable, "-c", probe, str(export), str(out)], capture_output=True, text=True, timeout=600, env=env)
-    rc, maxrss_kib = map(int, r.stdout.split())
-    assert rc in (0, 1), r.stderr  # 1: findings above the threshold, still a full report
-    peak = maxrss_kib * 1024  # Linux reports KiB
+    rc, peak, err = analyze_peak(export, out)
+    assert rc in (0, 1), err  # 1: findings above the threshold, still a full report
     bound = BASE_MIB * 2**20 + BYTES_PER_EVENT * n
     assert peak <= bound, f"peak RSS {peak / 2**20:.0f} MiB > bound {bound / 2**20:.0f} MiB for {n:,} events"
     report = json.loads(out.read_text())
@@ -93,16 +85,9 @@ def test_a_few_steps_of_a_large_export_read_only_those(export, tmp_path):
 
     stepped = with_steps(export, tmp_path / "stepped.sqlite", n=20)
     out = tmp_path / "report.json"
-    probe = (
-        "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '--steps', '12:14', '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", probe, str(stepped), str(out)], capture_output=True, text=True, timeout=600, env=env)
-    rc, maxrss_kib = map(int, r.stdout.split())
-    assert rc in (0, 1), r.stderr
-    assert maxrss_kib * 1024 <= BASE_MIB * 2**20, f"peak RSS {maxrss_kib / 1024:.0f} MiB for two steps of 20"
+    rc, peak, err = analyze_peak(stepped, out, "--steps", "12:14")
+    assert rc in (0, 1), err
+    assert peak <= BASE_MIB * 2**20, f"peak RSS {peak / 2**20:.0f} MiB for two steps of 20"
     report = json.loads(out.read_text())
     assert "steps 12:14 (2 of 20 profiler steps)" in " ".join(report["notes"])
     assert report["source"]["inputs"][0]["events"] == _events(export) + 20
@@ -118,16 +103,9 @@ def test_an_export_over_the_memory_budget_is_analysed_within_it(export, tmp_path
     budget = 250_000_000
     assert limits.estimate(nsys_sqlite.table_rows(export)) > 1.2 * budget
     out = tmp_path / "report.json"
-    probe = (
-        "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '--memory-budget', '250M', '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    r = subprocess.run([sys.executable, "-c", probe, str(export), str(out)], capture_output=True, text=True, timeout=600, env=env)
-    rc, maxrss_kib = map(int, r.stdout.split())
-    assert rc in (0, 1), r.stderr
-    assert maxrss_kib * 1024 <= budget, f"peak RSS {maxrss_kib * 1024 / 1e6:.0f} MB over the 250 MB budget"
+    rc, peak, err = analyze_peak(export, out, "--memory-budget", "250M")
+    assert rc in (0, 1), err
+    assert peak <= budget, f"peak RSS {peak / 1e6:.0f} MB over the 250 MB budget"
     report = json.loads(out.read_text())
     notes = [n for n in report["notes"] if n.startswith("memory budget: ")]
     assert len(notes) == 2 and "over the budget of 250 MB" in notes[0] and "within" in notes[1]

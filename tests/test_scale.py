@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from peak_rss import analyze_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 # (not `from conftest import`: on pytest 7.0 to 8.0 that named tests/gpu/conftest.py)
@@ -31,13 +32,17 @@ def _bound_bytes(size: int) -> float:
     return 0.4 * size + 300 * MB
 
 
-@pytest.fixture(scope="module")
-def realistic(tmp_path_factory) -> Path:
+def _generated(tmp_path_factory, size_mb: int) -> Path:
     if not SOURCE.exists():
         pytest.skip(f"missing recorded trace {SOURCE.name}")
     out = tmp_path_factory.mktemp("scale") / "realistic.json"
-    subprocess.run([sys.executable, str(GEN), str(out), "--size-mb", "30"], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, str(GEN), str(out), "--size-mb", str(size_mb)], check=True, capture_output=True, timeout=600)
     return out
+
+
+@pytest.fixture(scope="module")
+def realistic(tmp_path_factory) -> Path:
+    return _generated(tmp_path_factory, 30)
 
 
 def _env() -> dict[str, str]:
@@ -76,16 +81,8 @@ def test_analyze_peak_rss_within_bound(realistic, tmp_path):
     """`proflab analyze` in a subprocess: its peak RSS (and its helper's) stays under
     0.4 x the trace size + 300 MB, and the report is the full one."""
     out = tmp_path / "report.json"
-    probe = (
-        "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    r = subprocess.run([sys.executable, "-c", probe, str(realistic), str(out)], capture_output=True, text=True,
-                       timeout=300, env=_env())
-    rc, maxrss_kib = map(int, r.stdout.split())
-    assert rc == 0, r.stderr
-    peak = maxrss_kib * 1024  # Linux reports KiB
+    rc, peak, err = analyze_peak(realistic, out)
+    assert rc == 0, err
     size = realistic.stat().st_size
     assert peak <= _bound_bytes(size), f"peak RSS {peak / 2**20:.0f} MiB > bound {_bound_bytes(size) / 2**20:.0f} MiB"
     report = json.loads(out.read_text())
@@ -748,10 +745,7 @@ def test_analysis_commands_give_freed_arrays_back_to_the_system(tmp_path):
 @pytest.fixture(scope="module")
 def realistic_large(tmp_path_factory) -> Path:
     """A 0.5 GB realistic trace: its whole analysis peaks near 420 MB (both processes)."""
-    if not SOURCE.exists():
-        pytest.skip(f"missing recorded trace {SOURCE.name}")
-    out = tmp_path_factory.mktemp("scale_large") / "realistic.json"
-    subprocess.run([sys.executable, str(GEN), str(out), "--size-mb", "500"], check=True, capture_output=True, timeout=600)
+    out = _generated(tmp_path_factory, 500)
     yield out
     out.unlink()
 
@@ -766,15 +760,9 @@ def test_a_kineto_trace_over_the_memory_budget_is_analysed_within_it(realistic_l
     budget = 250 * MB
     assert limits.kineto_need(realistic_large) > 1.5 * budget
     out = tmp_path / "report.json"
-    probe = (
-        "import resource, subprocess, sys\n"
-        "r = subprocess.run([sys.executable, '-m', 'proflab', 'analyze', sys.argv[1], '--memory-budget', '250M', '-f', 'json', '-o', sys.argv[2], '--no-cache'])\n"
-        "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-    )
-    r = subprocess.run([sys.executable, "-c", probe, str(realistic_large), str(out)], capture_output=True, text=True, timeout=600, env=_env())
-    rc, maxrss_kib = map(int, r.stdout.split())
-    assert rc in (0, 1), r.stderr
-    assert maxrss_kib * 1024 <= budget, f"peak RSS {maxrss_kib * 1024 / MB:.0f} MB over the 250 MB budget"
+    rc, peak, err = analyze_peak(realistic_large, out, "--memory-budget", "250M")
+    assert rc in (0, 1), err
+    assert peak <= budget, f"peak RSS {peak / MB:.0f} MB over the 250 MB budget"
     report = json.loads(out.read_text())
     source = report["source"]["inputs"][0]
     assert source["memory_budget_bytes"] == budget and 0 < source["analysed_events"] < 0.5 * source["events"]
