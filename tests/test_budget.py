@@ -115,6 +115,11 @@ def test_an_export_with_steps_is_read_in_whole_steps_from_its_middle(tmp_path):
     same = load(stepped, cache=False, part=parse_steps(f"{steps[0]}:{steps[-1] + 1}"))
     assert_frame_equal(got.gpu, same.gpu)
     assert_frame_equal(got.cpu, same.cpu)
+    # the 20 steps are of one width: the part's median is the whole export's
+    ms = float(((got.steps["end_ns"] - got.steps["start_ns"]) / 1e6).median())
+    said = [n for n in got.meta.notes if n.startswith("memory budget: ")]
+    assert said[2] == (f"memory budget: the part's {len(steps)} steps take a median of {ms:,.3f} ms (host ranges), "
+                       f"the whole export's 20 steps a median of {ms:,.3f} ms")
 
 
 @pytest.fixture(scope="module")
@@ -363,6 +368,12 @@ def test_a_kineto_trace_over_the_budget_is_read_in_whole_steps_from_its_middle()
                             .clip(lower_bound=0).sum()).item()
     assert said[1].startswith(f"memory budget: the part runs {inside / 1e6:,.1f} ms of kernels")
     assert part.height > 0
+    # the steps: the part's one against the trace's three, host ranges
+    steps = kineto.read(KINETO).steps.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
+    mine, median = steps.filter(pl.col("step") == 4)["ms"][0], steps["ms"].median()
+    assert said[2].startswith(f"memory budget: the part's 1 step takes {mine:,.3f} ms (host ranges), "
+                              f"the whole trace's 3 steps a median of {median:,.3f} ms")
+    assert ("NOT like" in said[2]) == (abs(mine - median) > 0.1 * median)
 
 
 def test_load_reads_an_over_budget_kineto_part_without_caching_it(tmp_path, monkeypatch):
@@ -385,7 +396,7 @@ def test_the_cli_reads_a_kineto_trace_within_a_budget(capsys):
     report = json.loads(capsys.readouterr().out)
     source = report["source"]["inputs"][0]
     assert source["memory_budget_bytes"] == budget and source["analysed_events"] < source["events"]
-    assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 2
+    assert sum(n.startswith("memory budget: ") for n in report["notes"]) == 3  # read, kernels, steps
     assert report["steps"] and {s["step"] for s in report["steps"]} == {4}
 
 

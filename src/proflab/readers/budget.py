@@ -52,6 +52,7 @@ _MARGIN = 0.8  # of the budget (less the fixed part) a part is planned to fill: 
 _SAMPLES = 4096  # rows of each table whose start places its events in time
 _GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 _UNLIKE_POINTS = 5.0  # a kernel's share of kernel time differing more: the part is not like the whole
+_UNLIKE_STEP = 0.1  # the part's median step this much (a fraction) off the whole's: not alike
 _TOP = 10  # the export's kernels with the most time compared
 
 
@@ -204,30 +205,53 @@ def kernel_likeness(rows: list[tuple]) -> dict | None:
 
 
 def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None, *, what_whole: str = "export",
-          estimated: str = "from its tables' rows") -> list[str]:
+          estimated: str = "from its tables' rows", steps: pl.DataFrame | None = None) -> list[str]:
     """What the report says of a part read for the budget. ``what_whole``: "export" or
-    "trace"; ``estimated``: what the estimate of the whole read came from."""
+    "trace"; ``estimated``: what the estimate of the whole read came from; ``steps``: the
+    whole trace's profiler steps (``step``, ``start_ns``, ``end_ns``), whose durations the
+    part's are compared with when the part is whole steps."""
     w = what_whole
+    out = _what_was_read(path_name, p, kept, events, estimated) + _kernels_alike(like, w)
+    if p.steps is not None and steps is not None and steps.height:
+        out.append(_steps_alike(steps, p.steps, w))
+    return out
+
+
+def _steps_alike(steps: pl.DataFrame, part: tuple[int, int], w: str) -> str:
+    """The part's median step (host ranges) against the whole trace's."""
+    dur = (pl.col("end_ns") - pl.col("start_ns")) / 1e6
+    inside = steps.filter((pl.col("step") >= part[0]) & (pl.col("step") < part[1]))
+    mine, theirs = inside.select(dur.median()).item(), steps.select(dur.median()).item()
+    n = inside.height
+    line = (f"memory budget: the part's {n} step{'s take a median of' if n != 1 else ' takes'} {mine:,.3f} ms (host ranges), "
+            f"the whole {w}'s {steps.height} steps a median of {theirs:,.3f} ms")
+    if theirs and abs(mine - theirs) > _UNLIKE_STEP * theirs:
+        line += f"; the part's steps are NOT like the whole {w}'s: analyse other steps with --steps"
+    return line
+
+
+def _what_was_read(path_name: str, p: Plan, kept: int, events: int, estimated: str) -> list[str]:
     what = (f"profiler {p.part(0).text}" if p.steps is not None else
             f"a time window in its middle ({(p.hi_ns - p.lo_ns) / 1e6:,.1f} ms)" + (", since no whole profiler step fits it" if p.step_too_big else ""))
-    out = [
+    return [
         f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({_count(events)} events, estimated "
         f"{estimated}), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
         f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part"
     ]
+
+
+def _kernels_alike(like: dict | None, w: str) -> list[str]:
+    """The part's kernel time per kernel against the whole trace's (see ``kernel_likeness``)."""
     if like is None:
-        out.append(f"memory budget: the {w} has no kernels to compare the part with the whole {w} by")
-        return out
+        return [f"memory budget: the {w} has no kernels to compare the part with the whole {w} by"]
     name = like["kernel"] if len(like["kernel"]) <= 80 else like["kernel"][:77] + "..."
     share = f"the part runs {like['part_ns'] / 1e6:,.1f} ms of kernels, {100 * like['part_ns'] / like['whole_ns']:.0f}% of the {w}'s {like['whole_ns'] / 1e6:,.1f} ms"
     if like["points"] <= _UNLIKE_POINTS:
-        out.append(f"memory budget: {share}; the {w}'s {like['compared']} kernels with the most time take shares of kernel time "
-                   f"in the part within {like['points']:.1f} points of their shares in the whole {w}")
-    else:
-        out.append(f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
-                   f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart); analyse other parts with "
-                   "--steps / --window")
-    return out
+        return [f"memory budget: {share}; the {w}'s {like['compared']} kernels with the most time take shares of kernel time "
+                f"in the part within {like['points']:.1f} points of their shares in the whole {w}"]
+    return [f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
+            f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart); analyse other parts with "
+            "--steps / --window"]
 
 
 # -- Kineto traces ------------------------------------------------------------------------------

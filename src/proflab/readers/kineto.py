@@ -371,7 +371,8 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
         if plan is None:
             return trace
         like = limits.kernel_likeness(_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
-        notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count")
+        notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count",
+                             steps=all_steps)
         return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
 
 

@@ -203,7 +203,7 @@ def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
         return None  # nothing dated: the whole read says what the export holds
     trace = _read_part(path, ctx, plan.part(origin), known=(all_steps, events, origin))
     like = limits.likeness(ctx.con, plan.lo_ns, plan.hi_ns, ctx.string_of)
-    notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like)
+    notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like, steps=all_steps)
     return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
 
 
