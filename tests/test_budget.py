@@ -432,3 +432,23 @@ def _recording(fn, calls: list):
         return fn(*args, **kwargs)
 
     return wrapper
+
+
+def test_steps_longer_than_the_room_leave_a_time_window(tmp_path):
+    """Two steps, each half the export, and room for a quarter: no whole step fits, so a time
+    window from the middle is read, and the note says why."""
+    stepped = with_steps(H100, tmp_path / "two.sqlite", n=2, first=0)
+    got = load(stepped, cache=False, budget=_budget(stepped, 0.3))
+    assert got.steps.height == 0  # neither step lies wholly inside the window
+    note = next(n for n in got.meta.notes if n.startswith("memory budget: reading"))
+    assert "analysed a time window in its middle (" in note and "), since no whole profiler step fits it: " in note
+    assert not any(n.startswith("memory budget: the part's") for n in got.meta.notes)  # no steps to compare
+
+
+def test_choose_on_a_sample_of_one_instant():
+    """Every sampled event starting at one instant: a window of 1 ns there, not an error."""
+    import numpy as np
+
+    plan = limits.choose(np.full(100, 5_000, dtype=np.int64), np.full(100, 1e6), need=limits.COST_FIXED + 100_000_000,
+                         budget=limits.COST_FIXED + 50_000_000, fixed=limits.COST_FIXED, steps=pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}))
+    assert (plan.lo_ns, plan.hi_ns, plan.steps) == (5_000, 5_001, None)
