@@ -452,3 +452,28 @@ def test_choose_on_a_sample_of_one_instant():
     plan = limits.choose(np.full(100, 5_000, dtype=np.int64), np.full(100, 1e6), need=limits.COST_FIXED + 100_000_000,
                          budget=limits.COST_FIXED + 50_000_000, fixed=limits.COST_FIXED, steps=pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}))
     assert (plan.lo_ns, plan.hi_ns, plan.steps) == (5_000, 5_001, None)
+
+
+def test_a_json_array_trace_over_the_budget_is_read_whole_and_says_so(tmp_path):
+    """The Chrome "JSON array" form on one line cannot be cut into slices: a part cannot be
+    read from it without decoding it whole, so it is read whole, and the notes say the
+    budget was not held."""
+    import gzip
+
+    from proflab.readers import kineto
+
+    doc = json.loads(gzip.decompress(KINETO.read_bytes()))
+    flat = tmp_path / "array.json"
+    flat.write_text(json.dumps(doc["traceEvents"]))
+    budget = limits.KINETO_PART_FIXED + 1
+    got = load(flat, cache=False, budget=budget)
+    assert got.meta.budget is None
+    _same_trace(got, dataclasses_with_notes(kineto.read(flat), got.meta.notes))
+    assert got.meta.notes[-1] == (f"memory budget: array.json is not in Kineto's own layout (one event a line), which a part is read "
+                                  f"from, so it was read whole ({got.meta.event_count:,} events) over the budget of 190 MB")
+
+
+def dataclasses_with_notes(trace, notes):
+    import dataclasses
+
+    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=notes))

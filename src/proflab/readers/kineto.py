@@ -341,7 +341,12 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
             # the helper process while decoding: only where the budget holds both processes
             doc, tables, size = _read_sliced(path, spill, helper=budget is None or budget >= limits.KINETO_PART_FIXED + limits.KINETO_HELPER)
         except (NotSliceable, msgspec.DecodeError):
-            return slice_trace(_read(path), part)
+            trace = slice_trace(_read(path), part)  # (and a whole document, one error of it where it is broken)
+            if part is not None or budget is None:
+                return trace
+            said = (f"memory budget: {path.name} is not in Kineto's own layout (one event a line), which a part is read from, "
+                    f"so it was read whole ({trace.meta.event_count:,} events) over the budget of {limits.size_text(budget)}")
+            return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, said)))
         event_count, problems, unknown = _tallies(path, tables)
         comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
         comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
