@@ -477,3 +477,19 @@ def dataclasses_with_notes(trace, notes):
     import dataclasses
 
     return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=notes))
+
+
+def test_no_room_to_decode_a_kineto_trace_to_disk_is_one_line(monkeypatch, capsys):
+    """A full disk cannot be had here: the write of a decoded slice is made to fail as a full
+    one does (ENOSPC), the one thing not real in this test. The refusal names the trace, the
+    folder, the room needed and the ways out; exit status 2, no traceback."""
+    import errno
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pl.DataFrame, "write_ipc", full)
+    assert main(["analyze", str(KINETO), "--no-cache", "--memory-budget", str(_kineto_budget(KINETO))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train_loop.pt.trace.json.gz: cannot decode it to disk in " in err[0]
+    assert "(No space left on device)" in err[0] and "set TMPDIR to a folder with room, or read it whole (--memory-budget none)" in err[0]

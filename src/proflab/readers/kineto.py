@@ -42,6 +42,7 @@ from proflab.errors import (
     EmptyTrace,
     TruncatedInput,
     UnsupportedFormat,
+    UsageError,
 )
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
@@ -340,6 +341,10 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
         try:
             # the helper process while decoding: only where the budget holds both processes
             doc, tables, size = _read_sliced(path, spill, helper=budget is None or budget >= limits.KINETO_PART_FIXED + limits.KINETO_HELPER)
+        except _NoRoom as e:
+            raise UsageError(f"{path}: cannot decode it to disk in {tmp} ({e}): reading a part of it needs about "
+                             f"{limits.size_text(0.4 * path.stat().st_size)} free there; set TMPDIR to a folder with room, or read it "
+                             "whole (--memory-budget none)") from None
         except (NotSliceable, msgspec.DecodeError):
             trace = slice_trace(_read(path), part)  # (and a whole document, one error of it where it is broken)
             if part is not None or budget is None:
@@ -425,12 +430,10 @@ def _kernel_time(gpu: pl.LazyFrame, lo: int, hi: int) -> list[tuple]:
     return list(got.iter_rows())
 
 
-def _holds(gpu: pl.DataFrame | int, unknown: Counter) -> list[str]:
+def _holds(gpu: int, unknown: Counter) -> list[str]:
     """A first note saying what the trace holds when it is not a GPU trace proflab diagnoses.
-    ``gpu``: its GPU activities (or their count)."""
+    ``gpu``: how many GPU activities it has."""
     accel = sorted({_OTHER_ACCEL_CATS[c] for c in unknown if c in _OTHER_ACCEL_CATS})
-    if not isinstance(gpu, int):
-        gpu = gpu.height
     if accel and gpu == 0:
         return [
             f"the trace holds host events and activity of {', '.join(accel)}, which proflab does not diagnose: "
@@ -608,10 +611,19 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
     return doc, tables, size
 
 
+class _NoRoom(Exception):
+    """A decoded slice could not be written to disk (a full or unwritable folder)."""
+
+
 def _spilled(t: _Tables, folder: Path, index: int) -> _Tables:
     """Slice ``index``'s tables with its host and GPU events written to ``folder``."""
-    t.gpu.write_ipc(folder / f"gpu-{index}.arrow")
-    t.cpu.write_ipc(folder / f"cpu-{index}.arrow")
+    try:
+        t.gpu.write_ipc(folder / f"gpu-{index}.arrow")
+        t.cpu.write_ipc(folder / f"cpu-{index}.arrow")
+    except OSError as e:
+        raise _NoRoom(e.strerror or str(e)) from None
+    except pl.exceptions.PolarsError as e:
+        raise _NoRoom(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__) from None
     return t._replace(gpu=None, cpu=None)
 
 
