@@ -16,6 +16,7 @@ from typing import Any, Literal
 import polars as pl
 
 from proflab.analysis.ranks import RankSummary, job_tables, link_reference
+from proflab.readers.budget import DEFAULT_BUDGET, size_text
 from proflab.report import JobReport, Missing
 
 __all__ = ["analyze_job", "analyze_processes", "rank_summaries", "rank_task", "NotAJob", "DASK_FROM_RANKS"]
@@ -82,7 +83,12 @@ def _run_tasks(
     with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, Client(cluster) as client:
         got = client.gather(client.map(rank_task, paths, options=options, pure=False))
         used = len(cluster.workers)
-    return got, f"Dask LocalCluster, {used} worker process(es)"
+    # the budget holds each rank's read: worker processes reading at once on this machine may
+    # together hold as many times it (a budget split between them could leave each too little
+    # for any analysis, and the job would fail where it fits)
+    budget = options.get("memory_budget", DEFAULT_BUDGET)
+    each = "" if budget is None else f", each rank read within the {size_text(budget)} memory budget"
+    return got, f"Dask LocalCluster, {used} worker process(es){each}"
 
 
 def analyze_job(
