@@ -183,14 +183,14 @@ def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
 
 
 @pytest.mark.parametrize("text, want", [("1.5G", 1_500_000_000), ("800M", 800_000_000), ("800MB", 800_000_000), ("4GiB", 4 * 2**30),
-                                        ("2000000000", 2_000_000_000), ("none", None), ("512k", 512_000)])  # fmt: skip
+                                        ("2000000000", 2_000_000_000), ("none", None), ("2.5g", 2_500_000_000)])  # fmt: skip
 def test_budget_sizes(text, want):
     from proflab.cli import _budget_bytes
 
     assert _budget_bytes(text) == want
 
 
-@pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", ""])
+@pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", "", "0", "512k"])  # ("0": too small, not "no limit")
 def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
     with pytest.raises(SystemExit) as e:
         main(["analyze", str(H100), "--memory-budget", text])

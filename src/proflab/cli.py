@@ -275,8 +275,8 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", dest="cache", action="store_false", default=None,
                    help="neither read nor write the columnar cache of large traces")
     g.add_argument("--memory-budget", type=_budget_bytes, default=_DEFAULT_BUDGET, metavar="SIZE",
-                   help="analyse an Nsight Systems export that would need more memory than this in a part from its "
-                        "middle that fits, and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole)")
+                   help="analyse a trace that would need more memory than this in a part from its middle that fits, "
+                        "and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole)")
 
 
 _DEFAULT_BUDGET = 1_500_000_000  # bytes (readers.budget.DEFAULT_BUDGET, not imported: --help stays instant)
@@ -285,13 +285,16 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?)b?\s*$", re.IGNORE
 
 def _budget_bytes(text: str) -> int | None:
     """``--memory-budget``: 1.5G, 800M, 4GiB, 2000000000 (bytes) or none."""
-    if text.strip().lower() in ("none", "off", "0"):
+    if text.strip().lower() in ("none", "off"):
         return None
     m = _SIZE.match(text)
     if not m:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 1.5G, 800M or 4GiB, or none")
     power = "kmgt".find(m.group(2).lower()) + 1 if m.group(2) else 0
-    return round(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+    size = round(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
+    if size < 1_000_000:
+        raise argparse.ArgumentTypeError(f"{text!r}: a budget is at least 1M (none: no limit)")
+    return size
 
 
 def _reading(args: argparse.Namespace) -> dict:
