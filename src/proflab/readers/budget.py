@@ -53,35 +53,20 @@ _SAMPLES = 4096  # rows of each table whose start places its events in time
 _GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 _UNLIKE_POINTS = 5.0  # a kernel's share of kernel time differing more: the part is not like the whole
 _UNLIKE_STEP = 0.1  # the part's median step this much (a fraction) off the whole's: not alike
-_TOP = 10  # the export's kernels with the most time compared
-
-
-def estimate(rows: dict[str, int]) -> int:
-    """Bytes a whole read and analysis of an export with these event-table rows is measured
-    to peak at."""
-    return COST_FIXED + sum(n * (COST_GPU if t in _GPU else COST_HOST) for t, n in rows.items())
-
-
-def whole_bytes(path) -> tuple[int, int] | None:
-    """(event rows, estimated peak bytes) of reading ``path`` whole; None when it is no
-    export that opens (the read says what is wrong)."""
-    from proflab.readers import nsys_sqlite
-
-    rows = nsys_sqlite.table_rows(path)
-    return None if rows is None else (sum(rows.values()), estimate(rows))
+_TOP = 10  # the whole trace's kernels with the most time compared
 
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    """The part of an export to analyse within the budget. ``lo_ns``/``hi_ns``: its span on the
-    export's clock; ``steps``: (first, stop) profiler step numbers when it is whole steps."""
+    """The part of a trace to analyse within the budget. ``lo_ns``/``hi_ns``: its span on the
+    trace's clock; ``steps``: (first, stop) profiler step numbers when it is whole steps."""
 
     budget: int
-    need: int  # estimated peak of reading the export whole (bytes)
+    need: int  # estimated peak of reading the trace whole (bytes)
     lo_ns: int
     hi_ns: int
     steps: tuple[int, int] | None
-    step_too_big: bool  # the export has steps, but none fits the budget whole
+    step_too_big: bool  # the trace has steps, but none fits the budget whole
 
     def part(self, origin_ns: int) -> SliceSpec:
         if self.steps is not None:
@@ -101,27 +86,6 @@ def _count(n: int) -> str:
 
 def _ms(ns: int) -> str:
     return f"{ns / 1e6:.3f}".rstrip("0").rstrip(".") + "ms"
-
-
-def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame) -> Plan | None:
-    """The part of an export to read, or None when reading it whole fits ``budget``.
-    ``rows``: each event table's rows; ``steps``: the export's profiler steps
-    (``step``, ``start_ns``, ``end_ns``). Raises UsageError for a budget below what any
-    analysis needs."""
-    import numpy as np
-
-    need = estimate(rows)
-    if need <= budget:
-        return None
-    times, weights = [], []
-    for table, n in rows.items():
-        starts = _sampled_starts(con, table, _SAMPLES)
-        if starts.size:
-            times.append(starts)
-            weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
-    if not times:
-        return None  # nothing dated: the whole read says what the export holds
-    return choose(np.concatenate(times), np.concatenate(weights), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
 
 
 def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame) -> Plan:
@@ -149,44 +113,6 @@ def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.Data
             return Plan(budget, need, int(kept["start_ns"].min()), int(kept["end_ns"].max()), (a, b), False)
         return Plan(budget, need, lo, hi, None, True)
     return Plan(budget, need, lo, hi, None, False)
-
-
-def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
-    """The start times (ns) of up to ``k`` rows spread evenly over ``table``'s rowids: rows
-    found by seeks of the rowid B-tree, so the cost follows ``k``, not the table."""
-    import numpy as np
-
-    try:
-        low, top = con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
-    except sqlite3.OperationalError:
-        return np.empty(0, dtype=np.int64)
-    if low is None or top is None or type(low) is not int or type(top) is not int:
-        return np.empty(0, dtype=np.int64)
-    ids = np.unique(np.linspace(low, top, num=min(k, top - low + 1)).astype(np.int64))
-    listed = ", ".join(map(str, ids.tolist()))
-    try:
-        got = con.execute(f'SELECT start FROM "{table}" WHERE rowid IN ({listed}) AND start IS NOT NULL').fetchall()
-    except sqlite3.OperationalError:
-        return np.empty(0, dtype=np.int64)
-    return np.array([v for (v,) in got if type(v) is int and -(2**62) < v < 2**62], dtype=np.int64)
-
-
-def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
-    """How far the kernels running in [lo, hi) of an export are like the whole export's, in
-    one SQLite aggregate over its kernel table (see :func:`kernel_likeness`; ``texts``: a
-    StringIds id -> name lookup). None without kernels."""
-    try:
-        got = con.execute(
-            "SELECT demangledName, sum(end - start), "
-            f"sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
-        ).fetchall()
-    except sqlite3.OperationalError:
-        return None
-    like = kernel_likeness([(k, w, p) for k, w, p in got if type(w) is int and type(p) is int])
-    if like is not None:
-        like["kernel"] = texts(like["kernel"])
-    return like
 
 
 def kernel_likeness(rows: list[tuple]) -> dict | None:
@@ -252,6 +178,83 @@ def _kernels_alike(like: dict | None, w: str) -> list[str]:
     return [f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
             f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart); analyse other parts with "
             "--steps / --window"]
+
+
+# -- Nsight Systems exports ---------------------------------------------------------------------
+
+
+def estimate(rows: dict[str, int]) -> int:
+    """Bytes a whole read and analysis of an export with these event-table rows is measured
+    to peak at."""
+    return COST_FIXED + sum(n * (COST_GPU if t in _GPU else COST_HOST) for t, n in rows.items())
+
+
+def whole_bytes(path) -> tuple[int, int] | None:
+    """(event rows, estimated peak bytes) of reading ``path`` whole; None when it is no
+    export that opens (the read says what is wrong)."""
+    from proflab.readers import nsys_sqlite
+
+    rows = nsys_sqlite.table_rows(path)
+    return None if rows is None else (sum(rows.values()), estimate(rows))
+
+
+def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame) -> Plan | None:
+    """The part of an export to read, or None when reading it whole fits ``budget``.
+    ``rows``: each event table's rows; ``steps``: the export's profiler steps
+    (``step``, ``start_ns``, ``end_ns``). Raises UsageError for a budget below what any
+    analysis needs."""
+    import numpy as np
+
+    need = estimate(rows)
+    if need <= budget:
+        return None
+    times, weights = [], []
+    for table, n in rows.items():
+        starts = _sampled_starts(con, table, _SAMPLES)
+        if starts.size:
+            times.append(starts)
+            weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
+    if not times:
+        return None  # nothing dated: the whole read says what the export holds
+    return choose(np.concatenate(times), np.concatenate(weights), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+
+
+def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
+    """The start times (ns) of up to ``k`` rows spread evenly over ``table``'s rowids: rows
+    found by seeks of the rowid B-tree, so the cost follows ``k``, not the table."""
+    import numpy as np
+
+    try:
+        low, top = con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
+    except sqlite3.OperationalError:
+        return np.empty(0, dtype=np.int64)
+    if low is None or top is None or type(low) is not int or type(top) is not int:
+        return np.empty(0, dtype=np.int64)
+    ids = np.unique(np.linspace(low, top, num=min(k, top - low + 1)).astype(np.int64))
+    listed = ", ".join(map(str, ids.tolist()))
+    try:
+        got = con.execute(f'SELECT start FROM "{table}" WHERE rowid IN ({listed}) AND start IS NOT NULL').fetchall()
+    except sqlite3.OperationalError:
+        return np.empty(0, dtype=np.int64)
+    return np.array([v for (v,) in got if type(v) is int and -(2**62) < v < 2**62], dtype=np.int64)
+
+
+def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
+    """How far the kernels running in [lo, hi) of an export are like the whole export's, in
+    one SQLite aggregate over its kernel table (see :func:`kernel_likeness`; ``texts``: a
+    StringIds id -> name lookup). None without kernels."""
+    try:
+        got = con.execute(
+            "SELECT demangledName, sum(end - start), "
+            f"sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return None
+    like = kernel_likeness([(k, w, p) for k, w, p in got if type(w) is int and type(p) is int])
+    if like is not None:
+        like["kernel"] = texts(like["kernel"])
+    return like
 
 
 # -- Kineto traces ------------------------------------------------------------------------------
