@@ -262,7 +262,7 @@ def test_compare_says_a_side_was_analysed_in_a_part():
     budget = _budget(H100, 0.5)
     c = proflab.compare(H100, H100, cache=False, memory_budget=budget)
     said = [x for x in c.caveats if "memory budget" in x]
-    assert said == ["before and after: analysed in a part of the export for the memory budget (the report's notes say which); "
+    assert said == ["before and after: analysed in a part of the trace for the memory budget (the report's notes say which); "
                     "totals over parts of different spans do not compare: give both sides --memory-budget none or the same --window"]
     whole = proflab.compare(H100, H100, cache=False, memory_budget=None)
     assert not any("memory budget" in x for x in whole.caveats)

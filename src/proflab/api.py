@@ -22,9 +22,9 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
     16 MB and more; False: never). ``steps="10:20"`` keeps profiler steps 10 to 19,
     ``window="100ms:250ms"`` a time window from the trace's first event (see
     ``proflab.model.slicing``). ``memory_budget`` (bytes, default 1.5 GB; None: no limit):
-    an Nsight Systems export whose whole analysis is estimated to need more is read in a
-    part from its middle that fits, and the trace's notes say which and how far it is like
-    the whole export (``proflab.readers.budget``)."""
+    a trace whose whole analysis is estimated to need more is read in a part from its middle
+    that fits, and the trace's notes say which and how far it is like the whole trace
+    (``proflab.readers.budget``)."""
     from proflab.model.slicing import parse_steps, parse_window
     from proflab.readers import load as _load
 

@@ -606,7 +606,7 @@ class Comparison:
         budgeted = [tag for tag, side in (("before", self.before), ("after", self.after))
                     if any(n.startswith("memory budget: reading") for r in side.reports for n in r.notes)]
         if budgeted:
-            out.append(f"{' and '.join(budgeted)}: analysed in a part of the export for the memory budget (the report's notes say "
+            out.append(f"{' and '.join(budgeted)}: analysed in a part of the trace for the memory budget (the report's notes say "
                        "which); " + ("totals over parts of different spans do not compare: give both sides --memory-budget none "
                                      "or the same --window" if self.per == "window" else "per-step times compare the steps of the parts"))
         if self.per == "window":

@@ -11,7 +11,7 @@ default, or the cluster at ``scheduler``). Scheduling is Dask's, never proflab's
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
 
@@ -45,7 +45,7 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     from proflab.collect.rundir import step_times_of
 
     trace = load(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"),
-                 **({"memory_budget": options["memory_budget"]} if "memory_budget" in options else {}))
+                 memory_budget=options.get("memory_budget", DEFAULT_BUDGET))
     rank = rank_of(trace.meta.distributed, trace.meta.source)
     # a rank trace of a `proflab run` directory: the step times its own process measured
     # without the profiler (processes/<pid>.json) judge that rank's verdicts
@@ -101,18 +101,17 @@ def analyze_job(
     cache: bool | None = None,
     steps: str | None = None,
     window: str | None = None,
-    memory_budget: int | None | Literal["default"] = "default",
+    memory_budget: int | None = DEFAULT_BUDGET,
     in_process: bool = False,
 ) -> JobReport:
     """The job report over one trace per rank (files, folders or a run directory: see
     ``readers.expand_paths``). ``scheduler``: a Dask scheduler address; ``workers``: local
     Dask workers (default: one per core); ``in_process``: every rank here, whatever their
-    number (no Dask). ``memory_budget``: each rank's, as ``proflab.load`` takes it (default:
-    its default)."""
+    number (no Dask). ``memory_budget``: each rank's read's, as ``proflab.load`` takes it."""
     from proflab.readers import expand_paths
 
     options = {"top_kernels": top_kernels, "bare_step_ms": bare_step_ms, "cache": cache, "steps": steps, "window": window,
-               **({} if memory_budget == "default" else {"memory_budget": memory_budget})}
+               "memory_budget": memory_budget}
     summaries, engine, world = rank_summaries(expand_paths(paths), options, scheduler=scheduler, workers=workers, in_process=in_process)
     return _job_report(summaries, engine, world_size=world)
 

@@ -34,7 +34,7 @@ from proflab.model.slicing import SliceSpec
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
            "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
-           "choose", "likeness", "kernel_likeness", "notes", "size_text", "kineto_need"]
+           "choose", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
@@ -73,6 +73,12 @@ class Plan:
             return SliceSpec(steps=self.steps, text=f"steps {self.steps[0]}:{self.steps[1]}")
         a, b = (self.lo_ns - origin_ns) // 1000 * 1000, -((origin_ns - self.hi_ns) // 1000) * 1000  # whole us: the text is exact
         return SliceSpec(window_ns=(a, b), text=f"window {_ms(a)}:{_ms(b)}")
+
+
+def noted(trace, notes: list[str], budget: int | None = None):
+    """``trace`` with ``notes`` added, and ``budget`` as the budget it was read in a part for."""
+    meta = dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget)
+    return dataclasses.replace(trace, meta=meta)
 
 
 def size_text(b: float) -> str:

@@ -16,7 +16,6 @@ and the trace's notes say what was done. Only a file that is not a trace is refu
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import os
@@ -333,7 +332,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
     trace's first event, steps and event count are read from those files, and only the
     part's rows are read back, filtered as they are scanned, then put in time order as a
     whole read orders them. A trace not in Kineto's own layout is decoded whole, as ever."""
-    from proflab.model.slicing import slice_frames, slice_trace, with_frames
+    from proflab.model.slicing import slice_frames, with_frames
     from proflab.readers import budget as limits
 
     with tempfile.TemporaryDirectory(prefix="proflab-part-") as tmp:
@@ -346,12 +345,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
                              f"{limits.size_text(0.4 * path.stat().st_size)} free there; set TMPDIR to a folder with room, or read it "
                              "whole (--memory-budget none)") from None
         except (NotSliceable, msgspec.DecodeError):
-            trace = slice_trace(_read(path), part)  # (and a whole document, one error of it where it is broken)
-            if part is not None or budget is None:
-                return trace
-            said = (f"memory budget: {path.name} is not in Kineto's own layout (one event a line), which a part is read from, "
-                    f"so it was read whole ({trace.meta.event_count:,} events) over the budget of {limits.size_text(budget)}")
-            return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, said)))
+            return _read_whole_instead(path, part, budget)
         event_count, problems, unknown = _tallies(path, tables)
         comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
         comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
@@ -383,7 +377,22 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
         like = limits.kernel_likeness(_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
         notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count",
                              steps=all_steps)
-        return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
+        return limits.noted(trace, notes, budget)
+
+
+def _read_whole_instead(path: Path, part: SliceSpec | None, budget: int | None) -> Trace:
+    """A trace not in Kineto's own layout (no slices to read a part from): decoded whole, as
+    ever (which also pins a broken document's error to its place), then cut to ``part``; read
+    for a ``budget``, it says the budget was not held."""
+    from proflab.model.slicing import slice_trace
+    from proflab.readers import budget as limits
+
+    trace = slice_trace(_read(path), part)
+    if part is not None or budget is None:
+        return trace
+    said = (f"memory budget: {path.name} is not in Kineto's own layout (one event a line), which a part is read from, "
+            f"so it was read whole ({trace.meta.event_count:,} events) over the budget of {limits.size_text(budget)}")
+    return limits.noted(trace, [said])
 
 
 def _spilled_facts(files: dict[str, list[Path]], every: int) -> tuple[int, int, int | None, pl.DataFrame, np.ndarray]:

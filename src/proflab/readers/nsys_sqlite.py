@@ -184,42 +184,50 @@ def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | 
 
 
 def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
-    """The part of the export that fits ``budget`` (``budget``), with notes that say what
-    reading it whole would need, what was read, and how far the part is like the whole; None
-    when the whole read fits."""
+    """The part of the export that fits ``budget`` (``readers.budget``), with notes that say
+    what reading it whole would need, what was read, and how far the part is like the whole;
+    None when the whole read fits."""
     from proflab.readers import budget as limits
 
     rows = _event_table_rows(ctx.con, ctx.tables)
     if limits.estimate(rows) <= budget:
         return None
-    ctx.host_where = ctx.step_ranges()
-    all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
-    ctx.host_where = None
-    plan = limits.plan(ctx.con, rows, budget, all_steps)
-    if plan is None:
-        return None
-    events, origin = ctx.extent()
-    if origin is None:
+    whole = _Whole.of(ctx)
+    plan = limits.plan(ctx.con, rows, budget, whole.steps)
+    if plan is None or whole.origin is None:
         return None  # nothing dated: the whole read says what the export holds
-    trace = _read_part(path, ctx, plan.part(origin), known=(all_steps, events, origin))
+    trace = _read_part(path, ctx, plan.part(whole.origin), whole)
     like = limits.likeness(ctx.con, plan.lo_ns, plan.hi_ns, ctx.string_of)
-    notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, events, like, steps=all_steps)
-    return dataclasses.replace(trace, meta=dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget))
+    notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, whole.events, like, steps=whole.steps)
+    return limits.noted(trace, notes, budget)
 
 
-def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, known: tuple | None = None) -> Trace:
+@dataclasses.dataclass(frozen=True)
+class _Whole:
+    """What a part's read needs of the whole export, from SQLite: its ProfilerStep ranges,
+    how many events a whole read keeps, and the first one's start."""
+
+    steps: pl.DataFrame
+    events: int
+    origin: int | None
+
+    @classmethod
+    def of(cls, ctx: _Ctx) -> _Whole:
+        ctx.host_where = ctx.step_ranges()
+        steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
+        ctx.host_where = None
+        return cls(steps, *ctx.extent())
+
+
+def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = None) -> Trace:
     """The part ``part`` selects, every table filtered in its SQL to the rows that can belong
     to it (those overlapping the part's host window; with ``--steps``, GPU work in the
     correlation id range of the host calls kept), then cut exactly by ``slice_trace`` as a
-    whole trace would be. First, in SQLite: the export's ProfilerStep ranges (the steps and
-    their count) and, for ``--window``, its first event."""
+    whole trace would be. ``whole``: the export's steps, event count and first event
+    (``_Whole``), read first in SQLite when not given."""
     source = str(path)
-    if known is None:
-        ctx.host_where = ctx.step_ranges()
-        all_steps = steps_from_annotations(_timed(ctx.decode(ctx.nvtx()), "host", []))
-        events, origin = ctx.extent()
-    else:  # (the export's steps, event count and first start, as the caller read them)
-        all_steps, events, origin = known
+    whole = whole or _Whole.of(ctx)
+    all_steps, events, origin = whole.steps, whole.events, whole.origin
     if part.steps is not None:
         sel = selected_steps(all_steps, part, source)
         lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
@@ -492,11 +500,7 @@ class _Ctx:
         """One StringIds text by its id (repaired where not UTF-8); '' for none."""
         if "StringIds" not in self.tables or type(sid) is not int:
             return ""
-        self.con.text_factory = bytes
-        try:
-            row = self.con.execute("SELECT value FROM StringIds WHERE id = ?", (sid,)).fetchone()
-        finally:
-            self.con.text_factory = str
+        row = self.con.execute("SELECT CAST(value AS BLOB) FROM StringIds WHERE id = ?", (sid,)).fetchone()
         return row[0].decode("utf-8", "replace") if row and isinstance(row[0], bytes) else ""
 
     def comm_ids(self) -> pl.Series:

@@ -24,8 +24,8 @@ def printable(obj: Any) -> Any:
 
 def is_scope_note(note: str) -> bool:
     """A reader note saying what the report covers when it is not what the user may assume:
-    a trace that is not a GPU trace proflab diagnoses (CPU-only, another accelerator), or an
-    export analysed in a part for the memory budget. Reports show it right under their header."""
+    a trace that is not a GPU trace proflab diagnoses (CPU-only, another accelerator), or a
+    trace analysed in a part for the memory budget. Reports show it right under their header."""
     return note.startswith(("the trace holds ", "the trace also holds ", "memory budget: "))
 
 

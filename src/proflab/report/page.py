@@ -20,8 +20,9 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
     """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
     view), a folder of traces or a run directory. ``load`` reads one trace (default
     ``proflab.load``). ``cache``: the reading options ``load`` uses (``cache``, ``steps``,
-    ``window``, ``memory_budget``; a job's ranks are read with them too); with them, the page of one trace file is built from the report cache (its
-    report and timeline) when it was made before, without reading the trace."""
+    ``window``, ``memory_budget``; a job's ranks are read with them too); with them, the page
+    of one trace file is built from the report cache (its report and timeline) when it was
+    made before, without reading the trace."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.readers import expand_paths
     from proflab.render.html import render_html
