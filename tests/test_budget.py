@@ -10,8 +10,11 @@ generated export in ``test_nsys_scale.py``."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -493,3 +496,47 @@ def test_no_room_to_decode_a_kineto_trace_to_disk_is_one_line(monkeypatch, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "train_loop.pt.trace.json.gz: cannot decode it to disk in " in err[0]
     assert "(No space left on device)" in err[0] and "set TMPDIR to a folder with room, or read it whole (--memory-budget none)" in err[0]
+
+
+# -- polars' allocator, sized by the estimate before polars starts ------------------------------
+
+
+def _kept_ms(*argv: str) -> int:
+    from proflab import cli
+
+    return cli._kept_freed_ms(cli._parser().parse_args(list(argv)))
+
+
+def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
+    """An export whose estimated whole analysis leaves the budget the room kept pages may take
+    (``cli._KEPT_PEAK``) runs with them kept a while; one that comes near the budget, a
+    Kineto trace (its bound has no such room), a folder or a missing file returns them at once."""
+    from proflab import cli
+
+    need = limits.estimate(nsys_sqlite.table_rows(H100))
+    kineto = Path(__file__).resolve().parent / "data" / "kineto" / "train_loop.pt.trace.json.gz"
+    room = str(int(need * cli._KEPT_PEAK) + 1)
+    near = str(int(need * cli._KEPT_PEAK) - 1)
+    assert _kept_ms("analyze", str(H100)) == cli._KEEP_FREED_MS > 0
+    assert _kept_ms("analyze", str(H100), "--memory-budget", room) == cli._KEEP_FREED_MS
+    assert _kept_ms("analyze", str(H100), "--memory-budget", near) == 0
+    assert _kept_ms("analyze", str(H100), "--memory-budget", "none") == cli._KEEP_FREED_MS
+    for argv in (["sql", str(H100), "select 1"], ["compare", str(H100), str(H100)], ["report", str(H100)]):
+        assert _kept_ms(*argv) == cli._KEEP_FREED_MS, argv
+    assert _kept_ms("compare", str(H100), str(kineto)) == 0
+    assert _kept_ms("analyze", str(kineto)) == 0
+    assert _kept_ms("analyze", str(H100.parent)) == 0
+    assert _kept_ms("analyze", str(tmp_path / "gone.sqlite")) == 0
+    assert _kept_ms("sql") == 0
+
+
+@pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])
+def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expected):
+    """The setting is made after the command line is read and before polars loads: a fresh
+    interpreter running ``proflab sql`` on the export (1M: a budget far under its estimate).
+    Polars puts its own default first once it has loaded; what follows it wins."""
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    argv = ["sql", str(H100), "select 1", *(["--memory-budget", budget] if budget else [])]
+    code = f"import os, sys; from proflab import cli; rc = cli.main({argv!r}); print(os.environ['_RJEM_MALLOC_CONF'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert out.stdout.strip().splitlines()[-1].endswith(expected), out.stderr

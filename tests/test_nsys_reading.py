@@ -16,7 +16,7 @@ import proflab
 from proflab.cli import main
 from proflab.model.trace import CPU_SCHEMA
 from proflab.model.slicing import parse_window
-from proflab.readers import nsys_sqlite
+from proflab.readers import _export_rows, nsys_sqlite
 from proflab.readers._merge import gather_text, merge_by_start
 
 NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
@@ -176,12 +176,12 @@ def test_a_tables_rowid_bounds_are_two_seeks_not_a_scan(tmp_path):
     bounds are those of the table, with and without rows."""
     con = sqlite3.connect(tmp_path / "t.sqlite")
     con.execute('CREATE TABLE "NVTX_EVENTS" (start INTEGER, text TEXT)')
-    assert con.execute(nsys_sqlite._rowid_bounds("NVTX_EVENTS")).fetchone() == (None, None)
+    assert con.execute(_export_rows.rowid_bounds("NVTX_EVENTS")).fetchone() == (None, None)
     con.executemany('INSERT INTO "NVTX_EVENTS" (rowid, start, text) VALUES (?, ?, ?)', [(i * 3 - 5, i, "x") for i in range(1000)])
-    plan = [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + nsys_sqlite._rowid_bounds("NVTX_EVENTS"))]
+    plan = [row[3] for row in con.execute("EXPLAIN QUERY PLAN " + _export_rows.rowid_bounds("NVTX_EVENTS"))]
     assert [p for p in plan if p.startswith("SEARCH")] == ["SEARCH NVTX_EVENTS"] * 2
     assert not any(p.startswith("SCAN NVTX_EVENTS") for p in plan)
-    assert con.execute(nsys_sqlite._rowid_bounds("NVTX_EVENTS")).fetchone() == (-5, 2992)
+    assert con.execute(_export_rows.rowid_bounds("NVTX_EVENTS")).fetchone() == (-5, 2992)
 
 
 H100 = NSYS / "h100_2gpu_1s.sqlite"
@@ -212,7 +212,7 @@ def test_read_reports_its_progress_over_the_event_tables(monkeypatch):
 def test_table_rows_counts_the_event_tables_without_reading_them(tmp_path):
     con = sqlite3.connect(H100)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    counted = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in nsys_sqlite._EVENT_TABLES if t in tables}
+    counted = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in _export_rows.EVENT_TABLES if t in tables}
     con.close()
     assert nsys_sqlite.table_rows(H100) == counted and sum(counted.values()) > 10_000
     not_sqlite = tmp_path / "t.json"

@@ -32,25 +32,18 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.slicing import SliceSpec
 
+# an export's whole-read estimate, known without polars (the CLI sizes polars' allocator by it)
+from proflab.readers._export_rows import COST_FIXED, COST_GPU, COST_HOST, estimate, whole_bytes
+from proflab.readers._export_rows import GPU_TABLES as _GPU
+
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
            "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
            "choose", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
-# Peak RSS of a whole read and analysis (proflab analyze, 2 cores) as measured on the scaled
-# exports of bench_nsys_large.py: the H100 emit_nvtx ones (0.5, 1 and 2 GB: 0.80, 1.47 and
-# 2.79 GB) and the T4 mix of runtime calls and short kernels (0.37 and 1.47 GB: 1.13 and
-# 3.99 GB). A fixed part (interpreter, polars, the name dictionary) and a cost per GPU activity
-# (its row, the device sets, gaps, launch links) and per host event: the estimate is 0.7-3.0 %
-# above each of the five. (A part costs more per event than a whole read, up to 126 bytes an
-# event against 99 on the H100 export: hence the margin.)
-COST_FIXED = 160_000_000
-COST_GPU = 432
-COST_HOST = 31
 _MARGIN = 0.8  # of the budget (less the fixed part) a part is planned to fill: small parts cost more an event
 _SAMPLES = 4096  # rows of each table whose start places its events in time
-_GPU = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 _UNLIKE_POINTS = 5.0  # a kernel's share of kernel time differing more: the part is not like the whole
 _UNLIKE_STEP = 0.1  # the part's median step this much (a fraction) off the whole's: not alike
 _TOP = 10  # the whole trace's kernels with the most time compared
@@ -187,21 +180,6 @@ def _kernels_alike(like: dict | None, w: str) -> list[str]:
 
 
 # -- Nsight Systems exports ---------------------------------------------------------------------
-
-
-def estimate(rows: dict[str, int]) -> int:
-    """Bytes a whole read and analysis of an export with these event-table rows is measured
-    to peak at."""
-    return COST_FIXED + sum(n * (COST_GPU if t in _GPU else COST_HOST) for t, n in rows.items())
-
-
-def whole_bytes(path) -> tuple[int, int] | None:
-    """(event rows, estimated peak bytes) of reading ``path`` whole; None when it is no
-    export that opens (the read says what is wrong)."""
-    from proflab.readers import nsys_sqlite
-
-    rows = nsys_sqlite.table_rows(path)
-    return None if rows is None else (sum(rows.values()), estimate(rows))
 
 
 def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame) -> Plan | None:

@@ -34,7 +34,6 @@ import dataclasses
 import sqlite3
 import tempfile
 import threading
-import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,11 +54,11 @@ from proflab.model.trace import (
 )
 from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
 from proflab.readers import _progress as progress
+from proflab.readers._export_rows import SQLITE_MAGIC, event_table_rows, read_only_uri, rowid_bounds, sniff, table_rows
 from proflab.readers._merge import merge_by_start
 
 __all__ = ["sniff", "read", "table_rows", "SQLITE_MAGIC"]
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 _BATCH_ROWS = 262_144  # rows per Arrow batch from the driver; also its type-inference window
 _CHUNK_ROWS = 1 << 19  # rows of a table read and finished at a time
 _MAX_PIECES = 1 << 16  # pieces of a table at most (34 G rowids: an export's rowids run from 1)
@@ -71,35 +70,6 @@ _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 
 _NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
 _GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
 _HOST_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")
-
-
-def sniff(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(16) == SQLITE_MAGIC
-    except OSError:
-        return False
-
-
-def table_rows(path: str | Path) -> dict[str, int] | None:
-    """How many rows each event table of the export holds, from their rowid bounds (two B-tree
-    seeks a table, nothing read): what a whole read will hold in memory scales with them
-    (``budget.estimate``). None for a file that is not an export that opens; the read
-    itself says what is wrong with it."""
-    path = Path(path)
-    if not sniff(path):
-        return None
-    try:
-        con = sqlite3.connect(_read_only_uri(path), uri=True)
-    except sqlite3.Error:
-        return None
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        return _event_table_rows(con, tables)
-    except (sqlite3.Error, UnicodeDecodeError):
-        return None
-    finally:
-        con.close()
 
 
 def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None = None) -> Trace:
@@ -114,7 +84,7 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
         return slice_trace(_read_report(path, None if part is not None else budget), part)
     import adbc_driver_sqlite.dbapi as adbc
 
-    uri = _read_only_uri(path)
+    uri = read_only_uri(path)
     try:
         con = sqlite3.connect(uri, uri=True)
         bulk = adbc.connect(uri)
@@ -129,11 +99,6 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
     finally:
         con.close()
         bulk.close()
-
-
-def _read_only_uri(path: Path) -> str:
-    """A read-only SQLite URI for ``path``; '?', '#' and '%' in a name are escaped."""
-    return f"file:{urllib.parse.quote(str(path.resolve()))}?mode=ro"
 
 
 def _first_line(e: Exception) -> str:
@@ -189,7 +154,7 @@ def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
     None when the whole read fits."""
     from proflab.readers import budget as limits
 
-    rows = _event_table_rows(ctx.con, ctx.tables)
+    rows = event_table_rows(ctx.con, ctx.tables)
     if limits.estimate(rows) <= budget:
         return None
     whole = _Whole.of(ctx)
@@ -305,7 +270,7 @@ class _Ctx:
     def plan_progress(self) -> None:
         """Count the rowids of the event tables the read will go through, so each piece read
         can report the share of the export done."""
-        self._planned = _event_table_rows(self.con, self.tables)
+        self._planned = event_table_rows(self.con, self.tables)
         self._rows_total = sum(self._planned.values())
 
     def _advance(self, table: str, rows: int) -> None:
@@ -404,7 +369,7 @@ class _Ctx:
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ", 1)[1].split()[0]
         try:
-            low, top = self.con.execute(_rowid_bounds(table)).fetchone()
+            low, top = self.con.execute(rowid_bounds(table)).fetchone()
         except sqlite3.OperationalError:  # a table without rowids: one piece
             low = top = None
         if top is None or top - low < _CHUNK_ROWS or (top - low) // _CHUNK_ROWS > _MAX_PIECES:
@@ -802,39 +767,6 @@ class _Ctx:
 
 _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
 _EMIT_NVTX_KEY = rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = "
-
-
-# the tables of events, read in this order (what read progress counts)
-_EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-                 "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")  # fmt: skip
-
-
-def _event_table_rows(con: sqlite3.Connection, tables: set[str]) -> dict[str, int]:
-    """The rowids each event table present spans, from its bounds (two B-tree seeks a table;
-    a table without rowids is not counted), but no more rows than the file can hold (a row
-    takes more than 8 bytes; a damaged rowid may span 2**64)."""
-    most = _file_bytes(con) // 8
-    out = {}
-    for t in _EVENT_TABLES:
-        if t in tables:
-            try:
-                low, top = con.execute(_rowid_bounds(t)).fetchone()
-            except sqlite3.OperationalError:
-                continue
-            if top is not None:
-                out[t] = min(top - low + 1, most)
-    return out
-
-
-def _file_bytes(con: sqlite3.Connection) -> int:
-    return con.execute("PRAGMA page_count").fetchone()[0] * con.execute("PRAGMA page_size").fetchone()[0]
-
-
-def _rowid_bounds(table: str) -> str:
-    """The query for a table's lowest and highest rowid: one subquery each, which SQLite
-    answers by a seek of the rowid B-tree; both in one select scan the whole table (0.51 s of
-    the 1048 MB export's 8.6 M NVTX rows)."""
-    return f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
 
 
 def _detached(df: pl.DataFrame) -> pl.DataFrame:
