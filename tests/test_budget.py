@@ -540,3 +540,40 @@ def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expecte
     code = f"import os, sys; from proflab import cli; rc = cli.main({argv!r}); print(os.environ['_RJEM_MALLOC_CONF'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert out.stdout.strip().splitlines()[-1].endswith(expected), out.stderr
+
+
+def test_whole_export_scans_split_by_rowid_give_what_one_scan_gives(monkeypatch):
+    """The extent and the kernel comparison run in a rowid range per reading thread, each on a
+    connection of its own (``_Ctx.halves`` / ``scan``): their counts, first start and kernel
+    sums are those of one scan of each table on one connection."""
+    import adbc_driver_sqlite.dbapi as adbc
+
+    monkeypatch.setattr(nsys_sqlite, "_CHUNK_ROWS", 1000)  # every event table of the fixture split
+    uri = nsys_sqlite.read_only_uri(H100)
+    con, bulk = sqlite3.connect(uri, uri=True), adbc.connect(uri)
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        ctx = nsys_sqlite._Ctx(H100, con, bulk, tables, lambda: adbc.connect(uri))
+        assert len(ctx.halves("CUPTI_ACTIVITY_KIND_KERNEL")) == nsys_sqlite._READ_THREADS
+        count, first = 0, []
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+                  "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API"):  # fmt: skip
+            if t in tables:
+                nvtx = " AND eventType IN (59, 60)" if t == "NVTX_EVENTS" else ""
+                n, f = con.execute(f"SELECT count(*), min(start) FROM {t} WHERE end >= start{nvtx}").fetchone()
+                count += n
+                first += [f] if f is not None else []
+        assert ctx.extent() == (count, min(first)) and count > 10_000
+        lo, hi = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        mid = (lo + hi) // 2
+        rows = con.execute(
+            f"SELECT demangledName, sum(end - start), sum(CASE WHEN start < {hi} AND end > {mid} THEN min(end, {hi}) - max(start, {mid}) "
+            "ELSE 0 END) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
+        ).fetchall()  # fmt: skip
+        one = limits.kernel_likeness(rows)
+        one["kernel"] = ctx.string_of(one["kernel"])
+        assert limits.likeness(ctx, mid, hi) == one and 0 < one["part_ns"] < one["whole_ns"]
+        ctx.close_readers()
+    finally:
+        con.close()
+        bulk.close()

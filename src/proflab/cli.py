@@ -638,7 +638,7 @@ def _return_freed_memory(keep_ms: int = 0) -> None:
 # Freed pages kept this long are taken again by the next table built instead of being returned
 # and faulted in anew: the whole analysis of an Nsight Systems export 13-19 % faster (0.5 to
 # 2.1 GB H100 exports and 0.7 to 1.5 GB T4 ones: 1,048 MB, 10.3 -> 8.5 s, system time 4.6 ->
-# 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 785 -> 869-893 MiB).
+# 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 766 -> 848-873 MiB).
 _KEEP_FREED_MS = 100
 _KEPT_PEAK = 1.2  # at most this times the peak of returning them at once (the estimate's)
 

@@ -223,21 +223,30 @@ def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
     return np.array([v for (v,) in got if type(v) is int and -(2**62) < v < 2**62], dtype=np.int64)
 
 
-def likeness(con: sqlite3.Connection, lo: int, hi: int, texts) -> dict | None:
-    """How far the kernels running in [lo, hi) of an export are like the whole export's, in
-    one SQLite aggregate over its kernel table (see :func:`kernel_likeness`; ``texts``: a
-    StringIds id -> name lookup). None without kernels."""
+def likeness(ctx, lo: int, hi: int) -> dict | None:
+    """How far the kernels running in [lo, hi) of an export are like the whole export's, from
+    one SQLite aggregate over its kernel table, in a piece per reading thread whose sums are
+    added (see :func:`kernel_likeness`; ``ctx``: the reader's context, whose ``halves`` split
+    the table, ``scan`` runs the pieces and ``string_of`` names a StringIds id). None without
+    kernels."""
+    t = "CUPTI_ACTIVITY_KIND_KERNEL"
     try:
-        got = con.execute(
+        pieces = ctx.scan([
             "SELECT demangledName, sum(end - start), "
             f"sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
-            "FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
-        ).fetchall()
+            f"FROM {t} WHERE end >= start AND {rows} GROUP BY demangledName"
+            for rows in ctx.halves(t)
+        ])  # fmt: skip
     except sqlite3.OperationalError:
         return None
-    like = kernel_likeness([(k, w, p) for k, w, p in got if type(w) is int and type(p) is int])
+    sums: dict = {}
+    for k, w, p in (row for got in pieces for row in got):
+        if type(w) is int and type(p) is int:
+            had = sums.get(k, (0, 0))
+            sums[k] = (had[0] + w, had[1] + p)
+    like = kernel_likeness([(k, w, p) for k, (w, p) in sums.items()])
     if like is not None:
-        like["kernel"] = texts(like["kernel"])
+        like["kernel"] = ctx.string_of(like["kernel"])
     return like
 
 
