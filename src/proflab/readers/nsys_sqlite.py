@@ -699,13 +699,13 @@ class _Ctx:
         self.need(t, "start", "end", "eventType", "text", "textId", "globalTid")
         has_domain = "domainId" in self.columns(t)
         domains = dict(self.con.execute(f"SELECT domainId, text FROM {t} WHERE eventType = 75")) if has_domain else {}
+        # a range's domain matters only where a domain was named: else it is not read (a column
+        # of 8.6 M rows, read or a constant NULL, costs the 1048 MB export ~0.45 CPU s)
+        domain = {"domain_id": pl.Int64} if domains else {}
         df = self.fetch(
-            # (a range's domain matters only where a domain was named: else not read, a column of
-            # 8.6 M rows less on the 1048 MB export, 0.35 CPU s)
-            self.where("host", f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId' if domains else 'NULL'}, "
+            self.where("host", f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId, ' if domains else ''}"
                        f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}"),
-            {"name": pl.String, "name_id": pl.Int64, "domain_id": pl.Int64, "global_tid": pl.Int64, "start_ns": pl.Int64,
-             "dur_ns": pl.Int64},
+            {"name": pl.String, "name_id": pl.Int64, **domain, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
             lambda df: self._host_frame(
                 self._nvtx_names(
                     # text stored in the row wins over its textId
@@ -735,6 +735,8 @@ class _Ctx:
         without a name reads "". Built once per distinct (domain, name), not per row."""
         if not domains and not df.get_column("name").null_count():
             return df  # no named domain, and every range has a name: nothing to rename
+        if "domain_id" not in df.columns:  # (not read: no domain was named)
+            df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias("domain_id"))
         texts = None
         if domains:  # (not rechunked: a chunk gathers a few names, never a copy of the dictionary)
             texts = pl.concat(self._texts, rechunk=False) if self._texts else pl.Series(dtype=pl.String)
