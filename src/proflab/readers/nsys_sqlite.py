@@ -54,7 +54,15 @@ from proflab.model.trace import (
 )
 from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
 from proflab.readers import _progress as progress
-from proflab.readers._export_rows import SQLITE_MAGIC, event_table_rows, read_only_uri, rowid_bounds, sniff, table_rows
+from proflab.readers._export_rows import (
+    EVENT_TABLES,
+    SQLITE_MAGIC,
+    event_table_rows,
+    read_only_uri,
+    rowid_bounds,
+    sniff,
+    table_rows,
+)
 from proflab.readers._merge import merge_by_start
 
 __all__ = ["sniff", "read", "table_rows", "SQLITE_MAGIC"]
@@ -68,8 +76,6 @@ _READ_THREADS = 2  # threads reading a large table's next pieces (SQLite runs wi
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
 _MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device", 6: "Managed"}
 _NVTX_RANGES = (59, 60)  # NvtxPushPopRange, NvtxStartEndRange
-_GPU_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
-_HOST_TABLES = ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS", "OSRT_API")
 
 
 def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None = None) -> Trace:
@@ -299,13 +305,13 @@ class _Ctx:
         first one's start, one scan of each event table (``scan``): rows with a start and an
         end at or after it; of NVTX, the ranges."""
         queries = []
-        for t in (*_GPU_TABLES, *_HOST_TABLES):
+        for t in EVENT_TABLES:
             if t in self.tables and {"start", "end"} <= self.columns(t):
                 nvtx = f" AND eventType IN {_NVTX_RANGES}" if t == "NVTX_EVENTS" else ""
                 queries += [(t, f'SELECT count(*), min(start) FROM "{t}" WHERE end >= start{nvtx} AND {rows}') for rows in self.halves(t)]
         count, firsts = 0, []
         for (t, _), got in zip(queries, self.scan([q for _, q in queries]), strict=True):
-            n, first = self._integers(t, "start", got[0])
+            n, first = self._checked(t, "start", got[0])
             count += n
             if first is not None:
                 firsts.append(first)
@@ -359,11 +365,13 @@ class _Ctx:
                     highs.append(hi)
         return (min(lows), max(highs)) if lows else None
 
-    def _integers(self, table: str, column: str, sql: str | tuple) -> tuple:
-        """The row ``sql`` gives (or the row given): integers or None, as a whole read would need
-        them (SQLite keeps any type in any column: text or a REAL there is refused as it would
-        be there)."""
-        row = self.con.execute(sql).fetchone() if isinstance(sql, str) else sql
+    def _integers(self, table: str, column: str, sql: str) -> tuple:
+        """The row ``sql`` gives, checked by ``_checked``."""
+        return self._checked(table, column, self.con.execute(sql).fetchone())
+
+    def _checked(self, table: str, column: str, row: tuple) -> tuple:
+        """``row``: integers or None, as a whole read would need them (SQLite keeps any type in
+        any column: text or a REAL there is refused as it would be there)."""
         if any(v is not None and type(v) is not int for v in row):
             raise SchemaError(self.path, f"unexpected value types in table {table} column {column} (values out of range or not integers)")
         return row
