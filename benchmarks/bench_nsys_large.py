@@ -25,6 +25,7 @@ peak RSS per event, and whether the targets hold: peak RSS <= 1.5 GB (the defaul
 time within 3x the baseline's (the whole run).
 
     python benchmarks/bench_nsys_large.py --size-mb 1000 2000
+    python benchmarks/bench_nsys_large.py --export A.sqlite --repeats 3   # medians, and the ratio run by run
 """
 
 from __future__ import annotations
@@ -103,6 +104,15 @@ def events(path: Path) -> int:
     return n
 
 
+def _median(runs: list[tuple]) -> tuple[float, float, int, float]:
+    """(wall s, peak RSS MiB, exit status, CPU s) of several runs of one command: the median
+    wall and CPU time, the largest peak and exit status."""
+    import statistics
+
+    return (statistics.median(r[0] for r in runs), max(r[1] for r in runs), max(r[2] for r in runs),
+            statistics.median(r[3] for r in runs))  # fmt: skip
+
+
 def _analysed_share(report: Path) -> str:
     """The share of the export's events a report analysed: all, or what its budget note says."""
     import json
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real export to scale up")
     p.add_argument("--size-mb", type=float, nargs="+", default=[1000, 2000], help="export sizes to generate (MB)")
     p.add_argument("--export", type=Path, nargs="+", help="use these large exports instead of generating them")
+    p.add_argument("--repeats", type=int, default=1, help="runs of each command, interleaved; medians are printed")
     args = p.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from gen_nsys import scale
@@ -137,16 +148,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"scaling {args.source.name} to {target:.0f} MB ...", file=sys.stderr)
                 scale(args.source, big, target)
             n, size = events(big), big.stat().st_size
-            base = run_child([sys.executable, "-c", BASELINE, str(big)], Path(tmp) / "baseline.txt")
-            scan = run_child([sys.executable, "-c", SCAN, str(big)], Path(tmp) / "scan.txt")
             analyze = [sys.executable, "-m", "proflab", "analyze", str(big), "--format", "json", "--no-cache"]
-            prof = run_child([*analyze, "--memory-budget", "none"], Path(tmp) / "report.json")
-            within = run_child(analyze, Path(tmp) / "within.json")
-            for run in (base, scan, prof, within):
-                if run[2] not in (0, 1):  # 1: findings above the threshold, still a full report
-                    print(f"a run failed with exit status {run[2]}", file=sys.stderr)
+            runs: list[list[tuple]] = [[], [], [], []]  # baseline, scan, whole, default budget
+            for _ in range(args.repeats):  # (interleaved: a busy spell of the machine hits every command)
+                runs[0].append(run_child([sys.executable, "-c", BASELINE, str(big)], Path(tmp) / "baseline.txt"))
+                runs[1].append(run_child([sys.executable, "-c", SCAN, str(big)], Path(tmp) / "scan.txt"))
+                runs[2].append(run_child([*analyze, "--memory-budget", "none"], Path(tmp) / "report.json"))
+                runs[3].append(run_child(analyze, Path(tmp) / "within.json"))
+                if any(r[-1][2] not in (0, 1) for r in runs):  # 1: findings above the threshold, still a full report
+                    print(f"a run failed with exit status {max(r[-1][2] for r in runs)}", file=sys.stderr)
                     return 1
-            rows.append((size, n, base, prof, within, _analysed_share(Path(tmp) / "within.json"), scan))
+            base, scan, prof, within = map(_median, runs)
+            spread = sorted(p[0] / b[0] for p, b in zip(runs[2], runs[0]))
+            rows.append((size, n, base, prof, within, _analysed_share(Path(tmp) / "within.json"), scan, spread))
             print(f"export {i + 1}: {size / 1e6:.0f} MB, {n:,} events", file=sys.stderr)
             if not args.export:
                 big.unlink()
@@ -154,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'proflab analyze, default budget':^34s} | targets")
     print(f"{'MB':>9s} {'':>11s} | {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s} | {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s} {'B/event':>10s} | "
           f"{'wall':>5s} {'CPU':>5s} | {'wall s':>7s} {'CPU s':>7s} {'RSS MiB':>8s} {'events':>8s} | RSS<=1.5GB time<=3x")  # fmt: skip
-    for size, n, base, prof, within, share, _ in rows:
+    for size, n, base, prof, within, share, _, _ in rows:
         rss_ok = within[1] * 2**20 <= RSS_TARGET
         time_ok = prof[0] / base[0] <= TIME_TARGET
         print(
@@ -162,12 +176,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{prof[1] * 2**20 / n:10.0f} | {prof[0] / base[0]:4.1f}x {prof[3] / base[3]:4.1f}x | "
             f"{within[0]:7.2f} {within[3]:7.2f} {within[1]:8.0f} {share:>8s} | {'yes' if rss_ok else 'NO':>10s} {'yes' if time_ok else 'NO':>7s}"
         )
+    if args.repeats > 1:
+        print(f"\nmedians of {args.repeats} runs (peak RSS: the largest); the whole analysis against the summaries, run by run:")
+        for size, *_, spread in rows:
+            print(f"{size / 1e6:9.0f} MB: {spread[0]:.1f}x to {spread[-1]:.1f}x")
     print("\nfor reference, SQLite stepping through every event row the analysis reads (one aggregate a table):")
-    for size, n, base, prof, _, _, scan in rows:
+    for size, n, base, prof, _, _, scan, _ in rows:
         print(f"{size / 1e6:9.0f} MB: {scan[0]:.2f} s wall, {scan[3]:.2f} CPU s; proflab's whole analysis {prof[0] / scan[0]:.1f}x that, "
               f"the summaries {base[0] / scan[0]:.2f}x")  # fmt: skip
     if len(rows) >= 2:
-        (_, n0, _, p0, _, _, _), (_, n1, _, p1, _, _, _) = rows[0], rows[-1]
+        (_, n0, _, p0, _, _, _, _), (_, n1, _, p1, _, _, _, _) = rows[0], rows[-1]
         print(f"peak RSS grows {(p1[1] - p0[1]) * 2**20 / (n1 - n0):.0f} bytes per added event "
               f"({p0[1]:.0f} -> {p1[1]:.0f} MiB for {n0:,} -> {n1:,} events)")  # fmt: skip
     return 0
