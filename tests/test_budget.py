@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -166,6 +167,44 @@ def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     part_pct, whole_pct = (float(x.split("%")[0]) for x in note.split(" takes ")[1].split(" time and "))
     assert part_pct == 0.0 and whole_pct > 20
     assert "analyse other parts with --steps / --window" in note
+
+
+def test_a_part_copying_unlike_the_whole_export_is_named(alike, tmp_path):
+    """Every kernel of the repeated export's first 30 % made 40 times longer: kernel for kernel
+    the shares of kernel time stay alike, but copies take another share of the GPU time where
+    those long kernels run (the export is copy-bound: 99 % elsewhere). The middle part's share of
+    copies is not the whole export's, and the note says so with both shares, as SQLite sums them."""
+    odd = tmp_path / "copying.sqlite"
+    shutil.copyfile(alike, odd)
+    con = sqlite3.connect(odd)
+    t0, t1 = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start + 40 * ("end" - start) WHERE "end" < ?', (t0 + (t1 - t0) * 0.3,))
+    con.commit()
+    got = load(odd, cache=False, budget=_budget(odd, 0.3))
+    note = [n for n in got.meta.notes if n.startswith("memory budget: ")][1]
+    assert "the part is NOT like the whole export: copies are " in note and "takes" not in note
+    part_pct, whole_pct = (float(x) for x in re.findall(r"copies are ([\d.]+)% of its kernel and copy time, ([\d.]+)% of the export's", note)[0])
+    lo, hi = got.gpu.select(pl.col("start_ns").min(), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns")).row(0)
+    kern, copy = (con.execute(f"SELECT sum(min(end, {hi}) - max(start, {lo})) FROM {t} WHERE start < {hi} AND end > {lo}").fetchone()[0]
+                  for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"))  # fmt: skip
+    con.close()
+    points = float(re.findall(r"\(([\d.]+) points apart\)", note)[0])
+    assert abs(points - abs(whole_pct - part_pct)) <= 0.11 and points > 5 and abs(part_pct - 100 * copy / (kern + copy)) < 1.0
+    assert "analyse other parts with --steps / --window" in note
+
+
+def test_the_share_of_copies_is_said_beside_alike_kernels():
+    """Kernels and copies alike: one note, the kernels within a few points and both shares of
+    copies; an export or trace without copies says nothing of them."""
+    rows = [("a", 600, 60), ("b", 400, 40)]
+    like = limits.kernel_likeness(rows, (1000, 100))
+    assert like["copies_whole_pct"] == 50.0 and like["copies_part_pct"] == 50.0 and like["copies_points"] == 0.0
+    (note,) = limits._kernels_alike(like, "export")
+    assert "within 0.0 points of their shares in the whole export; copies are 50.0% of its kernel and copy time, 50.0% of the export's" in note
+    assert "NOT like" not in note
+    for copies in (None, (0, 0)):
+        (note,) = limits._kernels_alike(limits.kernel_likeness(rows, copies), "trace")
+        assert "copies" not in note
 
 
 def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
@@ -371,6 +410,12 @@ def test_a_kineto_trace_over_the_budget_is_read_in_whole_steps_from_its_middle()
                             .clip(lower_bound=0).sum()).item()
     assert said[1].startswith(f"memory budget: the part runs {inside / 1e6:,.1f} ms of kernels")
     assert part.height > 0
+    # the copies: their share of kernel and copy time in the part and in the whole trace
+    copies = kineto.read(KINETO).gpu.filter(pl.col("kind") == "memcpy")
+    copy_in = copies.select((pl.min_horizontal(pl.col("start_ns") + pl.col("dur_ns"), hi) - pl.max_horizontal("start_ns", lo))
+                            .clip(lower_bound=0).sum()).item()
+    whole_pct = 100 * copies["dur_ns"].sum() / (copies["dur_ns"].sum() + kernels["dur_ns"].sum())
+    assert copies.height and f"copies are {100 * copy_in / (copy_in + inside):.1f}% of its kernel and copy time, {whole_pct:.1f}% of the trace's" in said[1]
     # the steps: the part's one against the trace's three, host ranges
     steps = kineto.read(KINETO).steps.with_columns(((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("ms"))
     mine, median = steps.filter(pl.col("step") == 4)["ms"][0], steps["ms"].median()
@@ -543,9 +588,9 @@ def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expecte
 
 
 def test_whole_export_scans_split_by_rowid_give_what_one_scan_gives(monkeypatch):
-    """The extent and the kernel comparison run in a rowid range per reading thread, each on a
-    connection of its own (``_Ctx.halves`` / ``scan``): their counts, first start and kernel
-    sums are those of one scan of each table on one connection."""
+    """The extent and the kernel and copy comparison run in a rowid range per reading thread,
+    each on a connection of its own (``_Ctx.halves`` / ``scan``): their counts, first start and
+    kernel and copy sums are those of one scan of each table on one connection."""
     import adbc_driver_sqlite.dbapi as adbc
 
     monkeypatch.setattr(nsys_sqlite, "_CHUNK_ROWS", 1000)  # every event table of the fixture split
@@ -570,8 +615,13 @@ def test_whole_export_scans_split_by_rowid_give_what_one_scan_gives(monkeypatch)
             f"SELECT demangledName, sum(end - start), sum(CASE WHEN start < {hi} AND end > {mid} THEN min(end, {hi}) - max(start, {mid}) "
             "ELSE 0 END) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start GROUP BY demangledName"
         ).fetchall()  # fmt: skip
-        one = limits.kernel_likeness(rows)
+        copies = con.execute(
+            f"SELECT sum(end - start), sum(CASE WHEN start < {hi} AND end > {mid} THEN min(end, {hi}) - max(start, {mid}) ELSE 0 END) "
+            "FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE end >= start"
+        ).fetchone()  # fmt: skip
+        one = limits.kernel_likeness(rows, copies)
         one["kernel"] = ctx.string_of(one["kernel"])
+        assert "copies_points" in one and copies[0] > 0
         assert limits.likeness(ctx, mid, hi) == one and 0 < one["part_ns"] < one["whole_ns"]
         ctx.close_readers()
     finally:

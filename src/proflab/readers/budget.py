@@ -13,10 +13,10 @@ whole analysis would pass the budget is analysed in a part that fits:
   trace's events as its slices were decoded to disk), as wide as the budget allows with a
   margin; whole profiler steps where the trace has them, else a time window, read as
   ``--steps`` / ``--window`` read them (``model.slicing``): memory follows the part;
-- **the check** (:func:`likeness`): the part's kernel time per kernel against the whole
-  trace's (one SQLite aggregate over an export's kernel table; a streaming group-by over a
-  Kineto trace's decoded slices), so the report says how far the part is like the whole and
-  names the kernel that differs most.
+- **the check** (:func:`likeness`): the part's kernel time per kernel, and its share of
+  copies, against the whole trace's (SQLite aggregates over an export's kernel and copy
+  tables; a streaming group-by over a Kineto trace's decoded slices), so the report says how
+  far the part is like the whole and names the kernel, or the copies, that differ most.
 
 The notes the report carries say all three: what reading it whole would need, what was
 analysed, and how alike the part and the whole are.
@@ -114,19 +114,27 @@ def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.Data
     return Plan(budget, need, lo, hi, None, False)
 
 
-def kernel_likeness(rows: list[tuple]) -> dict | None:
+def kernel_likeness(rows: list[tuple], copies: tuple[int, int] | None = None) -> dict | None:
     """From (kernel, whole ns, part ns) rows: the kernel time in each (ns), and the largest
     difference in share of kernel time (percentage points) among the whole trace's ``_TOP``
-    kernels with the most time, with that kernel and both its shares. None without kernel
-    time in the whole or the part."""
+    kernels with the most time, with that kernel and both its shares. ``copies``: the copy
+    time (ns) of the whole trace and of the part; where the whole has some, the share of
+    copies in each's kernel and copy time and how far apart they are (``copies_*``): a part
+    whose kernels are alike may still copy more or less (a warm-up loading data, a phase of
+    checkpointing). None without kernel time in the whole or the part."""
     whole, part = sum(w for _, w, _ in rows), sum(p for _, _, p in rows)
     if whole <= 0 or part <= 0:
         return None
     top = sorted(rows, key=lambda r: -r[1])[:_TOP]
     diffs = [(abs(100 * w / whole - 100 * p / part), k, 100 * w / whole, 100 * p / part) for k, w, p in top]
     worst = max(diffs, key=lambda d: d[0])
-    return {"whole_ns": whole, "part_ns": part, "points": worst[0], "kernel": worst[1],
-            "whole_pct": worst[2], "part_pct": worst[3], "compared": len(top)}
+    like = {"whole_ns": whole, "part_ns": part, "points": worst[0], "kernel": worst[1],
+            "whole_pct": worst[2], "part_pct": worst[3], "compared": len(top)}  # fmt: skip
+    if copies is not None and copies[0] > 0:
+        w, p = copies
+        like.update(copies_whole_pct=100 * w / (whole + w), copies_part_pct=100 * p / (part + p))
+        like["copies_points"] = abs(like["copies_part_pct"] - like["copies_whole_pct"])
+    return like
 
 
 def notes(path_name: str, p: Plan, kept: int, events: int, like: dict | None, *, what_whole: str = "export",
@@ -166,17 +174,23 @@ def _what_was_read(path_name: str, p: Plan, kept: int, events: int, estimated: s
 
 
 def _kernels_alike(like: dict | None, w: str) -> list[str]:
-    """The part's kernel time per kernel against the whole trace's (see ``kernel_likeness``)."""
+    """The part's kernel time per kernel, and its share of copies, against the whole trace's
+    (see ``kernel_likeness``)."""
     if like is None:
         return [f"memory budget: the {w} has no kernels to compare the part with the whole {w} by"]
     name = like["kernel"] if len(like["kernel"]) <= 80 else like["kernel"][:77] + "..."
     share = f"the part runs {like['part_ns'] / 1e6:,.1f} ms of kernels, {100 * like['part_ns'] / like['whole_ns']:.0f}% of the {w}'s {like['whole_ns'] / 1e6:,.1f} ms"
-    if like["points"] <= _UNLIKE_POINTS:
-        return [f"memory budget: {share}; the {w}'s {like['compared']} kernels with the most time take shares of kernel time "
-                f"in the part within {like['points']:.1f} points of their shares in the whole {w}"]
-    return [f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
-            f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart); analyse other parts with "
-            "--steps / --window"]
+    copies = "copies_points" in like
+    shares = (f"copies are {like['copies_part_pct']:.1f}% of its kernel and copy time, {like['copies_whole_pct']:.1f}% of the {w}'s"
+              if copies else "")  # fmt: skip
+    other = "; analyse other parts with --steps / --window"
+    if like["points"] > _UNLIKE_POINTS:
+        return [f"memory budget: {share}; the part is NOT like the whole {w}: {name} takes {like['part_pct']:.1f}% of its kernel "
+                f"time and {like['whole_pct']:.1f}% of the {w}'s ({like['points']:.1f} points apart){'; ' + shares if copies else ''}{other}"]
+    if copies and like["copies_points"] > _UNLIKE_POINTS:
+        return [f"memory budget: {share}; the part is NOT like the whole {w}: {shares} ({like['copies_points']:.1f} points apart){other}"]
+    return [f"memory budget: {share}; the {w}'s {like['compared']} kernels with the most time take shares of kernel time "
+            f"in the part within {like['points']:.1f} points of their shares in the whole {w}{'; ' + shares if copies else ''}"]
 
 
 # -- Nsight Systems exports ---------------------------------------------------------------------
@@ -244,10 +258,30 @@ def likeness(ctx, lo: int, hi: int) -> dict | None:
         if type(w) is int and type(p) is int:
             had = sums.get(k, (0, 0))
             sums[k] = (had[0] + w, had[1] + p)
-    like = kernel_likeness([(k, w, p) for k, (w, p) in sums.items()])
+    like = kernel_likeness([(k, w, p) for k, (w, p) in sums.items()], _copy_time(ctx, lo, hi))
     if like is not None:
         like["kernel"] = ctx.string_of(like["kernel"])
     return like
+
+
+def _copy_time(ctx, lo: int, hi: int) -> tuple[int, int] | None:
+    """The export's copy time and its copy time inside [lo, hi) (ns), as ``likeness`` scans
+    kernels; None where the export has no copies table or its values are not integers."""
+    t = "CUPTI_ACTIVITY_KIND_MEMCPY"
+    if t not in ctx.tables:
+        return None
+    try:
+        pieces = ctx.scan([
+            f"SELECT sum(end - start), sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
+            f"FROM {t} WHERE end >= start AND {rows}"
+            for rows in ctx.halves(t)
+        ])  # fmt: skip
+    except sqlite3.OperationalError:  # (an overflowing sum too)
+        return None
+    sums = [v for got in pieces for v in got[0] if v is not None]
+    if any(type(v) is not int for v in sums):
+        return None
+    return sum(got[0][0] or 0 for got in pieces), sum(got[0][1] or 0 for got in pieces)
 
 
 # -- Kineto traces ------------------------------------------------------------------------------

@@ -374,7 +374,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
         trace = with_frames(whole, g, c, st.collect(), note)
         if plan is None:
             return trace
-        like = limits.kernel_likeness(_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
+        like = limits.kernel_likeness(*_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
         notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count",
                              steps=all_steps)
         return limits.noted(trace, notes, budget)
@@ -429,14 +429,17 @@ def _in_time_order(df: pl.DataFrame) -> pl.DataFrame:
     return merged.with_columns(pl.col("_clipped").alias("start_ns")).select(schema)
 
 
-def _kernel_time(gpu: pl.LazyFrame, lo: int, hi: int) -> list[tuple]:
-    """(kernel name, its time in the whole trace, its time inside [lo, hi)) in ns, over the
+def _kernel_time(gpu: pl.LazyFrame, lo: int, hi: int) -> tuple[list[tuple], tuple[int, int]]:
+    """(kernel name, its time in the whole trace, its time inside [lo, hi)) in ns, and the
+    copies' time in the whole and inside (``budget.kernel_likeness`` takes both), over the
     trace's decoded slices as they are scanned."""
     end = pl.col("start_ns") + pl.col("dur_ns")
     inside = (pl.min_horizontal(end, pl.lit(hi)) - pl.max_horizontal(pl.col("start_ns"), pl.lit(lo))).clip(lower_bound=0)
-    got = (gpu.filter(pl.col("kind") == "kernel").group_by("name")
+    got = (gpu.filter(pl.col("kind").is_in(["kernel", "memcpy"])).group_by("kind", "name")
            .agg(pl.col("dur_ns").sum().alias("whole"), inside.sum().alias("part")).collect(engine="streaming"))
-    return list(got.iter_rows())
+    kernels = got.filter(pl.col("kind") == "kernel").drop("kind")
+    copies = got.filter(pl.col("kind") == "memcpy").select(pl.col("whole", "part").sum()).row(0)
+    return list(kernels.iter_rows()), copies
 
 
 def _holds(gpu: int, unknown: Counter) -> list[str]:
