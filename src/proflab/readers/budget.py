@@ -238,18 +238,34 @@ def _sampled_starts(con: sqlite3.Connection, table: str, k: int):
 
 
 def likeness(ctx, lo: int, hi: int) -> dict | None:
-    """How far the kernels running in [lo, hi) of an export are like the whole export's, from
-    one SQLite aggregate over its kernel table, in a piece per reading thread whose sums are
-    added (see :func:`kernel_likeness`; ``ctx``: the reader's context, whose ``halves`` split
-    the table, ``scan`` runs the pieces and ``string_of`` names a StringIds id). None without
-    kernels."""
-    t = "CUPTI_ACTIVITY_KIND_KERNEL"
+    """How far the kernels running in [lo, hi) of an export are like the whole export's, and
+    its share of copies (see :func:`kernel_likeness`), from SQLite aggregates over its kernel
+    and copy tables (``_time_in``; ``ctx``: the reader's context, whose ``string_of`` names a
+    StringIds id). None without kernels."""
+    kernels = _time_in(ctx, "CUPTI_ACTIVITY_KIND_KERNEL", lo, hi, by="demangledName")
+    if kernels is None:
+        return None
+    copies = _time_in(ctx, "CUPTI_ACTIVITY_KIND_MEMCPY", lo, hi) or {}
+    like = kernel_likeness([(k, w, p) for k, (w, p) in kernels.items()], copies.get(None))
+    if like is not None:
+        like["kernel"] = ctx.string_of(like["kernel"])
+    return like
+
+
+def _time_in(ctx, table: str, lo: int, hi: int, by: str | None = None) -> dict | None:
+    """Per value of the column ``by`` (None: one total, keyed None), the table's time in the
+    whole export and inside [lo, hi) (ns): one SQLite aggregate in a rowid range per reading
+    thread (``ctx.halves``, ``ctx.scan``), their sums added; sums that are not integers (a
+    damaged export) are left out. None where the table or its columns are missing, or a sum
+    overflows."""
+    if table not in ctx.tables:
+        return None
+    key, group = (f"{by}, ", f" GROUP BY {by}") if by else ("NULL, ", "")
     try:
         pieces = ctx.scan([
-            "SELECT demangledName, sum(end - start), "
-            f"sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
-            f"FROM {t} WHERE end >= start AND {rows} GROUP BY demangledName"
-            for rows in ctx.halves(t)
+            f"SELECT {key}sum(end - start), sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) "
+            f"ELSE 0 END) FROM {table} WHERE end >= start AND {rows}{group}"
+            for rows in ctx.halves(table)
         ])  # fmt: skip
     except sqlite3.OperationalError:
         return None
@@ -258,30 +274,7 @@ def likeness(ctx, lo: int, hi: int) -> dict | None:
         if type(w) is int and type(p) is int:
             had = sums.get(k, (0, 0))
             sums[k] = (had[0] + w, had[1] + p)
-    like = kernel_likeness([(k, w, p) for k, (w, p) in sums.items()], _copy_time(ctx, lo, hi))
-    if like is not None:
-        like["kernel"] = ctx.string_of(like["kernel"])
-    return like
-
-
-def _copy_time(ctx, lo: int, hi: int) -> tuple[int, int] | None:
-    """The export's copy time and its copy time inside [lo, hi) (ns), as ``likeness`` scans
-    kernels; None where the export has no copies table or its values are not integers."""
-    t = "CUPTI_ACTIVITY_KIND_MEMCPY"
-    if t not in ctx.tables:
-        return None
-    try:
-        pieces = ctx.scan([
-            f"SELECT sum(end - start), sum(CASE WHEN start < {hi} AND end > {lo} THEN min(end, {hi}) - max(start, {lo}) ELSE 0 END) "
-            f"FROM {t} WHERE end >= start AND {rows}"
-            for rows in ctx.halves(t)
-        ])  # fmt: skip
-    except sqlite3.OperationalError:  # (an overflowing sum too)
-        return None
-    sums = [v for got in pieces for v in got[0] if v is not None]
-    if any(type(v) is not int for v in sums):
-        return None
-    return sum(got[0][0] or 0 for got in pieces), sum(got[0][1] or 0 for got in pieces)
+    return sums
 
 
 # -- Kineto traces ------------------------------------------------------------------------------

@@ -374,7 +374,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
         trace = with_frames(whole, g, c, st.collect(), note)
         if plan is None:
             return trace
-        like = limits.kernel_likeness(*_kernel_time(gpu, plan.lo_ns, plan.hi_ns))
+        like = limits.kernel_likeness(*_kernel_and_copy_time(gpu, plan.lo_ns, plan.hi_ns))
         notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count",
                              steps=all_steps)
         return limits.noted(trace, notes, budget)
@@ -429,7 +429,7 @@ def _in_time_order(df: pl.DataFrame) -> pl.DataFrame:
     return merged.with_columns(pl.col("_clipped").alias("start_ns")).select(schema)
 
 
-def _kernel_time(gpu: pl.LazyFrame, lo: int, hi: int) -> tuple[list[tuple], tuple[int, int]]:
+def _kernel_and_copy_time(gpu: pl.LazyFrame, lo: int, hi: int) -> tuple[list[tuple], tuple[int, int]]:
     """(kernel name, its time in the whole trace, its time inside [lo, hi)) in ns, and the
     copies' time in the whole and inside (``budget.kernel_likeness`` takes both), over the
     trace's decoded slices as they are scanned."""
