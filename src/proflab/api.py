@@ -36,19 +36,38 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
     return _load(path, cache=cache, part=part, budget=memory_budget)
 
 
-def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:
+def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None, all_parts: bool = False,
+            memory_budget: int | None = DEFAULT_BUDGET, cache: bool | None = None) -> Report:
     """Every analysis and rule over one trace; returns the :class:`Report`.
 
     ``bare_step_ms``: the loop's step time measured without the profiler (ms), when known:
-    host- and launch-bound verdicts are then judged against it instead of an estimate."""
+    host- and launch-bound verdicts are then judged against it instead of an estimate.
+    A path is read as :func:`load` reads it (``memory_budget``, ``cache``); with
+    ``all_parts``, a trace over the budget is analysed in consecutive parts that each fit,
+    every event, and reported as one (``proflab.report.combine``) instead of in one part
+    from its middle."""
+    if all_parts and not isinstance(trace, Trace):
+        if memory_budget is None:  # no budget: every event is read at once
+            return analyze(load(trace, cache=cache, memory_budget=None), top_kernels=top_kernels, bare_step_ms=bare_step_ms)
+        from proflab.readers import load_parts
+        from proflab.report.combine import report_in_parts
+
+        return _placed(lambda: report_in_parts(load_parts(trace, budget=memory_budget, cache=cache), top_kernels=top_kernels,
+                                               bare_step_ms=bare_step_ms), str(trace))
     if not isinstance(trace, Trace):
-        trace = load(trace)
+        trace = load(trace, cache=cache, memory_budget=memory_budget)
+    return _placed(lambda: report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels), trace.meta.source or "trace")
+
+
+def _placed(analyse, source: str) -> Report:
+    """``analyse()``, a failure to place the trace's events (a damaged clock) named as the
+    trace's."""
     try:
-        return report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+        return analyse()
     except (InputError, UsageError):
         raise
     except ProflabError as e:  # a trace the analyses cannot place (a damaged clock): name it
-        raise UnsupportedFormat(trace.meta.source or "trace", str(e)) from e
+        raise UnsupportedFormat(source, str(e)) from e
 
 
 def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,

@@ -43,6 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--scheduler", metavar="ADDRESS", help="analyse the ranks on this Dask cluster (tcp://host:8786)")
     j.add_argument("--workers", type=int, default=None, metavar="N", help="analyse the ranks on a local Dask cluster of N worker processes")
     _reading_args(a)
+    a.add_argument("--all-parts", action="store_true",
+                   help="a trace over --memory-budget: analyse every event, in consecutive parts that each fit, as one report "
+                        "(slower: each part is read in turn) instead of a part from its middle")
     _report_output_args(a)
     _perfetto_arg(a)
     a.set_defaults(func=cmd_analyze)
@@ -734,6 +737,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     if args.top < 0:
         raise UsageError("--top must be >= 0")
     _check_perfetto(args, paths)
+    if args.all_parts:
+        return _analyze_all_parts(args, paths, fmt)
     if _is_html(args.output):  # the single-file HTML report, as `proflab report` writes it
         return _write_html(args)
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
@@ -781,6 +786,34 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         if args.perfetto:
             _emit_perfetto(args, traces[0], reports[0])
         return _emit_reports(args, reports, fmt, traces=traces)
+    return _emit_reports(args, reports, fmt)
+
+
+def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) -> int:
+    """``analyze --all-parts``: each trace's report of every event (``report.combine``),
+    from the report cache when analysed before with the same options."""
+    from proflab.collect.rundir import unprofiled_step_ms
+    from proflab.report import cache as report_cache
+
+    for clash, given in (("--steps", args.steps), ("--window", args.window), ("--perfetto", args.perfetto),
+                         ("an HTML report (-o *.html)", _is_html(args.output))):
+        if given:
+            raise UsageError(f"--all-parts analyses every event of a trace; it takes no {clash} (analyse a part without --all-parts)")
+    from proflab.api import analyze
+
+    reports = []
+    for p in paths:
+        bare = args.bare_step_ms or unprofiled_step_ms(p)
+        options = {"top": args.top, "all_parts": True, "memory_budget": args.memory_budget, "bare_step_ms": bare}
+        key = report_cache.key(p, options, args.cache)
+        report = report_cache.get(key)
+        if report is None:
+            _warn_if_too_big(Path(p), args.memory_budget)
+            with _analysing(fmt == "term"):
+                report = analyze(p, top_kernels=args.top, bare_step_ms=bare, all_parts=True, memory_budget=args.memory_budget,
+                                 cache=args.cache)
+            report_cache.put(key, report)
+        reports.append(report)
     return _emit_reports(args, reports, fmt)
 
 

@@ -38,11 +38,20 @@ class _table(cached_property):
 class Context:
     """Lazy, cached analyses of one trace. Rules read from it and record missing signals."""
 
-    def __init__(self, trace: Trace, *, bare_step_ms: float | None = None) -> None:
+    def __init__(self, trace: Trace, *, bare_step_ms: float | None = None, part: bool = False,
+                 starts_at: int | None = None) -> None:
         """``bare_step_ms``: the loop's step time measured without the profiler, when known
-        (it replaces the observer model's estimate, see ``analysis.observer``)."""
+        (it replaces the observer model's estimate, see ``analysis.observer``). ``part``: the
+        trace is one of the consecutive parts of a trace analysed in parts
+        (``report.combine``): what the parts' report is combined from but the report does not
+        hold (value counts for medians, per-step figures) is kept in ``part_digest`` as the
+        tables it is read from are built, since some are freed once read. ``starts_at``
+        (ns): where the analysed span starts in place of :attr:`window`'s own choice (such a
+        part's: where the part before it ends, so that the parts' spans meet)."""
         self.trace = trace
+        self._starts_at = starts_at
         self.bare_step_ms = bare_step_ms
+        self.part_digest: dict | None = {} if part else None
         self._missing: dict[str, Missing] = {}
 
     # -- bookkeeping ---------------------------------------------------------------------
@@ -77,9 +86,12 @@ class Context:
         """The analysed span (ns): the GPU-side steps where the trace has them (what the GPU
         did for those steps, not the host's earlier start), else the trace's own window."""
         g = self.gpu_steps
-        if g.height:
-            return int(g["start_ns"].min()), int(g["end_ns"].max())
-        return self.trace.window_ns
+        lo, hi = (int(g["start_ns"].min()), int(g["end_ns"].max())) if g.height else self.trace.window_ns
+        if self.trace.meta.next_part_work:  # a part's span reaches to the next part's work
+            hi = max(hi, *(w.start_ns for w in self.trace.meta.next_part_work))
+        if self._starts_at is not None:
+            lo, hi = self._starts_at, max(hi, self._starts_at)
+        return lo, hi
 
     @property
     def wall_ns(self) -> int:
@@ -97,6 +109,9 @@ class Context:
     @_table
     def device_breakdowns(self) -> dict[int, _timeline.Breakdown]:
         lo, hi = self.window
+        if self.part_digest is not None:  # a part's GPU work wherever it ran: the parts' sums are the trace's
+            whole = self.trace.window_ns
+            self.part_digest["busy"] = {d: _timeline.window_breakdown(s, *whole) for d, s in self.device_sets.items()}
         return {d: _timeline.window_breakdown(s, lo, hi) for d, s in self.device_sets.items()}
 
     @_table
@@ -122,7 +137,10 @@ class Context:
     @_table
     def observer(self) -> _observer.Observer | None:
         """The profiler's own cost and the unprofiled step (see ``analysis.observer``)."""
-        return _observer.observe(self.trace, self.step_table, self.blocking, self.launches, self.bare_step_ms)
+        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches)
+        if self.part_digest is not None:
+            self.part_digest["observer_steps"] = per_step
+        return _observer.from_steps(per_step, self.bare_step_ms)
 
     @_table
     def blocking(self) -> pl.DataFrame:
@@ -168,6 +186,11 @@ class Context:
 
     @_table
     def _hot_kernels(self) -> pl.DataFrame:
+        if self.part_digest is not None:
+            from proflab.analysis.quantiles import sketch
+
+            rows = self.kernel_rows
+            self.part_digest["kernel_ns"] = sketch(rows["dur_ns"], rows["name"]) if rows.height else None
         return _kernels.hot_kernels(self.trace, self.kernel_rows, self.frames)
 
     @_table
@@ -186,7 +209,10 @@ class Context:
 
     @_table
     def launch_stats(self) -> _launch.LaunchStats:
-        return _launch.launch_stats(self.trace, self.kernel_rows)
+        samples = _launch.launch_samples(self.trace, self.kernel_rows)
+        if self.part_digest is not None:
+            self.part_digest["launch"] = _launch.digest(samples)
+        return _launch.stats_of(samples)
 
     @_table
     def device_info(self) -> dict:

@@ -15,7 +15,7 @@ from proflab.analysis.labels import kernel_label
 from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
-__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
+__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "combined_hot_kernels", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
 
 # Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
 TENSOR_CORE_PATTERN = (
@@ -182,3 +182,47 @@ def hot_kernels(
     if "source" not in table.columns:
         table = table.with_columns(pl.lit(None, dtype=pl.String).alias("source"))
     return table
+
+
+def combined_hot_kernels(tables: list[pl.DataFrame], durations: pl.DataFrame | None, top: int | None) -> pl.DataFrame:
+    """:func:`hot_kernels` of a trace analysed in parts, from each part's whole table and the
+    value counts of its kernels' durations by name (``analysis.quantiles``): counts, total,
+    mean and max time exact; the median within ``quantiles.ALPHA``; launch dims, operator,
+    source and flags those of the part with the most launches of the kernel (registers and
+    shared memory: the most)."""
+    from proflab.analysis.quantiles import by_key
+
+    tables = [t for t in tables if t.height]
+    if not tables:
+        return pl.DataFrame()
+    t = pl.concat(tables, how="diagonal_relaxed").sort("count", descending=True, maintain_order=True)
+    out = (
+        t.group_by("name", maintain_order=True)
+        .agg(
+            pl.col("count").sum(),
+            pl.col("total_ns").sum(),
+            pl.col("max_ns").max(),
+            pl.col("devices").explode().drop_nulls().unique().sort(),
+            pl.col("grid").first(),
+            pl.col("block").first(),
+            pl.col("registers").max(),
+            pl.col("shared_mem_bytes").max(),
+            pl.col("op").drop_nulls().first(),
+            pl.col("is_comm").first(),
+            pl.col("is_gemm").first(),
+            pl.col("tensor_cores").first(),
+            pl.col("fp32_simt_by_name").first(),
+            pl.col("op_fp32").any(),
+            pl.col("source").drop_nulls().first(),
+        )
+    )
+    total = out["total_ns"].sum() or 1
+    out = out.with_columns(
+        (pl.col("total_ns") / pl.col("count")).alias("mean_ns"), (100.0 * pl.col("total_ns") / total).alias("share_pct")
+    ).sort("total_ns", "name", descending=[True, False])
+    if top is not None:
+        out = out.head(top)
+    medians = pl.DataFrame(schema={"key": pl.String, "value": pl.Float64})
+    if durations is not None and durations.height:
+        medians = by_key(durations.filter(pl.col("key").is_in(out["name"].implode())), 0.5)
+    return out.join(medians.rename({"key": "name", "value": "median_ns"}), on="name", how="left", maintain_order="left")

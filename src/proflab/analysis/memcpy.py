@@ -11,7 +11,7 @@ import polars as pl
 
 from proflab.model import Trace
 
-__all__ = ["copies", "has_copies", "memcpy_table", "reference_link", "pageable_host_copies", "pinning_savings"]
+__all__ = ["copies", "has_copies", "memcpy_table", "reference_link", "pageable_host_copies", "pinning_savings", "combined_memcpy_table"]
 
 _MIN_MEASURE_BYTES = 1 << 20
 
@@ -116,3 +116,18 @@ def pinning_savings(trace: Trace, compute_major: int | None) -> tuple[int, list[
             }
         )
     return saved, rows, unsized
+
+
+def combined_memcpy_table(tables: list[pl.DataFrame]) -> pl.DataFrame:
+    """:func:`memcpy_table` of a trace analysed in parts, from each part's: exact."""
+    tables = [t.with_columns(pl.col("copy_kind", "src_kind", "dst_kind").cast(pl.String)) for t in tables if t.height]
+    if not tables:
+        return pl.DataFrame()
+    return (
+        pl.concat(tables, how="vertical_relaxed")
+        .group_by("copy_kind", "src_kind", "dst_kind", maintain_order=True)
+        .agg(pl.col("count").sum(), pl.col("bytes").sum(), pl.col("time_ns").sum(), pl.col("bytes_missing").any(),
+             pl.col("pageable").first())
+        .with_columns((pl.col("bytes") / pl.col("time_ns").clip(lower_bound=1)).alias("gbps"))
+        .sort("time_ns", descending=True, maintain_order=True)
+    )

@@ -40,7 +40,7 @@ from proflab.analysis.intervals import IntervalSet
 from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 
-__all__ = ["Observer", "observe", "EVENT_COST_US", "PYTHON_COST_US"]
+__all__ = ["Observer", "observe", "step_figures", "from_steps", "EVENT_COST_US", "PYTHON_COST_US"]
 
 # Per recorded host event (operator, annotation, runtime/driver call): (low, high) us.
 EVENT_COST_US = (2.0, 9.0)
@@ -125,6 +125,38 @@ class Observer:
 def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame,
             bare_step_ms: float | None = None) -> Observer | None:
     """The observer model of one trace (see the module doc); None without GPU-side steps."""
+    return from_steps(step_figures(trace, step_table, blocking, launches), bare_step_ms)
+
+
+def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None) -> Observer | None:
+    """The observer model from :func:`step_figures`' rows (of one trace, or of the parts of
+    one analysed in parts, concatenated): medians over the steps of the device with the most
+    GPU work."""
+    if per_step is None or per_step.height == 0:
+        return None
+    dev = per_step.group_by("device").agg(pl.col("busy_ns").sum()).sort("busy_ns", "device", descending=[True, False])["device"][0]
+    f = per_step.filter(pl.col("device") == dev)
+    med = lambda c: float(f[c].median())  # noqa: E731
+    return Observer(
+        steps=f.height,
+        gpu_step_ms=med("dur_ns") / 1e6,
+        gpu_work_ms=med("busy_ns") / 1e6,
+        host_work_ms=med("host_work_ms"),
+        events_per_step=int(med("events")),
+        python_events_per_step=int(med("python")),
+        launches_per_step=int(med("launches")),
+        profiler_cost_ms_lo=med("cost_lo_ms"),
+        profiler_cost_ms_hi=med("cost_hi_ms"),
+        unprofiled_host_ms_lo=med("unprofiled_lo_ms"),
+        unprofiled_host_ms_hi=med("unprofiled_hi_ms"),
+        bare_step_ms=bare_step_ms,
+        source="estimated" if bare_step_ms is None else "measured",
+    )
+
+
+def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame | None:
+    """The observer model's figures per GPU-side step of the device with the most GPU work
+    (ns, counts, ms as named); None without GPU-side steps."""
     gs = step_table.filter(pl.col("side") == "gpu") if step_table.height else step_table
     if gs.height == 0:
         return None
@@ -155,22 +187,17 @@ def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, laun
     floor = (events * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
     cost_lo = (events * EVENT_COST_US[0] + python * PYTHON_COST_US[0]) / 1e3
     cost_hi = (events * EVENT_COST_US[1] + python * PYTHON_COST_US[1]) / 1e3
-    med = lambda a: float(np.median(a))  # noqa: E731
-    return Observer(
-        steps=n,
-        gpu_step_ms=float(gs["dur_ns"].median()) / 1e6,
-        gpu_work_ms=float(gs["busy_ns"].median()) / 1e6,
-        host_work_ms=med(host_work),
-        events_per_step=int(med(events)),
-        python_events_per_step=int(med(python)),
-        launches_per_step=int(med(launch_n)),
-        profiler_cost_ms_lo=med(cost_lo),
-        profiler_cost_ms_hi=med(cost_hi),
-        unprofiled_host_ms_lo=med(np.maximum(host_work - cost_hi, floor)),
-        unprofiled_host_ms_hi=med(np.maximum(host_work - cost_lo, floor)),
-        bare_step_ms=bare_step_ms,
-        source="estimated" if bare_step_ms is None else "measured",
-    )
+    cols = {
+        "step": gs["step"], "device": gs["device"], "dur_ns": gs["dur_ns"], "busy_ns": gs["busy_ns"],
+        "host_work_ms": host_work, "events": events, "python": python, "launches": launch_n[:n],
+        "cost_lo_ms": cost_lo, "cost_hi_ms": cost_hi,
+        "unprofiled_lo_ms": np.maximum(host_work - cost_hi, floor), "unprofiled_hi_ms": np.maximum(host_work - cost_lo, floor),
+    }
+    # a damaged trace may repeat a step number: the GPU-side and host figures then count
+    # differently, and the shorter side's rows are null (medians leave nulls out)
+    rows = max(gs.height, n)
+    return pl.DataFrame({k: pl.Series(k, v).extend_constant(None, rows - len(v)) for k, v in cols.items()}).with_columns(
+        pl.col("device").fill_null(dev))
 
 
 def _step_of(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ import polars as pl
 from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 
-__all__ = ["range_projection"]
+__all__ = ["range_projection", "combined_range_tables"]
 
 _SCHEMA = {"name": pl.String, "device": pl.Int32, "ranges": pl.UInt32, "host_ns": pl.Int64, "gpu_ns": pl.Int64, "launches": pl.UInt32}
 
@@ -92,10 +92,17 @@ def range_projection(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
                 )
                 .with_columns(pl.lit(d, dtype=pl.Int32).alias("device"))
             )
+    return combined_range_tables(parts)
+
+
+def combined_range_tables(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """Range rows (per device, or of the parts of a trace analysed in parts) as one table:
+    per name and device their counts and times added, most GPU time first."""
+    parts = [p for p in parts if p.height]
     if not parts:
         return pl.DataFrame(schema=_SCHEMA)
     return (
-        pl.concat(parts)
+        pl.concat(parts, how="vertical_relaxed")
         .group_by("name", "device")
         .agg(pl.col("ranges", "host_ns", "gpu_ns", "launches").sum())
         .select(list(_SCHEMA))

@@ -62,6 +62,12 @@ def gpu_steps(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     # step (or one followed by a step that launched nothing) ends with its own last work.
     nxt = pl.col("first_ns").shift(-1).over("device")
     adjacent = pl.col("k").shift(-1).over("device") == pl.col("k") + 1
+    # a part of a trace analysed in parts: its last step ends where the next part's first starts
+    after = {w.device: w.start_ns for w in trace.meta.next_part_work}
+    if after:
+        beyond = pl.col("device").replace_strict(list(after), list(after.values()), default=None, return_dtype=pl.Int64)
+        nxt = pl.when(pl.col("k") == steps.height - 1).then(beyond).otherwise(nxt)
+        adjacent = adjacent | ((pl.col("k") == steps.height - 1) & beyond.is_not_null())
     per = per.with_columns(
         pl.when(adjacent & (nxt > pl.col("first_ns"))).then(nxt).otherwise(pl.col("last_ns")).alias("end_ns")
     )

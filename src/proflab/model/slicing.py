@@ -27,7 +27,7 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.trace import Trace
 
-__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace", "selected_steps", "window_bounds", "host_overlap"]
+__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace", "selected_steps", "steps_bounds", "window_bounds", "host_overlap", "launched_by"]
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _TIME = re.compile(r"^\s*(-?\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
@@ -41,6 +41,15 @@ class SliceSpec:
     steps: tuple[int | None, int | None] | None = None
     window_ns: tuple[int | None, int | None] | None = None
     text: str = ""
+    # With ``window_ns``, for the consecutive parts of a trace analysed in parts
+    # (``readers.budget.by_launch``): GPU work is the part's by its launch, not its time, and
+    # whole: per process (``correlation >> 32``; Kineto's one process is 0) the correlation
+    # ids in (first, last] (None: open), and work without an id, or of a process with no
+    # launches, by its start inside the window. Host events are cut as ``--window`` cuts them.
+    correlations: tuple[tuple[int, int | None, int | None], ...] | None = None
+    # With ``steps``, for the same parts: a side left open (no FIRST, no STOP) reaches to the
+    # trace's first or last event, so the parts hold what lies before and after the steps.
+    to_ends: bool = False
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.window_ns is not None:
@@ -111,6 +120,19 @@ def selected_steps(all_steps: pl.DataFrame, spec: SliceSpec, source: str) -> pl.
     return sel
 
 
+def steps_bounds(sel: pl.DataFrame, spec: SliceSpec, all_steps: pl.DataFrame) -> tuple[int, int]:
+    """The host window [lo, hi) of the selected steps; for the parts of a trace analysed in
+    parts (``SliceSpec.to_ends``) each part's window runs to the next one's first step, and
+    the open sides to the trace's ends, so that the parts' windows meet."""
+    lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+    first, stop = spec.steps or (None, None)
+    if spec.to_ends:
+        later = all_steps.filter(pl.col("step") >= stop)["start_ns"] if stop is not None else None
+        lo = -(2**62) if first is None else lo
+        hi = 2**62 if stop is None else (int(later.min()) if later is not None and later.len() else hi)
+    return lo, hi
+
+
 def window_bounds(spec: SliceSpec, origin_ns: int | None, source: str) -> tuple[int, int]:
     """``--window``'s [lo, hi) in the trace's clock, from the trace's first event."""
     if origin_ns is None:
@@ -124,6 +146,30 @@ def host_overlap(lo: int, hi: int) -> pl.Expr:
     return (pl.col("start_ns") < hi) & ((_END > lo) | (pl.col("start_ns") >= lo))
 
 
+def launched_by(ids: tuple[tuple[int, int | None, int | None], ...]) -> pl.Expr:
+    """GPU work whose correlation id is in one of ``SliceSpec.correlations``' ranges (its
+    process's: ``correlation >> 32``)."""
+    c = pl.col("correlation")
+    process = c // (1 << 32)
+    by_id = pl.lit(False)
+    for key, first, last in ids:
+        this = process == key
+        if first is not None:
+            this = this & (c > first)
+        if last is not None:
+            this = this & (c <= last)
+        by_id = by_id | this
+    return c.is_not_null() & by_id
+
+
+def _launched_in(ids: tuple[tuple[int, int | None, int | None], ...], lo: int, hi: int) -> pl.Expr:
+    """GPU work of a part by its launch (``SliceSpec.correlations``); work without an id, or
+    of a process with no launches, by its start in [lo, hi)."""
+    c = pl.col("correlation")
+    by_time = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    return launched_by(ids) | ((c.is_null() | ~(c // (1 << 32)).is_in([k for k, _, _ in ids])) & by_time)
+
+
 def slice_frames(
     gpu: pl.LazyFrame, cpu: pl.LazyFrame, steps: pl.LazyFrame, spec: SliceSpec, source: str,
     *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None,
@@ -135,7 +181,7 @@ def slice_frames(
     all_steps = steps.collect() if all_steps is None else all_steps
     if spec.steps is not None:
         sel = selected_steps(all_steps, spec, source)
-        lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+        lo, hi = steps_bounds(sel, spec, all_steps)
         kept_steps = sel
     else:
         if origin_ns is None:
@@ -145,10 +191,13 @@ def slice_frames(
             origin_ns = None if t0 is None else int(t0)
         lo, hi = window_bounds(spec, origin_ns, source)
     overlaps = host_overlap(lo, hi)
+    starts_inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
     if spec.steps is not None:
         cpu_kept = cpu.filter(overlaps)
-        launched = cpu_kept.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
-        starts_inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+        # a part of every event's: only the work of the calls that start in it (no kernel is
+        # in two parts; a host event across a cut is whole in both, and counted by its start)
+        calls = cpu.filter(starts_inside) if spec.to_ends else cpu_kept
+        launched = calls.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
         gpu_kept = (
             gpu.join(launched, on="correlation", how="left", maintain_order="left")
             .filter(pl.col("_launched").fill_null(False) | (pl.col("correlation").is_null() & starts_inside))
@@ -157,7 +206,7 @@ def slice_frames(
     else:
         # a time window is cut exactly: events are clipped to it, steps kept when whole
         cpu_kept = _clipped(cpu.filter(overlaps), lo, hi)
-        gpu_kept = _clipped(gpu.filter(overlaps), lo, hi)
+        gpu_kept = _clipped(gpu.filter(overlaps), lo, hi) if spec.correlations is None else gpu.filter(_launched_in(spec.correlations, lo, hi))
         kept_steps = all_steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
     n_all = all_steps.height
     note = f"analysed part of the trace: {spec.text} ({kept_steps.height} of {n_all} profiler steps)"

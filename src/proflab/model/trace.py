@@ -112,6 +112,19 @@ COMM_SCHEMA: dict[str, pl.DataType] = {
 
 
 @dataclass(frozen=True)
+class NextWork:
+    """The first GPU work of the part after a part of a trace analysed in parts, on one
+    device: its start and the host call that launched it (ns; None where not traced)."""
+
+    device: int
+    start_ns: int
+    launch_start_ns: int | None = None
+    launch_end_ns: int | None = None
+    tid: int | None = None
+    launch_name: str | None = None
+
+
+@dataclass(frozen=True)
 class TraceMeta:
     """Where a trace came from. ``notes`` are reader remarks worth showing the user."""
 
@@ -128,6 +141,10 @@ class TraceMeta:
     versions: dict[str, str] = field(default_factory=dict)  # tool versions the trace records
     notes: tuple[str, ...] = field(default_factory=tuple)
     budget: int | None = None  # bytes: the memory budget the reader read a part for (None: read as asked)
+    # A part of a trace analysed in parts (``report.combine``): per device, the next part's
+    # first GPU work and its launch. The part's span reaches to it, its last step ends there
+    # on the GPU side, and the idle gap before it has its cause, as in the whole trace.
+    next_part_work: tuple[NextWork, ...] = ()
 
 
 @dataclass(frozen=True)

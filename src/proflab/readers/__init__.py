@@ -7,6 +7,7 @@ SQLite exports, and ``.nsys-rep`` reports through ``nsys export``.
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from proflab._heap import release
@@ -15,7 +16,7 @@ from proflab.errors import InputNotFound, UnsupportedFormat
 if TYPE_CHECKING:
     from proflab.model.slicing import SliceSpec
 
-__all__ = ["load", "expand_paths"]
+__all__ = ["load", "load_parts", "expand_paths"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 
@@ -119,6 +120,21 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
     if use_cache and trace.meta.budget is None:
         _cache.store(p, trace)
     return slice_trace(trace, part)
+
+
+def load_parts(path: str | Path, *, budget: int, cache: bool | None = None) -> Iterator:
+    """Every event of one trace file as consecutive :class:`proflab.model.Trace` parts that
+    each fit ``budget`` (bytes), read one at a time as they are asked for
+    (``readers.budget.cuts``; ``report.combine`` analyses them): the trace whole, once, where
+    its whole analysis fits (from the cache as :func:`load` reads it)."""
+    from proflab.readers import kineto, nsys_sqlite
+
+    p = Path(path)
+    report = p.is_file() and _is_nsys(p) and not nsys_sqlite.sniff(p)  # a .nsys-rep: sized once converted
+    if not report and (not p.exists() or p.is_dir() or not _over_budget(p, budget)):
+        yield load(p, cache=cache, budget=budget)
+        return
+    yield from (nsys_sqlite if _is_nsys(p) else kineto).read_parts(p, budget)
 
 
 def _over_budget(p: Path, budget: int) -> bool:

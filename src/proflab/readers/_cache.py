@@ -58,6 +58,7 @@ def _meta_ok(d: Path) -> TraceMeta | None:
     if meta.pop("_version", None) != reader_version():
         return None
     meta["notes"] = tuple(meta.get("notes") or ())
+    meta.pop("next_part_work", None)  # (a part's only: whole traces are cached)
     return TraceMeta(**meta)
 
 

@@ -38,7 +38,7 @@ from proflab.readers._export_rows import GPU_TABLES as _GPU
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
            "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
-           "choose", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
+           "choose", "cuts", "cut_times", "by_launch", "parts", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
@@ -68,9 +68,10 @@ class Plan:
         return SliceSpec(window_ns=(a, b), text=f"window {_ms(a)}:{_ms(b)}")
 
 
-def noted(trace, notes: list[str], budget: int | None = None):
-    """``trace`` with ``notes`` added, and ``budget`` as the budget it was read in a part for."""
-    meta = dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget)
+def noted(trace, notes: list[str], budget: int | None = None, **meta):
+    """``trace`` with ``notes`` added, and ``budget`` as the budget it was read in a part for
+    (and ``meta``'s other fields)."""
+    meta = dataclasses.replace(trace.meta, notes=(*trace.meta.notes, *notes), budget=budget, **meta)
     return dataclasses.replace(trace, meta=meta)
 
 
@@ -83,8 +84,8 @@ def _count(n: int) -> str:
     return f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
-def _ms(ns: int) -> str:
-    return f"{ns / 1e6:.3f}".rstrip("0").rstrip(".") + "ms"
+def _ms(ns: int, places: int = 3) -> str:
+    return f"{ns / 1e6:.{places}f}".rstrip("0").rstrip(".") + "ms"
 
 
 def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame) -> Plan:
@@ -112,6 +113,74 @@ def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.Data
             return Plan(budget, need, int(kept["start_ns"].min()), int(kept["end_ns"].max()), (a, b), False)
         return Plan(budget, need, lo, hi, None, True)
     return Plan(budget, need, lo, hi, None, False)
+
+
+def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin: int, calls=None) -> list[SliceSpec]:
+    """Consecutive parts of a trace that each fit ``budget`` and together hold all of it, for
+    an analysis of every event (``report.combine``); ``times``, ``weights`` and ``fixed`` as
+    for :func:`choose`. Whole profiler steps where the trace has them and none alone passes
+    the room (each part as many steps as fit, from the first: its GPU work follows its host
+    calls, so no step is cut and no kernel is in two parts; the first part reaches back to the
+    trace's first event and the last to its end, ``SliceSpec.to_ends``); else
+    time windows from the trace's first event (``origin``) that meet exactly (an event across
+    a cut is clipped into both, as ``--window`` cuts), each cut moved to the start of the next
+    of ``calls`` (ns: a sample of the host's runtime calls), so that no call of that thread
+    is running there: a synchronising call cut in two would leave its part a sync without
+    its return."""
+    import numpy as np
+
+    room = (budget - fixed) * _MARGIN
+    if room <= 0:
+        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
+    order = np.argsort(times, kind="stable")
+    t, cum = np.asarray(times)[order], np.cumsum(np.asarray(weights, dtype=np.float64)[order])
+    if t.size == 0:
+        return [SliceSpec(window_ns=(None, None), text="window :")]
+    if steps.height:
+        s = steps.sort("start_ns")
+        before = lambda x: np.where((i := np.searchsorted(t, x, side="left")) > 0, cum[np.maximum(i - 1, 0)], 0.0)  # noqa: E731
+        w = before(s["end_ns"].to_numpy()) - before(s["start_ns"].to_numpy())
+        numbers = s["step"].to_list()
+        # (steps numbered out of time order, or twice, cannot be cut by number: windows)
+        if w.max() <= room and all(a < b for a, b in zip(numbers, numbers[1:])):
+            first = []
+            held = room + 1  # (the first step starts a part)
+            for i, x in enumerate(w):
+                if held + x > room:
+                    first.append(i)
+                    held = 0.0
+                held += x
+            bounds = [numbers[i] for i in first] + [None]
+            return [SliceSpec(steps=(None if k == 0 else a, b), text=f"steps {a}:{'' if b is None else b}", to_ends=True)
+                    for k, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+    k = max(2, int(np.ceil(cum[-1] / room)))
+    at = t[np.minimum(np.searchsorted(cum, cum[-1] * np.arange(1, k) / k), t.size - 1)]
+    if calls is not None and len(calls):
+        c = np.sort(np.asarray(calls))
+        at = np.where((i := np.searchsorted(c, at)) < c.size, c[np.minimum(i, c.size - 1)], at)
+    edges = sorted({int(x - origin) for x in at} - {0})
+    bounds = [None, *edges, None]
+    return [SliceSpec(window_ns=(a, b), text=f"window {_ms(a or 0, 6)}:{'' if b is None else _ms(b, 6)}") for a, b in zip(bounds, bounds[1:])]
+
+
+def cut_times(specs: list[SliceSpec], origin: int) -> list[int]:
+    """Where consecutive window parts (:func:`cuts`) meet, on the trace's clock (ns)."""
+    return [origin + s.window_ns[0] for s in specs[1:] if s.window_ns is not None and s.window_ns[0] is not None]
+
+
+def by_launch(specs: list[SliceSpec], latest: list[dict[int, int]], processes: set[int]) -> list[SliceSpec]:
+    """Window parts (:func:`cuts`) whose GPU work is theirs by launch (``SliceSpec
+    .correlations``): ``latest[i]``, per process (``correlation >> 32``), the highest
+    correlation id launched before cut ``i`` (:func:`cut_times`); ``processes``: those with
+    any launch. Ids are ranges between cuts, so every launched activity is in one part (the
+    one its launch call starts in, where ids rise with time as CUPTI's and Kineto's do)."""
+    if not specs or specs[0].window_ns is None or not processes:
+        return specs
+    # below every id of the process: none launched before the cut
+    at = [{k: cut.get(k, (k << 32) - 1) for k in sorted(processes)} for cut in latest]
+    bounds = [None, *at, None]
+    return [dataclasses.replace(s, correlations=tuple((k, None if a is None else a[k], None if b is None else b[k]) for k in sorted(processes)))
+            for s, a, b in zip(specs, bounds, bounds[1:])]
 
 
 def kernel_likeness(rows: list[tuple], copies: tuple[int, int] | None = None) -> dict | None:
@@ -201,20 +270,41 @@ def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.D
     ``rows``: each event table's rows; ``steps``: the export's profiler steps
     (``step``, ``start_ns``, ``end_ns``). Raises UsageError for a budget below what any
     analysis needs."""
-    import numpy as np
-
     need = estimate(rows)
     if need <= budget:
         return None
+    sample = _sample(con, rows)
+    if sample is None:
+        return None  # nothing dated: the whole read says what the export holds
+    return choose(*sample, need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+
+
+def parts(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame, origin: int) -> list[SliceSpec] | None:
+    """An export's consecutive parts for an analysis of every event within ``budget``
+    (:func:`cuts`, from the same sample of its rows' starts as :func:`plan`); None when
+    reading it whole fits, or nothing is dated."""
+    import numpy as np
+
+    sample = _sample(con, rows)
+    if estimate(rows) <= budget or sample is None:
+        return None
+    calls = [_sampled_starts(con, t, _SAMPLES) for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if rows.get(t)]
+    return cuts(*sample, budget=budget, fixed=COST_FIXED, steps=steps, origin=origin,
+                calls=np.concatenate(calls) if calls else None)
+
+
+def _sample(con: sqlite3.Connection, rows: dict[str, int]):
+    """Start times (ns) of a sample of the export's event rows, and the bytes of a whole read
+    and analysis each stands for; None when no row is dated."""
+    import numpy as np
+
     times, weights = [], []
     for table, n in rows.items():
         starts = _sampled_starts(con, table, _SAMPLES)
         if starts.size:
             times.append(starts)
             weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
-    if not times:
-        return None  # nothing dated: the whole read says what the export holds
-    return choose(np.concatenate(times), np.concatenate(weights), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+    return (np.concatenate(times), np.concatenate(weights)) if times else None
 
 
 def _sampled_starts(con: sqlite3.Connection, table: str, k: int):

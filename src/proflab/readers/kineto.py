@@ -29,6 +29,7 @@ from collections import Counter
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Annotated, Any, NamedTuple
 
 import msgspec
@@ -51,6 +52,7 @@ from proflab.model.trace import (
     DEVICE_SCHEMA,
     GPU_SCHEMA,
     MEMORY_KINDS,
+    NextWork,
     Trace,
     TraceMeta,
     counts_only,
@@ -332,52 +334,183 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
     trace's first event, steps and event count are read from those files, and only the
     part's rows are read back, filtered as they are scanned, then put in time order as a
     whole read orders them. A trace not in Kineto's own layout is decoded whole, as ever."""
-    from proflab.model.slicing import slice_frames, with_frames
+    from proflab.readers import budget as limits
+
+    with _on_disk(path, budget) as disk:
+        if disk is None:
+            return _read_whole_instead(path, part, budget)
+        plan = None
+        if part is None:
+            need = disk.need()
+            if need <= budget:  # its size misled the estimate: the whole read fits after all
+                return _read(path)
+            plan = limits.choose(disk.sample, disk.weights(), need=need, budget=budget, fixed=limits.KINETO_PART_FIXED,
+                                 steps=disk.steps)
+            part = plan.part(disk.origin)
+        trace = disk.part(part)
+        if plan is None:
+            return trace
+        like = limits.kernel_likeness(*_kernel_and_copy_time(disk.gpu, plan.lo_ns, plan.hi_ns))
+        notes = limits.notes(path.name, plan, trace.gpu.height + trace.cpu.height, disk.whole.meta.event_count, like,
+                             what_whole="trace", estimated="from their count", steps=disk.steps)
+        return limits.noted(trace, notes, budget)
+
+
+def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
+    """Every event of the trace in consecutive parts that each fit ``budget`` (the whole
+    trace, once, where its whole read fits): decoded to disk once, as for a part
+    (``_read_spilled``), and each part read back in turn (``readers.budget.cuts``)."""
+    from proflab.readers import budget as limits
+
+    path = Path(path)
+    try:
+        with _on_disk(path, budget) as disk:
+            if disk is None:
+                yield _read_whole_instead(path, None, budget)
+                return
+            need = disk.need()
+            if need <= budget:
+                with _no_gc():
+                    whole = _read(path)
+                yield whole
+                return
+            specs = limits.cuts(disk.sample, disk.weights(), budget=budget, fixed=limits.KINETO_PART_FIXED, steps=disk.steps,
+                                origin=disk.origin, calls=disk.calls)
+            if len(cuts := limits.cut_times(specs, disk.origin)) == len(specs) - 1 and cuts:
+                specs = limits.by_launch(specs, *disk.latest_launches(cuts))
+            after = disk.next_work(specs)
+            for i, spec in enumerate(specs):
+                yield limits.noted(disk.part(spec), [], budget, next_part_work=after[i] if i < len(after) else ())
+    except UnicodeDecodeError as e:
+        raise CorruptInput(path, f"JSON with text that is not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
+
+
+class _OnDisk:
+    """A trace decoded to Arrow files (``_on_disk``): the whole trace's description with no
+    rows (``whole``), lazy scans of its GPU and host rows, its steps, first event and a
+    sample of its events' starts."""
+
+    def __init__(self, path: Path, whole: Trace, gpu: pl.LazyFrame, cpu: pl.LazyFrame, origin: int | None, sample: np.ndarray,
+                 calls: np.ndarray, decoded: int) -> None:
+        self.path, self.whole, self.gpu, self.cpu, self.origin, self.sample = path, whole, gpu, cpu, origin, sample
+        self.calls = calls  # starts of a sample of the runtime calls (``budget.cuts``)
+        self.steps = whole.steps
+        self.decoded = decoded  # GPU and host events kept (the event count also counts metadata)
+
+    def need(self) -> int:
+        from proflab.readers import budget as limits
+
+        return limits.kineto_need(self.path, self.decoded)
+
+    def weights(self) -> np.ndarray:
+        """Bytes of a part's read and analysis each sampled start stands for."""
+        from proflab.readers import budget as limits
+
+        return np.full(self.sample.size, limits.KINETO_PART_EVENT * self.decoded / max(self.sample.size, 1))
+
+    def latest_launches(self, times: list[int]) -> tuple[list[dict[int, int]], set[int]]:
+        """Per cut time (ns), per process (``correlation >> 32``), the highest correlation
+        id of host calls starting before it; and the processes with any
+        (``readers.budget.by_launch``): one streaming scan of the decoded host rows."""
+        c = pl.col("correlation")
+        got = (
+            self.cpu.filter(c.is_not_null())
+            .group_by((c // (1 << 32)).alias("key"))
+            .agg(*(c.filter(pl.col("start_ns") < t).max().alias(f"before_{i}") for i, t in enumerate(times)))
+            .collect(engine="streaming")
+        )
+        keys = got["key"].to_list()
+        latest = [{k: v for k, v in zip(keys, got[f"before_{i}"].to_list(), strict=True) if v is not None} for i in range(len(times))]
+        return latest, set(keys)
+
+    def next_work(self, specs: list[SliceSpec]) -> list[tuple[NextWork, ...]]:
+        """For each part but the last of the trace analysed in parts, per device, the next
+        part's first GPU work and its launch (``TraceMeta.next_part_work``): the launches of
+        each step part's first step (one step's: few), one streaming scan of the decoded GPU
+        rows for each part's first work per device, then those works' launch calls."""
+        from proflab.model.slicing import launched_by
+
+        c, t = pl.col("correlation"), pl.col("start_ns")
+        conds = []
+        for spec in specs[1:]:
+            if spec.steps is not None and spec.steps[0] is not None:
+                row = self.steps.filter(pl.col("step") == spec.steps[0])
+                if row.height == 0:
+                    return [() for _ in specs[1:]]
+                a, b = int(row["start_ns"][0]), int(row["end_ns"][0])
+                ids = self.cpu.filter(c.is_not_null() & (t >= a) & (t < b)).select(c).collect(engine="streaming")["correlation"]
+                conds.append(c.is_in(ids.implode()))
+            elif spec.correlations:
+                conds.append(launched_by(spec.correlations))
+            else:
+                return [() for _ in specs[1:]]
+        if not conds:
+            return []
+        which = pl.when(conds[0]).then(0)
+        for i, cond in enumerate(conds[1:], 1):
+            which = which.when(cond).then(i)
+        first = (
+            self.gpu.select("device", "start_ns", "correlation", which.otherwise(None).alias("i"))
+            .filter(pl.col("i").is_not_null() & pl.col("device").is_not_null())
+            .group_by("i", "device")
+            .agg(pl.all().sort_by("start_ns").first())
+            .collect(engine="streaming")
+            .sort("i", "device")
+        )
+        calls = (
+            self.cpu.filter(c.is_in(first["correlation"].drop_nulls().implode()))
+            .select("correlation", "name", "start_ns", (t + pl.col("dur_ns")).alias("end_ns"), "tid")
+            .collect(engine="streaming")
+            .unique("correlation", keep="first")
+        )
+        got = first.join(calls, on="correlation", how="left", suffix="_call")
+        out: list[list[NextWork]] = [[] for _ in conds]
+        for r in got.iter_rows(named=True):
+            out[r["i"]].append(NextWork(int(r["device"]), int(r["start_ns"]), r["start_ns_call"], r["end_ns"], r["tid"], r["name"]))
+        return [tuple(w) for w in out]
+
+    def part(self, part: SliceSpec) -> Trace:
+        from proflab.model.slicing import slice_frames, with_frames
+
+        g, c, st, note = slice_frames(self.gpu, self.cpu, self.steps.lazy(), part, str(self.path), origin_ns=self.origin,
+                                      all_steps=self.steps)
+        g, c = _in_time_order(g.collect(engine="streaming")), _in_time_order(c.collect(engine="streaming"))
+        return with_frames(self.whole, g, c, st.collect(), note)
+
+
+@contextmanager
+def _on_disk(path: Path, budget: int | None):
+    """The trace's slices decoded to Arrow files in a temporary folder (removed on exit), as
+    an ``_OnDisk``; None for a trace not in Kineto's own layout."""
     from proflab.readers import budget as limits
 
     with tempfile.TemporaryDirectory(prefix="proflab-part-") as tmp:
         spill = Path(tmp)
         try:
             # the helper process while decoding: only where the budget holds both processes
-            doc, tables, size = _read_sliced(path, spill, helper=budget is None or budget >= limits.KINETO_PART_FIXED + limits.KINETO_HELPER)
+            with _no_gc():
+                doc, tables, size = _read_sliced(path, spill, helper=budget is None or budget >= limits.KINETO_PART_FIXED + limits.KINETO_HELPER)
         except _NoRoom as e:
             raise UsageError(f"{path}: cannot decode it to disk in {tmp} ({e}): reading a part of it needs about "
                              f"{limits.size_text(0.4 * path.stat().st_size)} free there; set TMPDIR to a folder with room, or read it "
                              "whole (--memory-budget none)") from None
         except (NotSliceable, msgspec.DecodeError):
-            return _read_whole_instead(path, part, budget)
+            yield None
+            return
         event_count, problems, unknown = _tallies(path, tables)
         comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
         comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
         n = len(tables)
         del tables
         files = {t: [spill / f"{t}-{i}.arrow" for i in range(n)] for t in ("gpu", "cpu")}
-        n_gpu, n_cpu, origin, marked, sample = _spilled_facts(files, every=max(1, event_count // 65_536))
+        n_gpu, n_cpu, origin, marked, sample, calls = _spilled_facts(files, every=max(1, event_count // 65_536))
         devices, meta = _described(path, doc, n_gpu, n_cpu, unknown, problems, size, event_count)
-        all_steps = steps_from_annotations(marked)
         # each row's place in the whole read's order: its start before any clipping, then its
         # slice and row (the scans keep both)
         gpu, cpu = (pl.scan_ipc(files[t]).with_columns(pl.col("start_ns").alias("_order")) for t in ("gpu", "cpu"))
-        whole = Trace(gpu=pl.DataFrame(schema=GPU_SCHEMA), cpu=pl.DataFrame(schema=CPU_SCHEMA), steps=all_steps, devices=devices,
-                      meta=meta, comms=comms)
-        plan = None
-        if part is None:
-            need = limits.kineto_need(path, n_gpu + n_cpu)  # (its events now counted)
-            if need <= budget:  # its size misled the estimate: the whole read fits after all
-                return _read(path)
-            # the part's room at what a part costs an event (more than in a whole read)
-            weights = np.full(sample.size, limits.KINETO_PART_EVENT * (n_gpu + n_cpu) / max(sample.size, 1))
-            plan = limits.choose(sample, weights, need=need, budget=budget, fixed=limits.KINETO_PART_FIXED, steps=all_steps)
-            part = plan.part(origin)
-        g, c, st, note = slice_frames(gpu, cpu, all_steps.lazy(), part, str(path), origin_ns=origin, all_steps=all_steps)
-        g, c = _in_time_order(g.collect(engine="streaming")), _in_time_order(c.collect(engine="streaming"))
-        trace = with_frames(whole, g, c, st.collect(), note)
-        if plan is None:
-            return trace
-        like = limits.kernel_likeness(*_kernel_and_copy_time(gpu, plan.lo_ns, plan.hi_ns))
-        notes = limits.notes(path.name, plan, g.height + c.height, event_count, like, what_whole="trace", estimated="from their count",
-                             steps=all_steps)
-        return limits.noted(trace, notes, budget)
+        whole = Trace(gpu=pl.DataFrame(schema=GPU_SCHEMA), cpu=pl.DataFrame(schema=CPU_SCHEMA), steps=steps_from_annotations(marked),
+                      devices=devices, meta=meta, comms=comms)
+        yield _OnDisk(path, whole, gpu, cpu, origin, sample, calls, n_gpu + n_cpu)
 
 
 def _read_whole_instead(path: Path, part: SliceSpec | None, budget: int | None) -> Trace:
@@ -395,13 +528,13 @@ def _read_whole_instead(path: Path, part: SliceSpec | None, budget: int | None) 
     return limits.noted(trace, [said])
 
 
-def _spilled_facts(files: dict[str, list[Path]], every: int) -> tuple[int, int, int | None, pl.DataFrame, np.ndarray]:
+def _spilled_facts(files: dict[str, list[Path]], every: int) -> tuple[int, int, int | None, pl.DataFrame, np.ndarray, np.ndarray]:
     """What the whole trace's decoded slices say, read a file and a few columns at a time
     (a scan of them all at once held a third of the trace): its GPU and host event counts,
-    first start, the host rows that may be profiler steps (in the whole read's order), and
-    the starts of every ``every``-th event."""
+    first start, the host rows that may be profiler steps (in the whole read's order), the
+    starts of every ``every``-th event, and of every ``every``-th runtime call."""
     n_gpu = n_cpu = 0
-    firsts, marked, sample = [], [], []
+    firsts, marked, sample, calls = [], [], [], []
     for kind in ("gpu", "cpu"):
         for f in files[kind]:
             df = pl.read_ipc(f, columns=["cat", "name", "start_ns", "dur_ns"] if kind == "cpu" else ["start_ns"])
@@ -410,13 +543,16 @@ def _spilled_facts(files: dict[str, list[Path]], every: int) -> tuple[int, int, 
             else:
                 n_cpu += df.height
                 marked.append(df.filter(pl.col("name").str.starts_with("ProfilerStep#")))
+                calls.append(df.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]))["start_ns"].drop_nulls()
+                             .gather_every(max(1, every // 4)).to_numpy())
             starts = df.get_column("start_ns").drop_nulls()
             if starts.len():
                 firsts.append(int(starts.min()))
                 sample.append(starts.gather_every(every).to_numpy())
     steps = pl.concat(marked) if marked else pl.DataFrame(schema={c: CPU_SCHEMA[c] for c in ("cat", "name", "start_ns", "dur_ns")})
     return (n_gpu, n_cpu, min(firsts) if firsts else None, steps.sort("start_ns", maintain_order=True),
-            np.concatenate(sample) if sample else np.empty(0, dtype=np.int64))
+            np.concatenate(sample) if sample else np.empty(0, dtype=np.int64),
+            np.concatenate(calls) if calls else np.empty(0, dtype=np.int64))
 
 
 def _in_time_order(df: pl.DataFrame) -> pl.DataFrame:

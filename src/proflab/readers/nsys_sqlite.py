@@ -30,11 +30,12 @@ costs a 16-byte view per row, never a copy, and no name is joined as text per ro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -47,12 +48,13 @@ from proflab.model.trace import (
     DEVICE_SCHEMA,
     GPU_SCHEMA,
     MEMORY_KINDS,
+    NextWork,
     Trace,
     TraceMeta,
     counts_only,
     steps_from_annotations,
 )
-from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, window_bounds
+from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, steps_bounds, window_bounds
 from proflab.readers import _progress as progress
 from proflab.readers._export_rows import (
     EVENT_TABLES,
@@ -88,6 +90,48 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
     path = Path(path)
     if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
         return slice_trace(_read_report(path, None if part is not None else budget), part)
+    with _opened(path) as ctx:
+        return _read(path, ctx, part, budget)
+
+
+def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
+    """Every event of the export in consecutive parts that each fit ``budget``
+    (``readers.budget.parts``), each read as ``--steps`` / ``--window`` read a part; the
+    whole export, once, where its whole read fits. A ``.nsys-rep`` is converted first."""
+    path = Path(path)
+    if path.suffix == ".nsys-rep" or (path.exists() and not sniff(path) and _is_nsys_rep(path)):
+        with _exported(path) as out:
+            for trace in read_parts(out, budget):
+                yield Trace(trace.gpu, trace.cpu, trace.steps, trace.devices, _with_source(trace.meta, path))
+        return
+    from proflab.readers import budget as limits
+
+    specs = None
+    with _opened(path) as ctx:
+        rows = event_table_rows(ctx.con, ctx.tables)
+        if limits.estimate(rows) > budget:
+            whole = _Whole.of(ctx)
+            if whole.origin is not None:
+                specs = limits.parts(ctx.con, rows, budget, whole.steps, whole.origin)
+            if specs is not None and len(cuts := limits.cut_times(specs, whole.origin)) == len(specs) - 1 and cuts:
+                specs = limits.by_launch(specs, *ctx.latest_launches(cuts))
+            after = ctx.next_work(specs, whole.steps) if specs is not None else []
+        if specs is None:
+            trace = _read_tables(path, ctx)
+    if specs is None:
+        yield trace
+        return
+    for i, spec in enumerate(specs):
+        with _opened(path) as ctx:
+            trace = _read_part(path, ctx, spec, whole)
+        yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+        del trace
+
+
+@contextlib.contextmanager
+def _opened(path: Path) -> Iterator[_Ctx]:
+    """The reader's context over an export opened read-only; SQLite's errors become one
+    line naming the file."""
     import adbc_driver_sqlite.dbapi as adbc
 
     uri = read_only_uri(path)
@@ -97,7 +141,16 @@ def read(path: str | Path, part: SliceSpec | None = None, *, budget: int | None 
     except (sqlite3.Error, adbc.Error) as e:
         raise CorruptInput(path, f"cannot open as SQLite: {e}") from e
     try:
-        return _read(path, con, bulk, lambda: adbc.connect(uri), part, budget)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            raise EmptyTrace(path, "SQLite database with no tables")
+        if "StringIds" not in tables and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in tables):
+            raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
+        ctx = _Ctx(path, con, bulk, tables, lambda: adbc.connect(uri))
+        try:
+            yield ctx
+        finally:
+            ctx.close_readers()
     except (sqlite3.DatabaseError, adbc.DatabaseError) as e:
         raise CorruptInput(path, f"damaged or truncated SQLite database ({_first_line(e)})") from e
     except UnicodeDecodeError as e:  # a damaged page under a table or column name
@@ -115,7 +168,36 @@ def _is_nsys_rep(path: Path) -> bool:
     return path.suffix in (".nsys-rep", ".qdrep")
 
 
+def _next_part_rows(ctx: _Ctx, spec: SliceSpec, steps: pl.DataFrame) -> str | None:
+    """The SQL condition on a GPU table's rows for the work a part begins with: the work its
+    first step's calls launched (a step part), or its correlation ids (a window part)."""
+    launched = [t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
+                if t in ctx.tables and {"correlationId", "start"} <= set(ctx.columns(t))]
+    if spec.steps is not None and spec.steps[0] is not None and launched:
+        row = steps.filter(pl.col("step") == spec.steps[0])
+        if row.height == 0:
+            return None
+        a, b = int(row["start_ns"][0]), int(row["end_ns"][0])
+        calls = " UNION ALL ".join(f'SELECT correlationId FROM "{t}" WHERE start >= {a} AND start < {b}' for t in launched)
+        return f"correlationId IN ({calls})"
+    if spec.correlations:
+        pid = "(globalPid / 16777216) % 16777216"
+        return "(" + " OR ".join(
+            f"({pid} = {k}" + (f" AND correlationId > {a - (k << 32)}" if a is not None else "")
+            + (f" AND correlationId <= {b - (k << 32)}" if b is not None else "") + ")"
+            for k, a, b in spec.correlations) + ")"  # fmt: skip
+    return None
+
+
 def _read_report(path: Path, budget: int | None) -> Trace:
+    with _exported(path) as out:
+        trace = read(out, budget=budget)
+    return Trace(trace.gpu, trace.cpu, trace.steps, trace.devices, _with_source(trace.meta, path))
+
+
+@contextlib.contextmanager
+def _exported(path: Path) -> Iterator[Path]:
+    """A ``.nsys-rep`` converted by nsys to an SQLite export in a temporary folder."""
     from proflab.collect import nsys
 
     with tempfile.TemporaryDirectory(prefix="proflab-nsys-") as tmp:
@@ -129,29 +211,19 @@ def _read_report(path: Path, budget: int | None) -> Trace:
             ) from e
         except CollectError as e:
             raise UnsupportedFormat(path, f"nsys could not export it to SQLite ({str(e).removeprefix(f'{path}: ')})") from e
-        trace = read(out, budget=budget)
-    return Trace(trace.gpu, trace.cpu, trace.steps, trace.devices, _with_source(trace.meta, path))
+        yield out
 
 
 def _with_source(meta: TraceMeta, path: Path) -> TraceMeta:
     return dataclasses.replace(meta, source=str(path), format="nsys-rep")
 
 
-def _read(path: Path, con: sqlite3.Connection, bulk, connect, part: SliceSpec | None = None, budget: int | None = None) -> Trace:
-    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if not tables:
-        raise EmptyTrace(path, "SQLite database with no tables")
-    if "StringIds" not in tables and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in tables):
-        raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
-    ctx = _Ctx(path, con, bulk, tables, connect)
-    try:
-        if part is None and budget is not None:
-            trace = _read_within(path, ctx, budget)
-            if trace is not None:
-                return trace
-        return _read_tables(path, ctx) if part is None else _read_part(path, ctx, part)
-    finally:
-        ctx.close_readers()
+def _read(path: Path, ctx: _Ctx, part: SliceSpec | None = None, budget: int | None = None) -> Trace:
+    if part is None and budget is not None:
+        trace = _read_within(path, ctx, budget)
+        if trace is not None:
+            return trace
+    return _read_tables(path, ctx) if part is None else _read_part(path, ctx, part)
 
 
 def _read_within(path: Path, ctx: _Ctx, budget: int) -> Trace | None:
@@ -200,12 +272,22 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = No
     whole = whole or _Whole.of(ctx)
     all_steps, events, origin = whole.steps, whole.events, whole.origin
     if part.steps is not None:
-        sel = selected_steps(all_steps, part, source)
-        lo, hi = int(sel["start_ns"].min()), int(sel["end_ns"].max())
+        lo, hi = steps_bounds(selected_steps(all_steps, part, source), part, all_steps)
     else:
         lo, hi = window_bounds(part, origin, source)
     ctx.host_where = ctx.gpu_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
-    if part.steps is not None:  # the work the kept calls launched, wherever it ran
+    if part.correlations is not None:  # a part of every event's: the work launched in it
+        # (rows of any process whose id is in one of the processes' ranges: slicing keeps
+        # each process's own; and by time, the work of processes with no launches)
+        ids = ["correlationId IS NOT NULL"]
+        firsts = [None if a is None else a - (k << 32) for k, a, _ in part.correlations]
+        lasts = [None if b is None else b - (k << 32) for k, _, b in part.correlations]
+        if None not in firsts:
+            ids.append(f"correlationId > {min(firsts)}")
+        if None not in lasts:
+            ids.append(f"correlationId <= {max(lasts)}")
+        ctx.gpu_where = f"({' AND '.join(ids)}) OR (start >= {lo} AND start < {hi})"
+    elif part.steps is not None:  # the work the kept calls launched, wherever it ran
         ids = ctx.correlation_range(ctx.host_where)
         inside = f"start >= {lo} AND start < {hi}"
         ctx.gpu_where = inside if ids is None else f"(correlationId BETWEEN {ids[0]} AND {ids[1]}) OR ({inside})"
@@ -353,6 +435,63 @@ class _Ctx:
         for i, got in enumerate(done):
             out[i::_READ_THREADS] = got
         return out
+
+    def next_work(self, specs: list[SliceSpec], steps: pl.DataFrame) -> list[tuple[NextWork, ...]]:
+        """For each part but the last of a trace analysed in parts, per device, the next
+        part's first GPU work and its launch (``TraceMeta.next_part_work``): one scan of each
+        GPU table for the first work of every part's (the launches of its first step, or its
+        correlation ids), then the launch calls of those few."""
+        pid = "(globalPid / 16777216) % 16777216"
+        conds = [_next_part_rows(self, spec, steps) for spec in specs[1:]]
+        if not conds or None in conds:
+            return [() for _ in specs[1:]]
+        which = "CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(conds)) + " END"
+        first: dict[tuple[int, int], tuple[int, int, int]] = {}  # (part, device) -> (start, pid, correlation id)
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+            if t not in self.tables or not {"correlationId", "globalPid", "deviceId", "start"} <= set(self.columns(t)):
+                continue
+            queries = [f'SELECT i, deviceId, min(start), p, c FROM (SELECT {which} AS i, deviceId, start, {pid} AS p, correlationId AS c '
+                       f'FROM "{t}" WHERE {part}) WHERE i IS NOT NULL GROUP BY i, deviceId' for part in self.halves(t)]
+            for i, device, start, p, c in (row for rows in self.scan(queries) for row in rows):
+                if all(type(v) is int for v in (i, device, start, p, c)) and ((i, device) not in first or start < first[(i, device)][0]):
+                    first[(i, device)] = (start, p, c)
+        calls: dict[tuple[int, int], tuple] = {}
+        ids = ", ".join(sorted({str(c) for _, _, c in first.values()}))
+        for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+            if ids and t in self.tables and {"correlationId", "globalTid", "start", "end", "nameId"} <= set(self.columns(t)):
+                for p, c, a, b, tid, name in self.con.execute(
+                    f'SELECT (globalTid / 16777216) % 16777216, correlationId, start, end, globalTid % 16777216, nameId FROM "{t}" '
+                    f"WHERE correlationId IN ({ids})"
+                ):
+                    calls.setdefault((p, c), (a, b, tid, self.string_of(name) if type(name) is int else None))
+        out: list[list[NextWork]] = [[] for _ in conds]
+        for (i, device), (start, p, c) in sorted(first.items()):
+            a, b, tid, name = calls.get((p, c), (None, None, None, None))
+            out[i].append(NextWork(device, start, a if type(a) is int else None, b if type(b) is int else None,
+                                   tid if type(tid) is int else None, name))
+        return [tuple(w) for w in out]
+
+    def latest_launches(self, times: list[int]) -> tuple[list[dict[int, int]], set[int]]:
+        """Per cut time (ns), per process, the highest correlation id (the model's, ``pid <<
+        32 | id``) of runtime and driver calls starting before it; and the processes with any
+        (``readers.budget.by_launch``). One scan of each table, a rowid range per thread."""
+        pid = "(globalTid / 16777216) % 16777216"
+        cases = "".join(f", max(CASE WHEN start < {int(t)} THEN correlationId END)" for t in times)
+        got: dict[int, list] = {}
+        for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER"):
+            if t not in self.tables or not {"correlationId", "globalTid", "start"} <= set(self.columns(t)):
+                continue
+            for rows in self.scan([f'SELECT {pid}{cases} FROM "{t}" WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL '
+                                   f"AND {part} GROUP BY 1" for part in self.halves(t)]):
+                for key, *maxima in rows:
+                    if type(key) is not int:
+                        continue
+                    had = got.setdefault(key, [None] * len(times))
+                    for i, v in enumerate(maxima):
+                        if type(v) is int and (had[i] is None or v > had[i]):
+                            had[i] = v
+        latest = [{k: (k << 32) + m[i] for k, m in got.items() if m[i] is not None} for i in range(len(times))]
+        return latest, set(got)
 
     def correlation_range(self, cond: str) -> tuple[int, int] | None:
         """Lowest and highest correlation id of runtime and driver calls meeting ``cond``."""

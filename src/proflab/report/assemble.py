@@ -170,10 +170,18 @@ def _device(ctx: Context) -> dict[str, Any]:
 
 
 def _summary(ctx: Context) -> dict[str, Any]:
-    lo, hi = ctx.window
+    return summary_of(ctx.window, ctx.device_breakdowns, ctx.memcpy_table, ctx.step_table, ctx.trace.steps.height,
+                      ctx.observer if ctx.trace.has_gpu else None)
+
+
+def summary_of(window: tuple[int, int], breakdowns: dict, memcpy: pl.DataFrame, st: pl.DataFrame, step_count: int,
+               obs) -> dict[str, Any]:
+    """The report's summary from the analysis' tables (``report.combine`` gives those of a
+    trace analysed in parts)."""
+    lo, hi = window
     out: dict[str, Any] = {"wall_ms": ms(hi - lo), "window_start_ns": lo, "window_end_ns": hi}
     per_device = []
-    for device, b in ctx.device_breakdowns.items():
+    for device, b in breakdowns.items():
         per_device.append(
             {
                 "device": device,
@@ -197,14 +205,13 @@ def _summary(ctx: Context) -> dict[str, Any]:
     else:
         out["gpu_busy_pct"] = None
         out["breakdown_ms"] = None
-    m = ctx.memcpy_table
+    m = memcpy
     out["memcpy_by_direction_ms"] = (
         {str(k): ms(v) for k, v in m.group_by("copy_kind").agg(pl.col("time_ns").sum()).sort("copy_kind").iter_rows()}
         if m.height
         else {}
     )
-    st = ctx.step_table
-    out["step_count"] = ctx.trace.steps.height
+    out["step_count"] = step_count
     if st.height:
         # Step time is what the GPU experiences (GPU-side windows, see analysis.steps); the
         # host's ProfilerStep ranges go beside it, since they differ when the host runs ahead.
@@ -224,13 +231,15 @@ def _summary(ctx: Context) -> dict[str, Any]:
         out["median_step_ms"] = None
         out["median_cpu_step_ms"] = None
         out["step_spread_ms"] = None
-    obs = ctx.observer if ctx.trace.has_gpu else None
     out["observer"] = obs.to_dict() if obs else None
     return out
 
 
 def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
-    t = ctx.hot_kernels(top)
+    return kernels_of(ctx.hot_kernels(top))
+
+
+def kernels_of(t: pl.DataFrame) -> list[dict[str, Any]]:
     rows = []
     for r in t.iter_rows(named=True):
         rows.append(
@@ -258,8 +267,11 @@ def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
 
 
 def _steps(ctx: Context) -> list[dict[str, Any]]:
-    t = ctx.step_table
-    if not ctx.trace.has_gpu:  # missing is not zero: no GPU columns at all
+    return steps_of(ctx.step_table, ctx.trace.has_gpu)
+
+
+def steps_of(t: pl.DataFrame, has_gpu: bool) -> list[dict[str, Any]]:
+    if not has_gpu:  # missing is not zero: no GPU columns at all
         return [{"step": r["step"], "device": None, "side": "host", "dur_ms": ms(r["dur_ns"])} for r in t.iter_rows(named=True)]
     return [
         {
@@ -280,6 +292,10 @@ def _steps(ctx: Context) -> list[dict[str, Any]]:
 
 
 def _memcpy(ctx: Context) -> list[dict[str, Any]]:
+    return memcpy_of(ctx.memcpy_table)
+
+
+def memcpy_of(t: pl.DataFrame) -> list[dict[str, Any]]:
     return [
         {
             "direction": str(r["copy_kind"]),
@@ -290,14 +306,15 @@ def _memcpy(ctx: Context) -> list[dict[str, Any]]:
             "time_ms": ms(r["time_ns"]),
             "achieved_gbps": None if r["bytes"] is None else round(r["gbps"], 2),
         }
-        for r in ctx.memcpy_table.iter_rows(named=True)
+        for r in t.iter_rows(named=True)
     ]
 
 
 def _launch(ctx: Context) -> dict[str, Any]:
-    if not ctx.trace.has_gpu:
-        return {}
-    s = ctx.launch_stats
+    return launch_of(ctx.launch_stats) if ctx.trace.has_gpu else {}
+
+
+def launch_of(s) -> dict[str, Any]:
     return {
         "kernels": s.kernel_count,
         "median_kernel_us": us(s.median_kernel_ns),
@@ -311,22 +328,31 @@ def _launch(ctx: Context) -> dict[str, Any]:
 
 
 def _idle(ctx: Context) -> dict[str, Any]:
-    if not ctx.trace.has_gpu:
-        return {}
-    g = ctx.gaps
-    by = g.group_by("cause").agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
+    return idle_of(gaps_by_cause(ctx.gaps), len(ctx.busy)) if ctx.trace.has_gpu else {}
+
+
+def gaps_by_cause(gaps: pl.DataFrame) -> pl.DataFrame:
+    """Idle gaps per cause: their number (``n``) and time (``ns``)."""
+    return gaps.group_by(pl.col("cause").cast(pl.String)).agg(pl.len().alias("n"), pl.col("dur_ns").sum().alias("ns"))
+
+
+def idle_of(by: pl.DataFrame, devices: int) -> dict[str, Any]:
     got = {str(r["cause"]): r for r in by.iter_rows(named=True)}
-    n = max(len(ctx.busy), 1)
+    n = max(devices, 1)
     # per device on average, like summary.breakdown_ms, so the causes add up to its idle
     return {
         "by_cause_ms": {c: ms(got[c]["ns"] / n) if c in got else 0.0 for c in CAUSES},
         "gaps_by_cause": {c: got[c]["n"] if c in got else 0 for c in CAUSES},
-        "devices": len(ctx.busy),
+        "devices": devices,
         "note": f"idle ms averaged over {n} devices; gap counts summed" if n > 1 else None,
     }
 
 
 def _ranges(ctx: Context, top: int = 15) -> list[dict[str, Any]]:
+    return ranges_of(ctx.range_table, top)
+
+
+def ranges_of(t: pl.DataFrame, top: int = 15) -> list[dict[str, Any]]:
     return [
         {
             "name": r["name"],
@@ -336,18 +362,24 @@ def _ranges(ctx: Context, top: int = 15) -> list[dict[str, Any]]:
             "gpu_ms": ms(r["gpu_ns"]),
             "launches": r["launches"],
         }
-        for r in ctx.range_table.head(top).iter_rows(named=True)
+        for r in t.head(top).iter_rows(named=True)
     ]
 
 
 def _host_ops(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
+    return host_ops_of(host_op_table(trace), top)
+
+
+def host_op_table(trace: Trace) -> pl.DataFrame:
+    """Host operators by name: ``count`` and ``total_ns``, most time first."""
     ops = trace.cpu.select("cat", "name", "dur_ns").filter(pl.col("cat") == "cpu_op")
-    if ops.height == 0:
-        return []
-    t = (
+    return (
         ops.group_by("name")
-        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
         .sort("total_ns", "name", descending=[True, False])
-        .head(top)
     )
+
+
+def host_ops_of(t: pl.DataFrame, top: int = 10) -> list[dict[str, Any]]:
+    t = t.head(top)
     return [{"name": r["name"], "count": r["count"], "total_ms": ms(r["total_ns"])} for r in t.iter_rows(named=True)]

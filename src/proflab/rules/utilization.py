@@ -64,16 +64,21 @@ def healthy(trace: Trace, ctx: Context, findings: list[Finding]) -> list[Finding
     """The ``healthy`` verdict when no finding reaches warning level."""
     if any(f.severity in ("critical", "warning") for f in findings) or not trace.has_gpu:
         return []
+    return healthy_of(ctx.device_breakdowns, ctx.wall_ns, ctx.observer, findings)
+
+
+def healthy_of(breakdowns: dict, wall_ns: int, obs, findings: list[Finding]) -> list[Finding]:
+    """The ``healthy`` finding from the breakdowns per device, the analysed span (ns) and
+    the observer model (a trace analysed in parts: their combination, ``report.combine``)."""
     parts = []
-    for device, b in ctx.device_breakdowns.items():
+    for device, b in breakdowns.items():
         parts.append(f"GPU {device} busy {b.busy_pct:.1f}%")
     title = f"No material timeline problem: {', '.join(parts)}; no cause of idle time reaches {WARNING_PCT:g}%"
     evidence = {
-        "gpu_busy_pct_by_device": {str(d): round(b.busy_pct, 1) for d, b in ctx.device_breakdowns.items()},
-        "wall_ms": ms(ctx.wall_ns),
+        "gpu_busy_pct_by_device": {str(d): round(b.busy_pct, 1) for d, b in breakdowns.items()},
+        "wall_ms": ms(wall_ns),
         "minor_findings": [f.id for f in findings],
     }
-    obs = ctx.observer
     fix = "Nothing to change at the timeline level; profile the hot kernels next (proflab kernels)."
     inflated = obs is not None and obs.gpu_step_ms > 1.10 * obs.gpu_work_ms
     # The estimate's upper end is a host-limited loop: from this trace alone nobody can tell

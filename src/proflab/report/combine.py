@@ -1,0 +1,285 @@
+"""A trace analysed in consecutive parts, reported as one: every event within the memory budget.
+
+A trace whose whole analysis would pass ``--memory-budget`` is analysed by default in one
+part from its middle (``readers.budget``), a sample of it. With ``--all-parts``
+(``analyze(path, all_parts=True)``) every event is analysed instead: the trace is cut into
+consecutive parts that each fit the budget (whole profiler steps where it has them, else time
+windows; ``readers.budget.cuts``), each part is read and analysed in turn by every analysis
+and rule, and the report is combined from what each part leaves behind, small tables, so
+memory follows one part while time follows the whole trace. What the combined report says:
+
+- **exactly** over the parts: each device's time per kind of work, the steps (each whole in
+  one part, its GPU work with it), kernels' counts and total, mean and longest times, copies,
+  launch and event counts, idle gaps by cause, user ranges, host operators, and the observer
+  model's medians over steps (its per-step figures are kept);
+- **within 0.1 %**: medians and percentiles of kernel durations, launch calls and launch
+  delays (value counts in logarithmic bins, ``analysis.quantiles``);
+- idle between one part's window and the next (the GPU's time between the last step of a
+  part and the first of the next) is idle of unknown cause, said in the notes;
+- **findings**: each part's rules run on that part. A finding of several parts is one
+  finding: its estimated gain the sum of theirs, its share and severity over the combined
+  window, its title and evidence those of the part where it gains most; ``evidence`` adds
+  ``part`` (that part) and ``found_in_parts``; one found in only some parts, over the
+  rules' floor (``MIN_GAIN_PCT``) in each, whose summed gain is under it over the combined
+  window is left out, as a whole analysis would leave it. The trace is healthy where none reaches warning
+  level over the combined window;
+- GPU memory's timeline is per part and not combined: said as missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import polars as pl
+
+from proflab.analysis import kernels as _kernels
+from proflab.analysis import launch as _launch
+from proflab.analysis import memcpy as _memcpy
+from proflab.analysis import observer as _observer
+from proflab.analysis import quantiles as _quantiles
+from proflab.analysis.context import Context
+from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.ranges import combined_range_tables
+from proflab.analysis.timeline import Breakdown
+from proflab.model import Trace
+from proflab.report import Finding, Missing, Report
+from proflab.report import assemble as _a
+from proflab.rules._common import MIN_GAIN_PCT, ms, severity
+
+__all__ = ["report_in_parts"]
+
+_PART_NOTE = "analysed part of the trace: "
+
+
+@dataclasses.dataclass
+class _Gaps:
+    """A part's idle gaps as the combination needs them (see ``_gaps_of``)."""
+
+    inner: pl.DataFrame  # per cause (``n``, ``ns``): the gaps no other part's work can fill
+    late: pl.DataFrame  # gaps (device, start_ns, end_ns, cause) after the part's last host call
+    head: dict[int, IntervalSet]  # the part's GPU work before its span: inside the spans before it
+
+
+@dataclasses.dataclass
+class _Part:
+    """What one part leaves for the combined report."""
+
+    label: str
+    report: Report
+    has_gpu: bool
+    window: tuple[int, int]
+    breakdowns: dict[int, Breakdown]
+    steps: pl.DataFrame
+    step_count: int
+    kernels: pl.DataFrame
+    kernel_ns: pl.DataFrame | None
+    launch: dict | None
+    observer_steps: pl.DataFrame | None
+    memcpy: pl.DataFrame
+    gaps: _Gaps | None
+    devices: int
+    ranges: pl.DataFrame
+    host_ops: pl.DataFrame
+    events: int
+
+
+def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:
+    """The report of a trace given as consecutive parts (``readers.load_parts``): each part
+    analysed in turn and freed before the next is read, the report combined from them (see
+    the module doc). A trace given whole (one part) is reported as ``analyze`` reports it."""
+    it = iter(parts)
+    try:
+        trace = next(it)
+        if trace.meta.budget is None:  # read whole: the budget held it
+            return _a.report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+        done: list[_Part] = []
+        while trace is not None:
+            # the parts' spans meet: each from where the one before ends (its GPU work queued
+            # behind the host calls of the next is then inside its own span, not taken for idle)
+            ctx = Context(trace, bare_step_ms=bare_step_ms, part=True, starts_at=done[-1].window[1] if done else None)
+            done.append(_digest(ctx, _a.report_for(ctx, top_kernels=top_kernels)))
+            del ctx, trace  # before the next part is read
+            trace = next(it, None)
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()  # (a reader's temporary files go with it)
+    return _combined(done, top_kernels, bare_step_ms)
+
+
+def _digest(ctx: Context, report: Report) -> _Part:
+    trace, d, gpu = ctx.trace, ctx.part_digest or {}, ctx.trace.has_gpu
+    label = next((n.removeprefix(_PART_NOTE).split(" (")[0] for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
+    return _Part(
+        label=label,
+        report=report,
+        has_gpu=gpu,
+        window=ctx.window,
+        breakdowns=d.get("busy", {}) if gpu else {},
+        steps=ctx.step_table,
+        step_count=trace.steps.height,
+        kernels=ctx.hot_kernels(None) if gpu else pl.DataFrame(),
+        kernel_ns=d.get("kernel_ns"),
+        launch=d.get("launch"),
+        observer_steps=d.get("observer_steps"),
+        memcpy=ctx.memcpy_table if gpu else pl.DataFrame(),
+        gaps=_gaps_of(ctx) if gpu else None,
+        devices=len(ctx.busy) if gpu else 0,
+        ranges=ctx.range_table,
+        host_ops=_a.host_op_table(trace),
+        events=trace.gpu.height + trace.cpu.height,
+    )
+
+
+def _gaps_of(ctx: Context) -> _Gaps:
+    """A part's gaps, split by what later parts may change: their work is launched after this
+    part's last host call, so only gaps ending after it can hold work of theirs (queued
+    behind this part's); and its own work before its span, which may fill gaps of the parts
+    before. (A gap across the end of the part is whole in it: its span reaches to where the
+    next part's work starts, and the gap's cause is read from that work's launch,
+    ``TraceMeta.next_part_work``.)"""
+    lo, _ = ctx.window
+    trace = ctx.trace
+    host_end = trace.cpu.select((pl.col("start_ns") + pl.col("dur_ns")).max()).item() if trace.cpu.height else None
+    late = pl.col("end_ns") > (lo if host_end is None else host_end)
+    gaps = ctx.gaps.select("device", "start_ns", "end_ns", "dur_ns", pl.col("cause").cast(pl.String))
+    return _Gaps(
+        inner=_a.gaps_by_cause(gaps.filter(~late)),
+        late=gaps.filter(late).drop("dur_ns"),
+        head={d: s.clip(-(2**62), lo) for d, s in ctx.busy.items()},
+    )
+
+
+def _idle_by_cause(parts: list[_Part]) -> pl.DataFrame:
+    """Idle gaps per cause (``cause``, ``n``, ``ns``) over the parts: each part's own, and
+    its late gaps less the time later parts' GPU work ran in them."""
+    out, later = [], {}
+    for p in reversed(parts):
+        if p.gaps is None:
+            continue
+        if p.gaps.inner.height:
+            out.append(p.gaps.inner)
+        for (device,), rows in (p.gaps.late.partition_by("device", as_dict=True).items() if p.gaps.late.height else ()):
+            covered = later[device].covered_within(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()) if device in later else 0
+            left = rows.select("cause", (pl.col("end_ns") - pl.col("start_ns") - covered).alias("ns"))
+            out.append(left.filter(pl.col("ns") > 0).group_by("cause").agg(pl.len().alias("n"), pl.col("ns").sum()))
+        for device, work in p.gaps.head.items():
+            later[device] = later[device].union(work) if device in later else work
+    if not out:
+        return pl.DataFrame(schema={"cause": pl.String, "n": pl.Int64, "ns": pl.Int64})
+    return pl.concat([x.with_columns(pl.col("n").cast(pl.Int64), pl.col("ns").cast(pl.Int64)) for x in out], how="vertical_relaxed")
+
+
+def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Report:
+    gpu = any(p.has_gpu for p in parts)
+    lo, hi = min(p.window[0] for p in parts), max(p.window[1] for p in parts)
+    span = max(hi - lo, 0)
+    breakdowns: dict[int, Breakdown] = {}
+    for p in parts:
+        for dev, b in p.breakdowns.items():
+            had = breakdowns.get(dev, Breakdown(span, 0, 0, 0, 0))
+            breakdowns[dev] = Breakdown(span, had.compute_ns + b.compute_ns, had.communication_ns + b.communication_ns,
+                                        had.memcpy_ns + b.memcpy_ns, had.memset_ns + b.memset_ns)
+    breakdowns = dict(sorted(breakdowns.items()))
+    steps = pl.concat([p.steps for p in parts if p.steps.height], how="vertical_relaxed") if any(p.steps.height for p in parts) else parts[0].steps
+    memcpy = _memcpy.combined_memcpy_table([p.memcpy for p in parts])
+    observer = None
+    if gpu:
+        per_step = [p.observer_steps for p in parts if p.observer_steps is not None]
+        observer = _observer.from_steps(pl.concat(per_step, how="vertical_relaxed") if per_step else None, bare_step_ms)
+    summary = _a.summary_of((lo, hi), breakdowns, memcpy, steps, sum(p.step_count for p in parts), observer)
+    kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]), top)
+    idle: dict[str, Any] = {}
+    between = 0  # GPU idle (ns, all devices) no part's gaps hold: before, after or between the parts' spans
+    if gpu:
+        devices = max(p.devices for p in parts)
+        by = _idle_by_cause(parts)
+        between = max(sum(b.idle_ns for b in breakdowns.values()) - int(by["ns"].sum() or 0), 0)
+        by = pl.concat([by, pl.DataFrame({"cause": ["unknown"], "n": [0], "ns": [between]})])
+        idle = _a.idle_of(by.group_by("cause").agg(pl.col("n", "ns").sum()), devices)
+    host_ops = pl.concat([p.host_ops for p in parts if p.host_ops.height] or [parts[0].host_ops], how="vertical_relaxed")
+    host_ops = host_ops.group_by("name").agg(pl.col("count", "total_ns").sum()).sort("total_ns", "name", descending=[True, False])
+    first = parts[0].report
+    source = dict(first.source)
+    events = sum(p.events for p in parts)
+    source["inputs"] = [{**source["inputs"][0], "analysed_events": events, "parts": len(parts)}]
+    missing = _missing(parts)
+    return Report(
+        source=source,
+        device=next((p.report.device for p in parts if p.report.device.get("name")), first.device),
+        summary=summary,
+        findings=tuple(_findings(parts, span, breakdowns, observer)),
+        kernels=tuple(_a.kernels_of(kernels)) if kernels.height else (),
+        steps=tuple(_a.steps_of(steps, gpu)),
+        memcpy=tuple(_a.memcpy_of(memcpy)),
+        launch=_a.launch_of(_launch.combined([p.launch for p in parts if p.launch is not None])) if gpu else {},
+        idle=idle,
+        host_ops=tuple(_a.host_ops_of(host_ops)),
+        ranges=tuple(_a.ranges_of(combined_range_tables([p.ranges for p in parts]))),
+        missing=missing,
+        notes=tuple(_notes(parts, events, between // max(len(breakdowns), 1))),
+        memory=None,
+    )
+
+
+def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> list[Finding]:
+    """Each part's findings as the whole trace's (see the module doc)."""
+    from proflab.rules.utilization import healthy_of
+
+    found: dict[str, list[tuple[int, Finding]]] = {}
+    for i, p in enumerate(parts):
+        memory = set((p.report.memory or {}).get("findings", ()))  # (memory is not combined: said missing)
+        for f in p.report.findings:
+            if f.category != "healthy" and f.id not in memory:
+                found.setdefault(f.id, []).append((i, f))
+    out = []
+    for fs in found.values():
+        at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
+        gain_ms = sum(f.est_gain_ms for _, f in fs)
+        pct = min(100.0 * gain_ms / (span_ns / 1e6), 100.0) if span_ns > 0 else 0.0
+        if len(fs) < len(parts) and gain_ms > 0 and pct < MIN_GAIN_PCT and all(f.est_gain_pct >= MIN_GAIN_PCT for _, f in fs):
+            continue  # over the rules' floor only in the short span of its parts: not over the whole
+        sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
+        evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
+        title = f"{best.title} [figures of {parts[at].label}; found in {len(fs)} of {len(parts)} parts, gain summed]"
+        out.append(dataclasses.replace(best, title=title, severity=sev, evidence=evidence, est_gain_ms=gain_ms,
+                                       est_gain_pct=round(pct, 2)))
+    out.sort(key=lambda f: (-f.est_gain_ms, f.id))
+    if breakdowns and not any(f.severity in ("critical", "warning") for f in out):
+        out.extend(healthy_of(breakdowns, span_ns, observer, out))
+    return out
+
+
+def _missing(parts: list[_Part]) -> tuple[Missing, ...]:
+    got: dict[str, Missing] = {}
+    for p in parts:
+        for m in p.report.missing:
+            prev = got.get(m.signal)
+            got[m.signal] = m if prev is None else Missing(m.signal, prev.reason, tuple(dict.fromkeys((*prev.skipped, *m.skipped))))
+    if any(p.report.memory is not None for p in parts):
+        got["GPU memory over the whole trace"] = Missing(
+            "GPU memory over the whole trace", "analysed in parts (--all-parts): each part's memory timeline is its own, and they are "
+            "not combined; --steps / --window analyse the memory of one part", ("memory section",))
+    return tuple(got.values())
+
+
+def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
+    notes: list[str] = []
+    for p in parts:
+        notes.extend(n for n in p.report.notes if not n.startswith(_PART_NOTE) and n not in notes)
+    first = parts[0].report.source["inputs"][0]
+    whole, budget = first.get("events"), first.get("memory_budget_bytes")
+    from proflab.readers.budget import size_text
+
+    labels = [p.label for p in parts]
+    shown = ", ".join(labels) if len(labels) <= 6 else f"{', '.join(labels[:3])}, ..., {', '.join(labels[-2:])}"
+    notes.append(f"memory budget: analysed every event in {len(parts)} consecutive parts that each fit the budget"
+                 f"{'' if budget is None else ' of ' + size_text(budget)} ({shown}): {events:,} of its {whole:,} events, "
+                 "combined into this report")
+    notes.append("analysed in parts: times, counts and steps are summed over the parts; medians and percentiles of kernels and "
+                 f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed, its "
+                 "title and evidence from the part where it gains most (evidence.part)"
+                 + (f"; {ms(between_ns)} ms of GPU idle between parts is of unknown cause" if between_ns else ""))
+    return notes
