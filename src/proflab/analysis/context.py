@@ -109,9 +109,12 @@ class Context:
     @_table
     def device_breakdowns(self) -> dict[int, _timeline.Breakdown]:
         lo, hi = self.window
-        if self.part_digest is not None:  # a part's GPU work wherever it ran: the parts' sums are the trace's
-            whole = self.trace.window_ns
-            self.part_digest["busy"] = {d: _timeline.window_breakdown(s, *whole) for d, s in self.device_sets.items()}
+        if self.part_digest is not None:
+            # the parts' work is counted inside the combined span: from the first part's start
+            # to the last part's end
+            first, last = self._starts_at is None, not self.trace.meta.next_part_work
+            self.part_digest["levels"] = _timeline.part_levels(self.device_sets, lo, self.trace.meta.next_part_work,
+                                                               within=(lo if first else -(2**62), hi if last else 2**62))
         return {d: _timeline.window_breakdown(s, lo, hi) for d, s in self.device_sets.items()}
 
     @_table
@@ -191,6 +194,7 @@ class Context:
 
             rows = self.kernel_rows
             self.part_digest["kernel_ns"] = sketch(rows["dur_ns"], rows["name"]) if rows.height else None
+            self.part_digest["kernel_modes"] = _kernels.mode_counts(rows)
         return _kernels.hot_kernels(self.trace, self.kernel_rows, self.frames)
 
     @_table

@@ -15,7 +15,7 @@ from proflab.analysis.labels import kernel_label
 from proflab.analysis.source import FrameIndex
 from proflab.model import Trace
 
-__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "combined_hot_kernels", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
+__all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "combined_hot_kernels", "mode_counts", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]
 
 # Kernels that run on tensor cores: MMA tile names, reduced-precision GEMM/conv, attention.
 TENSOR_CORE_PATTERN = (
@@ -184,12 +184,42 @@ def hot_kernels(
     return table
 
 
-def combined_hot_kernels(tables: list[pl.DataFrame], durations: pl.DataFrame | None, top: int | None) -> pl.DataFrame:
-    """:func:`hot_kernels` of a trace analysed in parts, from each part's whole table and the
-    value counts of its kernels' durations by name (``analysis.quantiles``): counts, total,
-    mean and max time exact; the median within ``quantiles.ALPHA``; launch dims, operator,
-    source and flags those of the part with the most launches of the kernel (registers and
-    shared memory: the most)."""
+def mode_counts(rows: pl.DataFrame) -> dict[str, pl.DataFrame]:
+    """Per kernel name, how often each launch dims and operator occurs (``grid``, ``block``,
+    ``op``: ``name``, the value's columns, ``n``): the parts of a trace analysed in parts add
+    them up for the modes :func:`hot_kernels` takes."""
+    out = {}
+    for dims in ("grid", "block"):
+        xyz = [f"{dims}_{axis}" for axis in "xyz"]
+        out[dims] = rows.drop_nulls(xyz).group_by("name", *xyz).agg(pl.len().cast(pl.Int64).alias("n"))
+    out["op"] = rows.drop_nulls("op").group_by("name", "op").agg(pl.len().cast(pl.Int64).alias("n"))
+    return out
+
+
+def _combined_modes(parts: list[dict[str, pl.DataFrame]]) -> pl.DataFrame:
+    """The modes :func:`hot_kernels` takes (``grid``, ``block`` as "XxYxZ", ``op``; the first
+    in text order on a tie) from the parts' :func:`mode_counts`."""
+    out = None
+    for what in ("grid", "block", "op"):
+        got = [p[what] for p in parts if p[what].height]
+        if not got:
+            continue
+        keys = [c for c in got[0].columns if c not in ("name", "n")]
+        t = pl.concat(got, how="vertical_relaxed").group_by("name", *keys).agg(pl.col("n").sum())
+        text = pl.format("{}x{}x{}", *keys) if what != "op" else pl.col("op")
+        m = (t.filter(pl.col("n") == pl.col("n").max().over("name")).select("name", text.alias(what))
+             .group_by("name").agg(pl.col(what).sort().first()))
+        out = m if out is None else out.join(m, on="name", how="full", coalesce=True)
+    return out if out is not None else pl.DataFrame(schema={"name": pl.String})
+
+
+def combined_hot_kernels(tables: list[pl.DataFrame], durations: pl.DataFrame | None, top: int | None,
+                         modes: list[dict[str, pl.DataFrame]] | None = None) -> pl.DataFrame:
+    """:func:`hot_kernels` of a trace analysed in parts, from each part's whole table, the
+    value counts of its kernels' durations by name (``analysis.quantiles``) and of their
+    launch dims and operators (:func:`mode_counts`): counts, total, mean and max time, modes
+    exact; the median within ``quantiles.ALPHA``; source and flags those of the part with the
+    most launches of the kernel (registers and shared memory: the most)."""
     from proflab.analysis.quantiles import by_key
 
     tables = [t for t in tables if t.height]
@@ -216,6 +246,9 @@ def combined_hot_kernels(tables: list[pl.DataFrame], durations: pl.DataFrame | N
             pl.col("source").drop_nulls().first(),
         )
     )
+    if modes:
+        found = _combined_modes(modes)
+        out = out.drop(*(c for c in ("grid", "block", "op") if c in found.columns)).join(found, on="name", how="left", maintain_order="left")
     total = out["total_ns"].sum() or 1
     out = out.with_columns(
         (pl.col("total_ns") / pl.col("count")).alias("mean_ns"), (100.0 * pl.col("total_ns") / total).alias("share_pct")

@@ -155,15 +155,12 @@ def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None)
 
 
 def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame | None:
-    """The observer model's figures per GPU-side step of the device with the most GPU work
-    (ns, counts, ms as named); None without GPU-side steps."""
+    """The observer model's figures per GPU-side step and device (ns, counts, ms as named;
+    the host's figures are the step's, on every device's row); None without GPU-side steps."""
     gs = step_table.filter(pl.col("side") == "gpu") if step_table.height else step_table
     if gs.height == 0:
         return None
-    # one device's steps: the one with most GPU work (a job's ranks are separate traces)
-    dev = gs.group_by("device").agg(pl.col("busy_ns").sum()).sort("busy_ns", descending=True)["device"][0]
-    gs = gs.filter(pl.col("device") == dev).sort("step")
-    steps = trace.steps.filter(pl.col("step").is_in(gs["step"].implode())).sort("start_ns")
+    steps = trace.steps.filter(pl.col("step").is_in(gs["step"].unique().implode())).sort("start_ns").unique("step", keep="first", maintain_order=True)
     lo = steps["start_ns"].to_numpy()
     hi = steps["end_ns"].to_numpy()
 
@@ -187,17 +184,12 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
     floor = (events * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
     cost_lo = (events * EVENT_COST_US[0] + python * PYTHON_COST_US[0]) / 1e3
     cost_hi = (events * EVENT_COST_US[1] + python * PYTHON_COST_US[1]) / 1e3
-    cols = {
-        "step": gs["step"], "device": gs["device"], "dur_ns": gs["dur_ns"], "busy_ns": gs["busy_ns"],
-        "host_work_ms": host_work, "events": events, "python": python, "launches": launch_n[:n],
+    host_side = pl.DataFrame({
+        "step": steps["step"], "host_work_ms": host_work, "events": events, "python": python, "launches": launch_n,
         "cost_lo_ms": cost_lo, "cost_hi_ms": cost_hi,
         "unprofiled_lo_ms": np.maximum(host_work - cost_hi, floor), "unprofiled_hi_ms": np.maximum(host_work - cost_lo, floor),
-    }
-    # a damaged trace may repeat a step number: the GPU-side and host figures then count
-    # differently, and the shorter side's rows are null (medians leave nulls out)
-    rows = max(gs.height, n)
-    return pl.DataFrame({k: pl.Series(k, v).extend_constant(None, rows - len(v)) for k, v in cols.items()}).with_columns(
-        pl.col("device").fill_null(dev))
+    })
+    return gs.select("step", "device", "dur_ns", "busy_ns").join(host_side, on="step", how="left", maintain_order="left")
 
 
 def _step_of(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -16,7 +16,7 @@ import polars as pl
 from proflab.analysis.intervals import IntervalSet
 from proflab.model import Trace
 
-__all__ = ["Breakdown", "device_sets", "breakdown", "step_table", "low_stretches"]
+__all__ = ["Breakdown", "PartLevels", "device_sets", "breakdown", "part_levels", "combined_breakdowns", "step_table", "low_stretches"]
 
 PARTS = ("compute", "communication", "memcpy", "memset")
 
@@ -90,6 +90,52 @@ def breakdown(sets: dict[str, IntervalSet], lo, hi) -> dict[str, np.ndarray]:
         prev = cum[name]
     out["busy"] = prev
     out["idle"] = np.maximum(out["wall"] - prev, 0)
+    return out
+
+
+@dataclass(frozen=True)
+class PartLevels:
+    """A part of a trace analysed in parts, per device and level of ``device_sets``: the
+    time its GPU work covers wherever it ran (ns), its work before the part's span (``head``:
+    it may run beside the part before's) and from the next part's first work on (``late``:
+    beside the next part's head). The parts' union is their sum less those overlaps
+    (:func:`combined_breakdowns`)."""
+
+    total_ns: dict[int, dict[str, int]]
+    head: dict[int, dict[str, IntervalSet]]
+    late: dict[int, dict[str, IntervalSet]]
+
+
+def part_levels(sets_by_device: dict[int, dict[str, IntervalSet]], lo: int, next_work, within: tuple[int, int]) -> PartLevels:
+    """:class:`PartLevels` of a part analysed from ``lo`` (ns) whose next part's first GPU
+    work is ``next_work`` (``TraceMeta.next_part_work``); its time counted ``within`` that
+    span (ns)."""
+    after = min((w.start_ns for w in next_work), default=None)
+    total = {d: {name: int(s.covered_within(*within)) for name, s in sets.items()} for d, sets in sets_by_device.items()}
+    head = {d: {name: s.clip(-(2**62), lo) for name, s in sets.items()} for d, sets in sets_by_device.items()}
+    late = {} if after is None else {d: {name: s.clip(after, 2**62) for name, s in sets.items()} for d, sets in sets_by_device.items()}
+    return PartLevels(total, head, late)
+
+
+def combined_breakdowns(parts: list[PartLevels], wall_ns: int) -> dict[int, Breakdown]:
+    """Each device's breakdown over ``wall_ns`` of a trace analysed in parts: per level, the
+    parts' times added, less where one part's late work and the next's head ran at once
+    (work of two parts overlaps only there: a part's work ends before the next part's span)."""
+    cum: dict[int, dict[str, int]] = {}
+    for p in parts:
+        for d, levels in p.total_ns.items():
+            had = cum.setdefault(d, dict.fromkeys(PARTS, 0))
+            for name in PARTS:
+                had[name] += levels.get(name, 0)
+    for a, b in zip(parts, parts[1:]):
+        for d, late in a.late.items():
+            for name in PARTS:
+                x, y = late.get(name), b.head.get(d, {}).get(name)
+                if x is not None and y is not None and len(x) and len(y):
+                    cum[d][name] -= x.total_ns + y.total_ns - x.union(y).total_ns
+    out = {}
+    for d, c in sorted(cum.items()):
+        out[d] = Breakdown(wall_ns, c["compute"], c["communication"] - c["compute"], c["memcpy"] - c["communication"], c["memset"] - c["memcpy"])
     return out
 
 

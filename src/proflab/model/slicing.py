@@ -41,9 +41,8 @@ class SliceSpec:
     steps: tuple[int | None, int | None] | None = None
     window_ns: tuple[int | None, int | None] | None = None
     text: str = ""
-    # With ``window_ns``, for the consecutive parts of a trace analysed in parts
-    # (``readers.budget.by_launch``): GPU work is the part's by its launch, not its time, and
-    # whole: per process (``correlation >> 32``; Kineto's one process is 0) the correlation
+    # For the consecutive parts of a trace analysed in parts (``readers.budget.by_launch``):
+    # GPU work is the part's by its launch, not its time, and whole: per process (``correlation >> 32``; Kineto's one process is 0) the correlation
     # ids in (first, last] (None: open), and work without an id, or of a process with no
     # launches, by its start inside the window. Host events are cut as ``--window`` cuts them.
     correlations: tuple[tuple[int, int | None, int | None], ...] | None = None
@@ -192,12 +191,14 @@ def slice_frames(
         lo, hi = window_bounds(spec, origin_ns, source)
     overlaps = host_overlap(lo, hi)
     starts_inside = (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
-    if spec.steps is not None:
+    if spec.steps is not None and spec.correlations is not None:
+        # a part of every event's: the work launched in it by correlation id (no kernel in two
+        # parts); host events across a cut whole in both, each counted by its start
         cpu_kept = cpu.filter(overlaps)
-        # a part of every event's: only the work of the calls that start in it (no kernel is
-        # in two parts; a host event across a cut is whole in both, and counted by its start)
-        calls = cpu.filter(starts_inside) if spec.to_ends else cpu_kept
-        launched = calls.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
+        gpu_kept = gpu.filter(_launched_in(spec.correlations, lo, hi))
+    elif spec.steps is not None:
+        cpu_kept = cpu.filter(overlaps)
+        launched = cpu_kept.select("correlation").drop_nulls().unique().with_columns(pl.lit(True).alias("_launched"))
         gpu_kept = (
             gpu.join(launched, on="correlation", how="left", maintain_order="left")
             .filter(pl.col("_launched").fill_null(False) | (pl.col("correlation").is_null() & starts_inside))

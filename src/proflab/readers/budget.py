@@ -163,18 +163,29 @@ def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin
     return [SliceSpec(window_ns=(a, b), text=f"window {_ms(a or 0, 6)}:{'' if b is None else _ms(b, 6)}") for a, b in zip(bounds, bounds[1:])]
 
 
-def cut_times(specs: list[SliceSpec], origin: int) -> list[int]:
-    """Where consecutive window parts (:func:`cuts`) meet, on the trace's clock (ns)."""
-    return [origin + s.window_ns[0] for s in specs[1:] if s.window_ns is not None and s.window_ns[0] is not None]
+def cut_times(specs: list[SliceSpec], origin: int, steps: pl.DataFrame) -> list[int]:
+    """Where consecutive parts (:func:`cuts`) meet on the host, on the trace's clock (ns): a
+    window part's start, or a step part's first step's; [] for parts that do not meet so."""
+    rows = dict(zip(steps["step"].to_list(), steps["start_ns"].to_list(), strict=True)) if steps.height else {}
+    out = []
+    for s in specs[1:]:
+        if s.window_ns is not None and s.window_ns[0] is not None:
+            out.append(origin + s.window_ns[0])
+        elif s.steps is not None and s.steps[0] in rows:
+            out.append(int(rows[s.steps[0]]))
+        else:
+            return []
+    return out
 
 
 def by_launch(specs: list[SliceSpec], latest: list[dict[int, int]], processes: set[int]) -> list[SliceSpec]:
-    """Window parts (:func:`cuts`) whose GPU work is theirs by launch (``SliceSpec
-    .correlations``): ``latest[i]``, per process (``correlation >> 32``), the highest
-    correlation id launched before cut ``i`` (:func:`cut_times`); ``processes``: those with
-    any launch. Ids are ranges between cuts, so every launched activity is in one part (the
-    one its launch call starts in, where ids rise with time as CUPTI's and Kineto's do)."""
-    if not specs or specs[0].window_ns is None or not processes:
+    """Parts (:func:`cuts`) whose GPU work is theirs by launch (``SliceSpec.correlations``):
+    ``latest[i]``, per process (``correlation >> 32``), the highest correlation id launched
+    before cut ``i`` (:func:`cut_times`); ``processes``: those with any launch. Ids are
+    ranges between cuts, so every activity with an id is in one part: the one its launch call
+    starts in, where ids rise with time as CUPTI's and Kineto's do, and work whose launch
+    the trace lacks (another process's, one before the capture) where its id falls."""
+    if not specs or not processes:
         return specs
     # below every id of the process: none launched before the cut
     at = [{k: cut.get(k, (k << 32) - 1) for k in sorted(processes)} for cut in latest]

@@ -376,7 +376,7 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
                 return
             specs = limits.cuts(disk.sample, disk.weights(), budget=budget, fixed=limits.KINETO_PART_FIXED, steps=disk.steps,
                                 origin=disk.origin, calls=disk.calls)
-            if len(cuts := limits.cut_times(specs, disk.origin)) == len(specs) - 1 and cuts:
+            if cuts := limits.cut_times(specs, disk.origin, disk.steps):
                 specs = limits.by_launch(specs, *disk.latest_launches(cuts))
             after = disk.next_work(specs)
             for i, spec in enumerate(specs):
@@ -425,27 +425,15 @@ class _OnDisk:
 
     def next_work(self, specs: list[SliceSpec]) -> list[tuple[NextWork, ...]]:
         """For each part but the last of the trace analysed in parts, per device, the next
-        part's first GPU work and its launch (``TraceMeta.next_part_work``): the launches of
-        each step part's first step (one step's: few), one streaming scan of the decoded GPU
-        rows for each part's first work per device, then those works' launch calls."""
+        part's first GPU work and its launch (``TraceMeta.next_part_work``): one streaming
+        scan of the decoded GPU rows for each part's first work per device (by its
+        correlation ids), then those works' launch calls."""
         from proflab.model.slicing import launched_by
 
         c, t = pl.col("correlation"), pl.col("start_ns")
-        conds = []
-        for spec in specs[1:]:
-            if spec.steps is not None and spec.steps[0] is not None:
-                row = self.steps.filter(pl.col("step") == spec.steps[0])
-                if row.height == 0:
-                    return [() for _ in specs[1:]]
-                a, b = int(row["start_ns"][0]), int(row["end_ns"][0])
-                ids = self.cpu.filter(c.is_not_null() & (t >= a) & (t < b)).select(c).collect(engine="streaming")["correlation"]
-                conds.append(c.is_in(ids.implode()))
-            elif spec.correlations:
-                conds.append(launched_by(spec.correlations))
-            else:
-                return [() for _ in specs[1:]]
-        if not conds:
-            return []
+        if len(specs) < 2 or any(not s.correlations for s in specs[1:]):
+            return [() for _ in specs[1:]]
+        conds = [launched_by(s.correlations) for s in specs[1:]]
         which = pl.when(conds[0]).then(0)
         for i, cond in enumerate(conds[1:], 1):
             which = which.when(cond).then(i)

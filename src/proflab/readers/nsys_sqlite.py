@@ -113,9 +113,9 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
             whole = _Whole.of(ctx)
             if whole.origin is not None:
                 specs = limits.parts(ctx.con, rows, budget, whole.steps, whole.origin)
-            if specs is not None and len(cuts := limits.cut_times(specs, whole.origin)) == len(specs) - 1 and cuts:
+            if specs is not None and (cuts := limits.cut_times(specs, whole.origin, whole.steps)):
                 specs = limits.by_launch(specs, *ctx.latest_launches(cuts))
-            after = ctx.next_work(specs, whole.steps) if specs is not None else []
+            after = ctx.next_work(specs) if specs is not None else []
         if specs is None:
             trace = _read_tables(path, ctx)
     if specs is None:
@@ -168,25 +168,16 @@ def _is_nsys_rep(path: Path) -> bool:
     return path.suffix in (".nsys-rep", ".qdrep")
 
 
-def _next_part_rows(ctx: _Ctx, spec: SliceSpec, steps: pl.DataFrame) -> str | None:
-    """The SQL condition on a GPU table's rows for the work a part begins with: the work its
-    first step's calls launched (a step part), or its correlation ids (a window part)."""
-    launched = [t for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER")
-                if t in ctx.tables and {"correlationId", "start"} <= set(ctx.columns(t))]
-    if spec.steps is not None and spec.steps[0] is not None and launched:
-        row = steps.filter(pl.col("step") == spec.steps[0])
-        if row.height == 0:
-            return None
-        a, b = int(row["start_ns"][0]), int(row["end_ns"][0])
-        calls = " UNION ALL ".join(f'SELECT correlationId FROM "{t}" WHERE start >= {a} AND start < {b}' for t in launched)
-        return f"correlationId IN ({calls})"
-    if spec.correlations:
-        pid = "(globalPid / 16777216) % 16777216"
-        return "(" + " OR ".join(
-            f"({pid} = {k}" + (f" AND correlationId > {a - (k << 32)}" if a is not None else "")
-            + (f" AND correlationId <= {b - (k << 32)}" if b is not None else "") + ")"
-            for k, a, b in spec.correlations) + ")"  # fmt: skip
-    return None
+def _next_part_rows(spec: SliceSpec) -> str | None:
+    """The SQL condition on a GPU table's rows for the work of a part by launch: its
+    correlation ids (``SliceSpec.correlations``)."""
+    if not spec.correlations:
+        return None
+    pid = "(globalPid / 16777216) % 16777216"
+    return "(" + " OR ".join(
+        f"({pid} = {k}" + (f" AND correlationId > {a - (k << 32)}" if a is not None else "")
+        + (f" AND correlationId <= {b - (k << 32)}" if b is not None else "") + ")"
+        for k, a, b in spec.correlations) + ")"  # fmt: skip
 
 
 def _read_report(path: Path, budget: int | None) -> Trace:
@@ -436,13 +427,13 @@ class _Ctx:
             out[i::_READ_THREADS] = got
         return out
 
-    def next_work(self, specs: list[SliceSpec], steps: pl.DataFrame) -> list[tuple[NextWork, ...]]:
+    def next_work(self, specs: list[SliceSpec]) -> list[tuple[NextWork, ...]]:
         """For each part but the last of a trace analysed in parts, per device, the next
         part's first GPU work and its launch (``TraceMeta.next_part_work``): one scan of each
-        GPU table for the first work of every part's (the launches of its first step, or its
-        correlation ids), then the launch calls of those few."""
+        GPU table for every part's first work (by its correlation ids), then the launch calls
+        of those few."""
         pid = "(globalPid / 16777216) % 16777216"
-        conds = [_next_part_rows(self, spec, steps) for spec in specs[1:]]
+        conds = [_next_part_rows(spec) for spec in specs[1:]]
         if not conds or None in conds:
             return [() for _ in specs[1:]]
         which = "CASE " + " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(conds)) + " END"

@@ -40,9 +40,9 @@ from proflab.analysis import memcpy as _memcpy
 from proflab.analysis import observer as _observer
 from proflab.analysis import quantiles as _quantiles
 from proflab.analysis.context import Context
-from proflab.analysis.intervals import IntervalSet
 from proflab.analysis.ranges import combined_range_tables
-from proflab.analysis.timeline import Breakdown
+from proflab.analysis import timeline as _timeline
+from proflab.analysis.timeline import PartLevels
 from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
 from proflab.report import assemble as _a
@@ -59,7 +59,6 @@ class _Gaps:
 
     inner: pl.DataFrame  # per cause (``n``, ``ns``): the gaps no other part's work can fill
     late: pl.DataFrame  # gaps (device, start_ns, end_ns, cause) after the part's last host call
-    head: dict[int, IntervalSet]  # the part's GPU work before its span: inside the spans before it
 
 
 @dataclasses.dataclass
@@ -70,11 +69,12 @@ class _Part:
     report: Report
     has_gpu: bool
     window: tuple[int, int]
-    breakdowns: dict[int, Breakdown]
+    levels: PartLevels | None
     steps: pl.DataFrame
     step_count: int
     kernels: pl.DataFrame
     kernel_ns: pl.DataFrame | None
+    kernel_modes: dict[str, pl.DataFrame] | None
     launch: dict | None
     observer_steps: pl.DataFrame | None
     memcpy: pl.DataFrame
@@ -110,18 +110,22 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
 
 
 def _digest(ctx: Context, report: Report) -> _Part:
-    trace, d, gpu = ctx.trace, ctx.part_digest or {}, ctx.trace.has_gpu
+    trace, gpu = ctx.trace, ctx.trace.has_gpu
+    if "launch" not in (ctx.part_digest or {}):  # a part of host calls only: their launches count too
+        ctx.launch_stats
+    d = ctx.part_digest or {}
     label = next((n.removeprefix(_PART_NOTE).split(" (")[0] for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
     return _Part(
         label=label,
         report=report,
         has_gpu=gpu,
         window=ctx.window,
-        breakdowns=d.get("busy", {}) if gpu else {},
+        levels=d.get("levels") if gpu else None,
         steps=ctx.step_table,
         step_count=trace.steps.height,
         kernels=ctx.hot_kernels(None) if gpu else pl.DataFrame(),
         kernel_ns=d.get("kernel_ns"),
+        kernel_modes=d.get("kernel_modes"),
         launch=d.get("launch"),
         observer_steps=d.get("observer_steps"),
         memcpy=ctx.memcpy_table if gpu else pl.DataFrame(),
@@ -148,7 +152,6 @@ def _gaps_of(ctx: Context) -> _Gaps:
     return _Gaps(
         inner=_a.gaps_by_cause(gaps.filter(~late)),
         late=gaps.filter(late).drop("dur_ns"),
-        head={d: s.clip(-(2**62), lo) for d, s in ctx.busy.items()},
     )
 
 
@@ -165,7 +168,8 @@ def _idle_by_cause(parts: list[_Part]) -> pl.DataFrame:
             covered = later[device].covered_within(rows["start_ns"].to_numpy(), rows["end_ns"].to_numpy()) if device in later else 0
             left = rows.select("cause", (pl.col("end_ns") - pl.col("start_ns") - covered).alias("ns"))
             out.append(left.filter(pl.col("ns") > 0).group_by("cause").agg(pl.len().alias("n"), pl.col("ns").sum()))
-        for device, work in p.gaps.head.items():
+        for device, levels in (p.levels.head.items() if p.levels is not None else ()):
+            work = levels["memset"]  # (all activity)
             later[device] = later[device].union(work) if device in later else work
     if not out:
         return pl.DataFrame(schema={"cause": pl.String, "n": pl.Int64, "ns": pl.Int64})
@@ -176,21 +180,19 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     gpu = any(p.has_gpu for p in parts)
     lo, hi = min(p.window[0] for p in parts), max(p.window[1] for p in parts)
     span = max(hi - lo, 0)
-    breakdowns: dict[int, Breakdown] = {}
-    for p in parts:
-        for dev, b in p.breakdowns.items():
-            had = breakdowns.get(dev, Breakdown(span, 0, 0, 0, 0))
-            breakdowns[dev] = Breakdown(span, had.compute_ns + b.compute_ns, had.communication_ns + b.communication_ns,
-                                        had.memcpy_ns + b.memcpy_ns, had.memset_ns + b.memset_ns)
-    breakdowns = dict(sorted(breakdowns.items()))
-    steps = pl.concat([p.steps for p in parts if p.steps.height], how="vertical_relaxed") if any(p.steps.height for p in parts) else parts[0].steps
+    breakdowns = _timeline.combined_breakdowns([p.levels for p in parts if p.levels is not None], span) if gpu else {}
+    steps = (pl.concat([p.steps for p in parts if p.steps.height], how="vertical_relaxed").sort("device", "step")
+             if any(p.steps.height for p in parts) else parts[0].steps)
+    if gpu:  # (a part that launched nothing has host-side steps of no device: the others' devices have none there)
+        steps = steps.filter(pl.col("device").is_not_null())
     memcpy = _memcpy.combined_memcpy_table([p.memcpy for p in parts])
     observer = None
     if gpu:
         per_step = [p.observer_steps for p in parts if p.observer_steps is not None]
         observer = _observer.from_steps(pl.concat(per_step, how="vertical_relaxed") if per_step else None, bare_step_ms)
     summary = _a.summary_of((lo, hi), breakdowns, memcpy, steps, sum(p.step_count for p in parts), observer)
-    kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]), top)
+    kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),
+                                            top, [p.kernel_modes for p in parts if p.kernel_modes is not None])
     idle: dict[str, Any] = {}
     between = 0  # GPU idle (ns, all devices) no part's gaps hold: before, after or between the parts' spans
     if gpu:
@@ -205,7 +207,7 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     source = dict(first.source)
     events = sum(p.events for p in parts)
     source["inputs"] = [{**source["inputs"][0], "analysed_events": events, "parts": len(parts)}]
-    missing = _missing(parts)
+    missing = _missing(parts, gpu=gpu, steps=steps.height > 0)
     return Report(
         source=source,
         device=next((p.report.device for p in parts if p.report.device.get("name")), first.device),
@@ -252,10 +254,16 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
     return out
 
 
-def _missing(parts: list[_Part]) -> tuple[Missing, ...]:
+def _missing(parts: list[_Part], *, gpu: bool, steps: bool) -> tuple[Missing, ...]:
+    """The signals the parts lack, less those another part has (a part of only host calls
+    lacks GPU activity; one between profiler steps, the steps)."""
+    present = {"GPU activity"} if gpu else set()
+    present |= {"profiler steps"} if steps else set()
     got: dict[str, Missing] = {}
     for p in parts:
         for m in p.report.missing:
+            if m.signal in present:
+                continue
             prev = got.get(m.signal)
             got[m.signal] = m if prev is None else Missing(m.signal, prev.reason, tuple(dict.fromkeys((*prev.skipped, *m.skipped))))
     if any(p.report.memory is not None for p in parts):
