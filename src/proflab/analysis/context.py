@@ -215,7 +215,7 @@ class Context:
     def launch_stats(self) -> _launch.LaunchStats:
         samples = _launch.launch_samples(self.trace, self.kernel_rows)
         if self.part_digest is not None:
-            self.part_digest["launch"] = _launch.digest(samples)
+            self.part_digest["launch"] = _launch.digest(samples, self.trace.steps.height)
         return _launch.stats_of(samples)
 
     @_table

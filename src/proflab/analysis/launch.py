@@ -88,12 +88,14 @@ def _f(v) -> float | None:
     return None if v is None else float(v)
 
 
-def digest(s: LaunchSamples) -> dict:
+def digest(s: LaunchSamples, steps: int = 0) -> dict:
     """What a part's launch statistics combine from (``report.combine``): counts, the
-    samples as value counts (``analysis.quantiles``), and launch calls per step."""
+    samples as value counts (``analysis.quantiles``), and launch calls per step (``steps``
+    zeros for a part of steps that launched nothing, where other parts' calls make it 0)."""
     from proflab.analysis.quantiles import sketch
 
     return {
+        "idle_steps": steps if s.per_step is None else 0,
         "kernels": s.kernel_ns.len(),
         "short": int((s.kernel_ns < SHORT_KERNEL_NS).sum()),
         "calls": s.call_ns.len(),
@@ -112,6 +114,8 @@ def combined(digests: list[dict]) -> LaunchStats:
     kernels, calls = sum(d["kernels"] for d in digests), sum(d["calls"] for d in digests)
     counts = {k: merge([d[k] for d in digests]) for k in ("kernel_ns", "call_ns", "delay_ns")}
     per_step = [d["per_step"] for d in digests if d["per_step"] is not None]
+    if per_step:  # (steps of parts that launched nothing launched 0)
+        per_step += [pl.Series([0] * d["idle_steps"], dtype=per_step[0].dtype) for d in digests if d.get("idle_steps")]
     return LaunchStats(
         kernel_count=kernels,
         median_kernel_ns=quantile(counts["kernel_ns"], 0.5) if kernels else None,

@@ -78,7 +78,7 @@ def quantile(counts: pl.DataFrame, q: float, key=None, *, interpolation: str = "
     h = q * (int(cum[-1]) - 1)
     at = lambda r: float(_value(b[int(np.searchsorted(cum, r, side="right"))]))  # noqa: E731
     if interpolation == "nearest":
-        return at(round(h))
+        return at(math.floor(h + 0.5))  # (halves up, as polars rounds the rank)
     lo = math.floor(h)
     v = at(lo)
     return v if h == lo else v + (h - lo) * (at(lo + 1) - v)

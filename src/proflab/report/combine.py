@@ -19,9 +19,11 @@ memory follows one part while time follows the whole trace. What the combined re
 - **findings**: each part's rules run on that part. A finding of several parts is one
   finding: its estimated gain the sum of theirs, its share and severity over the combined
   window, its title and evidence those of the part where it gains most; ``evidence`` adds
-  ``part`` (that part) and ``found_in_parts``; one found in only some parts, over the
-  rules' floor (``MIN_GAIN_PCT``) in each, whose summed gain is under it over the combined
-  window is left out, as a whole analysis would leave it. The trace is healthy where none reaches warning
+  ``part`` (that part) and ``found_in_parts``; one found in only some parts is kept where it
+  passes its rule's floor over the combined window too (``_over_the_whole``), as a whole
+  analysis would decide. A gain summed over parts is the rules' estimate per part: where an
+  estimate is not a sum (a launch-bound loop's, from per-part medians) it may differ from the
+  whole analysis's by a few percent. The trace is healthy where none reaches warning
   level over the combined window;
 - GPU memory's timeline is per part and not combined: said as missing.
 """
@@ -46,7 +48,7 @@ from proflab.analysis.timeline import PartLevels
 from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
 from proflab.report import assemble as _a
-from proflab.rules._common import MIN_GAIN_PCT, ms, severity
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, severity
 
 __all__ = ["report_in_parts"]
 
@@ -241,7 +243,7 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
         at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
         gain_ms = sum(f.est_gain_ms for _, f in fs)
         pct = min(100.0 * gain_ms / (span_ns / 1e6), 100.0) if span_ns > 0 else 0.0
-        if len(fs) < len(parts) and gain_ms > 0 and pct < MIN_GAIN_PCT and all(f.est_gain_pct >= MIN_GAIN_PCT for _, f in fs):
+        if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, span_ns):
             continue  # over the rules' floor only in the short span of its parts: not over the whole
         sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
         evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
@@ -252,6 +254,21 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
     if breakdowns and not any(f.severity in ("critical", "warning") for f in out):
         out.extend(healthy_of(breakdowns, span_ns, observer, out))
     return out
+
+
+def _over_the_whole(fs: list[tuple[int, Finding]], gain_ms: float, span_ns: int) -> bool:
+    """Whether a finding of only some parts would pass its rule's floor over the whole span:
+    a gain finding, each part's over ``MIN_GAIN_PCT`` of its own span, by its summed gain; a
+    host-side verdict the profiler's cost may explain (``*_unconfirmed``, no gain), each over
+    ``WARNING_PCT`` at the low end of that cost, by its summed idle without the profiler."""
+    share = lambda ms: 100.0 * ms / (span_ns / 1e6) if span_ns > 0 else 0.0  # noqa: E731
+    if gain_ms > 0:
+        return not all(f.est_gain_pct >= MIN_GAIN_PCT for _, f in fs) or share(gain_ms) >= MIN_GAIN_PCT
+    if all(f.id.endswith("_unconfirmed") for _, f in fs):
+        idle = [f.evidence.get("idle_without_profiler_ms") for _, f in fs]
+        if all(isinstance(x, list) and len(x) == 2 and isinstance(x[1], (int, float)) for x in idle):
+            return share(sum(x[1] for x in idle)) >= WARNING_PCT
+    return True
 
 
 def _missing(parts: list[_Part], *, gpu: bool, steps: bool) -> tuple[Missing, ...]:
