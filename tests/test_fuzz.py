@@ -120,8 +120,10 @@ def check_refusal(e: ProflabError, case: Case) -> None:
         assert any(named == p or p in named.parents for p in given), f"the error names {e.path}, not {case.paths}"
 
 
-def _run_in_process(case: Case, budget: int | None = None) -> str:
-    if case.kind == "trace":
+def _run_in_process(case: Case, budget: int | None = None, all_parts: bool = False) -> str:
+    if case.kind == "trace" and all_parts:
+        reports = [analyze(case.paths[0], all_parts=True, memory_budget=budget, cache=False)]
+    elif case.kind == "trace":
         reports = [analyze(load(case.paths[0], cache=False, memory_budget=budget))]
     elif case.kind == "ncu":
         reports = [deep_dive(ncu_reader.load(list(case.paths)))]
@@ -138,19 +140,19 @@ def _run_in_process(case: Case, budget: int | None = None) -> str:
     return "report"
 
 
-def _half_budget(path: Path) -> int | None:
-    """A memory budget that leaves room for about half of a trace's events: an export's by
-    its tables' rows (None for a file whose tables cannot be counted: the read says what is
+def _room_for(path: Path, share: float = 0.5) -> int | None:
+    """A memory budget that leaves room for about ``share`` of a trace's events: an export's
+    by its tables' rows (None for a file whose tables cannot be counted: the read says what is
     wrong with it), a JSON trace's by its size."""
     from proflab.readers import budget as limits
     from proflab.readers import nsys_sqlite
 
     if not nsys_sqlite.sniff(path):
-        return limits.KINETO_PART_FIXED + limits.KINETO_PART_EVENT * (path.stat().st_size // 300) // 2
+        return int(limits.KINETO_PART_FIXED + limits.KINETO_PART_EVENT * (path.stat().st_size // 300) * share)
     rows = nsys_sqlite.table_rows(path)
     if rows is None:
         return None
-    return limits.COST_FIXED + (limits.estimate(rows) - limits.COST_FIXED) // 2
+    return int(limits.COST_FIXED + (limits.estimate(rows) - limits.COST_FIXED) * share)
 
 
 def _rss(field: str) -> int | None:
@@ -197,12 +199,15 @@ def test_in_process(builder, outcomes, family, index, monkeypatch):
     # a third of the exports and JSON traces read within a memory budget that leaves room for
     # about half of them: the planning, the part read (a Kineto trace's from its slices decoded
     # to disk) and the comparison with the whole, on damaged input
-    budget = _half_budget(case.paths[0]) if index % 3 == 1 and family.startswith(("nsys", "kineto", "chrome")) else None
+    # (and another third of them analysed in parts that each hold a third of it, every event:
+    # the cuts, the parts' reads by launch and the combined report, on damaged input)
+    within = index % 3 in (1, 2) and family.startswith(("nsys", "kineto", "chrome"))
+    budget = _room_for(case.paths[0], 0.5 if index % 3 == 1 else 0.33) if within else None
     measured = _reset_peak()
     base = _rss("VmRSS") or 0
     t0 = time.perf_counter()
     try:
-        outcome = _run_in_process(case, budget)
+        outcome = _run_in_process(case, budget, all_parts=within and index % 3 == 2)
     except ProflabError as e:
         check_refusal(e, case)
         outcome = "refused"

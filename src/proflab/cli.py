@@ -45,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     _reading_args(a)
     a.add_argument("--all-parts", action="store_true",
                    help="a trace over --memory-budget: analyse every event, in consecutive parts that each fit, as one report "
-                        "(slower: each part is read in turn) instead of a part from its middle")
+                        "(slower: each part is read in turn) instead of a part from its middle; one report per trace")
     _report_output_args(a)
     _perfetto_arg(a)
     a.set_defaults(func=cmd_analyze)

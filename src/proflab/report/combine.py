@@ -8,14 +8,24 @@ windows; ``readers.budget.cuts``), each part is read and analysed in turn by eve
 and rule, and the report is combined from what each part leaves behind, small tables, so
 memory follows one part while time follows the whole trace. What the combined report says:
 
+- a part's GPU work is the work its host calls launched (``readers.budget.by_launch``), so
+  no activity is in two parts or in none; its span runs from where the part before's ends
+  to where the next part's first work starts (``TraceMeta.next_part_work``), so the spans
+  meet and the gap before that work is whole in it, its cause read from that work's launch;
+  where a part's work runs beside the next part's (the GPU behind the host), the time is
+  counted once (``timeline.combined_breakdowns``) and a gap the next part's work fills is
+  not idle (``_idle_by_cause``);
 - **exactly** over the parts: each device's time per kind of work, the steps (each whole in
-  one part, its GPU work with it), kernels' counts and total, mean and longest times, copies,
-  launch and event counts, idle gaps by cause, user ranges, host operators, and the observer
-  model's medians over steps (its per-step figures are kept);
+  one part, its GPU work with it), kernels' counts and total, mean and longest times, launch
+  dims and operators, copies, launch counts and launches per step, idle gaps by cause, user
+  ranges, host operators, and the observer model's medians over steps (its per-step
+  figures are kept);
 - **within 0.1 %**: medians and percentiles of kernel durations, launch calls and launch
   delays (value counts in logarithmic bins, ``analysis.quantiles``);
-- idle between one part's window and the next (the GPU's time between the last step of a
-  part and the first of the next) is idle of unknown cause, said in the notes;
+- what is not exact: a host event across a cut is in each part it spans (counted once per
+  part; a range's host time once, cut at the cut); where the host runs more than a part ahead
+  of its GPU, the sync that owns a gap may be a later part's call, and the gap takes another
+  cause; idle no part's gaps hold is of unknown cause, said in the notes;
 - **findings**: each part's rules run on that part. A finding of several parts is one
   finding: its estimated gain the sum of theirs, its share and severity over the combined
   window, its title and evidence those of the part where it gains most; ``evidence`` adds
@@ -301,8 +311,8 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
     labels = [p.label for p in parts]
     shown = ", ".join(labels) if len(labels) <= 6 else f"{', '.join(labels[:3])}, ..., {', '.join(labels[-2:])}"
     notes.append(f"memory budget: analysed every event in {len(parts)} consecutive parts that each fit the budget"
-                 f"{'' if budget is None else ' of ' + size_text(budget)} ({shown}): {events:,} of its {whole:,} events, "
-                 "combined into this report")
+                 f"{'' if budget is None else ' of ' + size_text(budget)} ({shown}): {events:,} events in all (the trace holds "
+                 f"{whole:,}; a host event across a cut counts in each part it spans), combined into this report")
     notes.append("analysed in parts: times, counts and steps are summed over the parts; medians and percentiles of kernels and "
                  f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed, its "
                  "title and evidence from the part where it gains most (evidence.part)"
