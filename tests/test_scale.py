@@ -769,3 +769,19 @@ def test_a_kineto_trace_over_the_memory_budget_is_analysed_within_it(realistic_l
     notes = [n for n in report["notes"] if n.startswith("memory budget: ")]
     assert len(notes) == 3 and "analysed profiler steps " in notes[0] and "NOT like" not in " ".join(notes[1:])
     assert report["findings"] and report["steps"]
+
+
+def test_every_event_of_a_kineto_trace_over_the_budget_is_analysed_within_it(realistic_large, tmp_path):
+    """``--all-parts --memory-budget 250M`` on the 0.5 GB trace: decoded to disk once, every
+    step read back part by part, the peak (both processes) within the budget, and every step
+    of the trace in the report."""
+    out = tmp_path / "report.json"
+    rc, peak, err = analyze_peak(realistic_large, out, "--all-parts", "--memory-budget", "250M")
+    assert rc in (0, 1), err
+    assert peak <= 250 * MB, f"peak RSS {peak / MB:.0f} MB over the 250 MB budget"
+    report = json.loads(out.read_text())
+    assert report["source"]["inputs"][0]["parts"] >= 2
+    numbers = sorted({s["step"] for s in report["steps"]})
+    assert report["summary"]["step_count"] == len(numbers) == numbers[-1] - numbers[0] + 1 > 10  # every step, once
+    said = [n for n in report["notes"] if n.startswith("memory budget: analysed every event in ")]
+    assert len(said) == 1 and f"(steps {numbers[0]}:" in said[0]
