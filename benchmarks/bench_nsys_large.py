@@ -18,7 +18,10 @@ machine may be shared, so CPU seconds are printed beside wall time):
   columnar or report cache to read from or write);
 - **proflab, default**: the same within the default memory budget (1.5 GB): an export whose
   whole analysis would need more is analysed in a part from its middle (``readers.budget``);
-  the share of its events analysed is read from the report's notes.
+  the share of its events analysed is read from the report's notes;
+- **proflab, every event** (``--all-parts``): the same with ``--all-parts``: every event
+  within the default budget, in consecutive parts combined into one report
+  (``report.combine``); printed below the table, with its parts.
 
 It prints them per size, the whole analysis's wall and CPU time ratios to the baseline and
 peak RSS per event, and whether the targets hold: peak RSS <= 1.5 GB (the default run), and
@@ -26,6 +29,7 @@ time within 3x the baseline's (the whole run).
 
     python benchmarks/bench_nsys_large.py --size-mb 1000 2000
     python benchmarks/bench_nsys_large.py --export A.sqlite --repeats 3   # medians, and the ratio run by run
+    python benchmarks/bench_nsys_large.py --export A.sqlite --all-parts   # and every event within the budget
 """
 
 from __future__ import annotations
@@ -125,17 +129,26 @@ def _analysed_share(report: Path) -> str:
     return "all"
 
 
+def _parts(report: Path) -> str:
+    """How many parts a report of every event was combined from ("whole": none)."""
+    import json
+
+    n = json.loads(report.read_text())["source"]["inputs"][0].get("parts")
+    return "whole" if n is None else f"{n} parts"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="the real export to scale up")
     p.add_argument("--size-mb", type=float, nargs="+", default=[1000, 2000], help="export sizes to generate (MB)")
     p.add_argument("--export", type=Path, nargs="+", help="use these large exports instead of generating them")
     p.add_argument("--repeats", type=int, default=1, help="runs of each command, interleaved; medians are printed")
+    p.add_argument("--all-parts", action="store_true", help="also analyse every event within the default budget (--all-parts)")
     args = p.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from gen_nsys import scale
 
-    rows = []
+    rows, every = [], []
     with tempfile.TemporaryDirectory(prefix="proflab-bench-") as tmp:
         for i, target in enumerate(args.export or args.size_mb):
             if args.export:
@@ -149,18 +162,22 @@ def main(argv: list[str] | None = None) -> int:
                 scale(args.source, big, target)
             n, size = events(big), big.stat().st_size
             analyze = [sys.executable, "-m", "proflab", "analyze", str(big), "--format", "json", "--no-cache"]
-            runs: list[list[tuple]] = [[], [], [], []]  # baseline, scan, whole, default budget
+            runs: list[list[tuple]] = [[], [], [], [], []]  # baseline, scan, whole, default budget, every event
             for _ in range(args.repeats):  # (interleaved: a busy spell of the machine hits every command)
                 runs[0].append(run_child([sys.executable, "-c", BASELINE, str(big)], Path(tmp) / "baseline.txt"))
                 runs[1].append(run_child([sys.executable, "-c", SCAN, str(big)], Path(tmp) / "scan.txt"))
                 runs[2].append(run_child([*analyze, "--memory-budget", "none"], Path(tmp) / "report.json"))
                 runs[3].append(run_child(analyze, Path(tmp) / "within.json"))
-                if any(r[-1][2] not in (0, 1) for r in runs):  # 1: findings above the threshold, still a full report
-                    print(f"a run failed with exit status {max(r[-1][2] for r in runs)}", file=sys.stderr)
+                if args.all_parts:
+                    runs[4].append(run_child([*analyze, "--all-parts"], Path(tmp) / "parts.json"))
+                if any(r and r[-1][2] not in (0, 1) for r in runs):  # 1: findings above the threshold, still a full report
+                    print(f"a run failed with exit status {max(r[-1][2] for r in runs if r)}", file=sys.stderr)
                     return 1
-            base, scan, prof, within = map(_median, runs)
+            base, scan, prof, within = map(_median, runs[:4])
             spread = sorted(p[0] / b[0] for p, b in zip(runs[2], runs[0]))
             rows.append((size, n, base, prof, within, _analysed_share(Path(tmp) / "within.json"), scan, spread))
+            if args.all_parts:
+                every.append((size, base, _median(runs[4]), _parts(Path(tmp) / "parts.json")))
             print(f"export {i + 1}: {size / 1e6:.0f} MB, {n:,} events", file=sys.stderr)
             if not args.export:
                 big.unlink()
@@ -180,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmedians of {args.repeats} runs (peak RSS: the largest); the whole analysis against the summaries, run by run:")
         for size, *_, spread in rows:
             print(f"{size / 1e6:9.0f} MB: {spread[0]:.1f}x to {spread[-1]:.1f}x")
+    if every:
+        print("\nevery event within the default budget (--all-parts), against the SQLite summaries:")
+        for size, base, parts, n_parts in every:
+            print(f"{size / 1e6:9.0f} MB: {parts[0]:.2f} s wall, {parts[3]:.2f} CPU s, {parts[1]:.0f} MiB, {n_parts}; "
+                  f"{parts[0] / base[0]:.1f}x the summaries; RSS<=1.5GB {'yes' if parts[1] * 2**20 <= RSS_TARGET else 'NO'}")
     print("\nfor reference, SQLite stepping through every event row the analysis reads (one aggregate a table):")
     for size, n, base, prof, _, _, scan, _ in rows:
         print(f"{size / 1e6:9.0f} MB: {scan[0]:.2f} s wall, {scan[3]:.2f} CPU s; proflab's whole analysis {prof[0] / scan[0]:.1f}x that, "

@@ -379,8 +379,17 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
             if cuts := limits.cut_times(specs, disk.origin, disk.steps):
                 specs = limits.by_launch(specs, *disk.latest_launches(cuts))
             after = disk.next_work(specs)
+            given = 0
             for i, spec in enumerate(specs):
-                yield limits.noted(disk.part(spec), [], budget, next_part_work=after[i] if i < len(after) else ())
+                try:
+                    trace = disk.part(spec)
+                except UsageError:  # a stretch of no host call and no work launched: nothing to analyse there
+                    continue
+                given += 1
+                yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+                del trace
+            if not given:
+                raise EmptyTrace(path, "trace holds no host or GPU events in any of its parts")
     except UnicodeDecodeError as e:
         raise CorruptInput(path, f"JSON with text that is not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
 

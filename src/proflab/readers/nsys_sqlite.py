@@ -40,7 +40,7 @@ from pathlib import Path
 
 import polars as pl
 
-from proflab.errors import BackendUnavailable, CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
+from proflab.errors import BackendUnavailable, CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat, UsageError
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
     COPY_KINDS,
@@ -121,10 +121,17 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
     if specs is None:
         yield trace
         return
+    given = 0
     for i, spec in enumerate(specs):
-        with _opened(path) as ctx:
-            trace = _read_part(path, ctx, spec, whole)
+        try:
+            with _opened(path) as ctx:
+                trace = _read_part(path, ctx, spec, whole)
+        except UsageError:  # a stretch of no host call and no work launched: nothing to analyse there
+            continue
+        given += 1
         yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+    if not given:
+        raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events in any of its parts")
         del trace
 
 
@@ -840,7 +847,8 @@ class _Ctx:
         domains = {}
         if has_domain:
             for rows in self.scan([f"SELECT domainId, text FROM {t} WHERE eventType = 75 AND {r}" for r in self.halves(t)]):
-                domains.update(rows)
+                # (a damaged export's id that is not an integer names no range's domain)
+                domains.update((k, v) for k, v in rows if type(k) is int and (v is None or isinstance(v, str)))
         # a range's domain matters only where a domain was named: else it is not read (a column
         # of 8.6 M rows, read or a constant NULL, costs the 1048 MB export ~0.45 CPU s)
         domain = {"domain_id": pl.Int64} if domains else {}

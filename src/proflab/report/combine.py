@@ -55,6 +55,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.ranges import combined_range_tables
 from proflab.analysis import timeline as _timeline
 from proflab.analysis.timeline import PartLevels
+from proflab.errors import UsageError
 from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
 from proflab.report import assemble as _a
@@ -103,7 +104,9 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
     the module doc). A trace given whole (one part) is reported as ``analyze`` reports it."""
     it = iter(parts)
     try:
-        trace = next(it)
+        trace = next(it, None)
+        if trace is None:
+            raise UsageError("the trace's parts hold no events")
         if trace.meta.budget is None:  # read whole: the budget held it
             return _a.report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
         done: list[_Part] = []
