@@ -135,6 +135,11 @@ def combined_breakdowns(parts: list[PartLevels], wall_ns: int) -> dict[int, Brea
                     cum[d][name] -= x.total_ns + y.total_ns - x.union(y).total_ns
     out = {}
     for d, c in sorted(cum.items()):
+        # (work of parts further apart running at once, which only a damaged trace's clock
+        # gives, would add past the span: no level covers more than it, nor less than the one below)
+        level = 0
+        for name in PARTS:
+            level = c[name] = min(max(c[name], level), wall_ns)
         out[d] = Breakdown(wall_ns, c["compute"], c["communication"] - c["compute"], c["memcpy"] - c["communication"], c["memset"] - c["memcpy"])
     return out
 

@@ -158,7 +158,7 @@ def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin
     if calls is not None and len(calls):
         c = np.sort(np.asarray(calls))
         at = np.where((i := np.searchsorted(c, at)) < c.size, c[np.minimum(i, c.size - 1)], at)
-    edges = sorted({int(x - origin) for x in at} - {0})
+    edges = sorted({int(x) - origin for x in at} - {0})
     bounds = [None, *edges, None]
     return [SliceSpec(window_ns=(a, b), text=f"window {_ms(a or 0, 6)}:{'' if b is None else _ms(b, 6)}") for a, b in zip(bounds, bounds[1:])]
 
@@ -249,7 +249,7 @@ def _what_was_read(path_name: str, p: Plan, kept: int, events: int, estimated: s
     return [
         f"memory budget: reading {path_name} whole would need about {size_text(p.need)} ({_count(events)} events, estimated "
         f"{estimated}), over the budget of {size_text(p.budget)}; analysed {what}: {kept:,} of its {events:,} events "
-        f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part"
+        f"({100 * kept / max(events, 1):.0f}%). A larger --memory-budget (or none) reads more; --steps / --window choose the part; analyze --all-parts analyses every event, in parts"
     ]
 
 
