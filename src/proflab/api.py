@@ -37,7 +37,7 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
 
 
 def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None, all_parts: bool = False,
-            memory_budget: int | None = DEFAULT_BUDGET, cache: bool | None = None) -> Report:
+            memory_budget: int | None = DEFAULT_BUDGET, cache: bool | None = None, on_part: Any = None) -> Report:
     """Every analysis and rule over one trace; returns the :class:`Report`.
 
     ``bare_step_ms``: the loop's step time measured without the profiler (ms), when known:
@@ -45,7 +45,7 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
     A path is read as :func:`load` reads it (``memory_budget``, ``cache``); with
     ``all_parts``, a trace over the budget is analysed in consecutive parts that each fit,
     every event, and reported as one (``proflab.report.combine``) instead of in one part
-    from its middle."""
+    from its middle; ``on_part(n, label)`` is called as each is analysed."""
     if all_parts and not isinstance(trace, Trace):
         if memory_budget is None:  # no budget: every event is read at once
             return analyze(load(trace, cache=cache, memory_budget=None), top_kernels=top_kernels, bare_step_ms=bare_step_ms)
@@ -53,7 +53,7 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
         from proflab.report.combine import report_in_parts
 
         return _placed(lambda: report_in_parts(load_parts(trace, budget=memory_budget, cache=cache), top_kernels=top_kernels,
-                                               bare_step_ms=bare_step_ms), str(trace))
+                                               bare_step_ms=bare_step_ms, on_part=on_part), str(trace))
     if not isinstance(trace, Trace):
         trace = load(trace, cache=cache, memory_budget=memory_budget)
     return _placed(lambda: report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels), trace.meta.source or "trace")

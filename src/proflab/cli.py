@@ -809,9 +809,13 @@ def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) ->
         report = report_cache.get(key)
         if report is None:
             _warn_if_too_big(Path(p), args.memory_budget)
-            with _analysing(fmt == "term"):
+            with _analysing(fmt == "term") as status:
+                def on_part(n: int, label: str, name: str = Path(p).name) -> None:
+                    if status is not None:
+                        status.update(f"analysing {name}: part {n} ({label})")
+
                 report = analyze(p, top_kernels=args.top, bare_step_ms=bare, all_parts=True, memory_budget=args.memory_budget,
-                                 cache=args.cache)
+                                 cache=args.cache, on_part=on_part)
             report_cache.put(key, report)
         reports.append(report)
     return _emit_reports(args, reports, fmt)

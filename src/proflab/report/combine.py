@@ -41,7 +41,7 @@ memory follows one part while time follows the whole trace. What the combined re
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import polars as pl
@@ -98,10 +98,12 @@ class _Part:
     events: int
 
 
-def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None) -> Report:
+def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None,
+                    on_part: Callable[[int, str], None] | None = None) -> Report:
     """The report of a trace given as consecutive parts (``readers.load_parts``): each part
     analysed in turn and freed before the next is read, the report combined from them (see
-    the module doc). A trace given whole (one part) is reported as ``analyze`` reports it."""
+    the module doc). A trace given whole (one part) is reported as ``analyze`` reports it.
+    ``on_part(n, label)``: called as the n-th part (from 1) is analysed, for progress."""
     it = iter(parts)
     try:
         trace = next(it, None)
@@ -111,6 +113,8 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
             return _a.report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
         done: list[_Part] = []
         while trace is not None:
+            if on_part is not None:
+                on_part(len(done) + 1, _label(trace))
             # the parts' spans meet: each from where the one before ends (its GPU work queued
             # behind the host calls of the next is then inside its own span, not taken for idle)
             ctx = Context(trace, bare_step_ms=bare_step_ms, part=True, starts_at=done[-1].window[1] if done else None)
@@ -124,14 +128,18 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
     return _combined(done, top_kernels, bare_step_ms)
 
 
+def _label(trace: Trace) -> str:
+    """What part of the trace this is ("steps 3:31", "window 0ms:277.1ms"), from its note."""
+    return next((n.removeprefix(_PART_NOTE).split(" (")[0] for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
+
+
 def _digest(ctx: Context, report: Report) -> _Part:
     trace, gpu = ctx.trace, ctx.trace.has_gpu
     if "launch" not in (ctx.part_digest or {}):  # a part of host calls only: their launches count too
         ctx.launch_stats
     d = ctx.part_digest or {}
-    label = next((n.removeprefix(_PART_NOTE).split(" (")[0] for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
     return _Part(
-        label=label,
+        label=_label(trace),
         report=report,
         has_gpu=gpu,
         window=ctx.window,
