@@ -42,9 +42,10 @@ class SliceSpec:
     window_ns: tuple[int | None, int | None] | None = None
     text: str = ""
     # For the consecutive parts of a trace analysed in parts (``readers.budget.by_launch``):
-    # GPU work is the part's by its launch, not its time, and whole: per process (``correlation >> 32``; Kineto's one process is 0) the correlation
-    # ids in (first, last] (None: open), and work without an id, or of a process with no
-    # launches, by its start inside the window. Host events are cut as ``--window`` cuts them.
+    # GPU work is the part's by its launch, not its time, and whole: per process
+    # (``correlation >> 32``; Kineto's one process is 0) the correlation ids in (first, last]
+    # (None: open), and work without an id, or of a process with no launches, by its start
+    # inside the part's host window. Host events as ``--window`` or ``--steps`` keep them.
     correlations: tuple[tuple[int, int | None, int | None], ...] | None = None
     # With ``steps``, for the same parts: a side left open (no FIRST, no STOP) reaches to the
     # trace's first or last event, so the parts hold what lies before and after the steps.

@@ -6,8 +6,8 @@ SQLite exports, and ``.nsys-rep`` reports through ``nsys export``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proflab._heap import release

@@ -26,10 +26,10 @@ import sys
 import tempfile
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Annotated, Any, NamedTuple
 
 import msgspec

@@ -51,9 +51,9 @@ from proflab.analysis import launch as _launch
 from proflab.analysis import memcpy as _memcpy
 from proflab.analysis import observer as _observer
 from proflab.analysis import quantiles as _quantiles
+from proflab.analysis import timeline as _timeline
 from proflab.analysis.context import Context
 from proflab.analysis.ranges import combined_range_tables
-from proflab.analysis import timeline as _timeline
 from proflab.analysis.timeline import PartLevels
 from proflab.errors import UsageError
 from proflab.model import Trace
@@ -92,7 +92,6 @@ class _Part:
     observer_steps: pl.DataFrame | None
     memcpy: pl.DataFrame
     gaps: _Gaps | None
-    devices: int
     ranges: pl.DataFrame
     host_ops: pl.DataFrame
     events: int
@@ -153,7 +152,6 @@ def _digest(ctx: Context, report: Report) -> _Part:
         observer_steps=d.get("observer_steps"),
         memcpy=ctx.memcpy_table if gpu else pl.DataFrame(),
         gaps=_gaps_of(ctx) if gpu else None,
-        devices=len(ctx.busy) if gpu else 0,
         ranges=ctx.range_table,
         host_ops=_a.host_op_table(trace),
         events=trace.gpu.height + trace.cpu.height,
@@ -219,7 +217,7 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     idle: dict[str, Any] = {}
     between = 0  # GPU idle (ns, all devices) no part's gaps hold: before, after or between the parts' spans
     if gpu:
-        devices = max(p.devices for p in parts)
+        devices = len(breakdowns)  # (every part's devices)
         by = _idle_by_cause(parts)
         between = max(sum(b.idle_ns for b in breakdowns.values()) - int(by["ns"].sum() or 0), 0)
         by = pl.concat([by, pl.DataFrame({"cause": ["unknown"], "n": [0], "ns": [between]})])
