@@ -387,7 +387,7 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
                     continue
                 given += 1
                 yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
-                del trace
+                del trace  # (not held while the next part is read)
             if not given:
                 raise EmptyTrace(path, "trace holds no host or GPU events in any of its parts")
     except UnicodeDecodeError as e:

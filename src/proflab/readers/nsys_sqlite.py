@@ -130,9 +130,9 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
             continue
         given += 1
         yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+        del trace  # (not held while the next part is read)
     if not given:
         raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events in any of its parts")
-        del trace
 
 
 @contextlib.contextmanager
