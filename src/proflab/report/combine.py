@@ -35,7 +35,11 @@ memory follows one part while time follows the whole trace. What the combined re
   estimate is not a sum (a launch-bound loop's, from per-part medians) it may differ from the
   whole analysis's by a few percent. The trace is healthy where none reaches warning
   level over the combined window;
-- GPU memory's timeline is per part and not combined: said as missing.
+- GPU memory's timeline is per part and not combined: said as missing;
+- the rules judge host and launch overhead by the observer model's medians over a part's own
+  steps: parts of few steps (under ``FEW_STEPS``) may judge otherwise than the whole trace
+  would (one recorded DataLoader-fed loop, one step a part: launch-bound where the whole is
+  host-bound), and the notes say so.
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, severity
 __all__ = ["report_in_parts"]
 
 _PART_NOTE = "analysed part of the trace: "
+# parts of fewer profiler steps than this: per-part medians over steps may not be the whole's
+FEW_STEPS = 8
 
 
 @dataclasses.dataclass
@@ -261,8 +267,8 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
     for fs in found.values():
         at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
         gain_ms = sum(f.est_gain_ms for _, f in fs)
-        pct = min(100.0 * gain_ms / (span_ns / 1e6), 100.0) if span_ns > 0 else 0.0
-        if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, span_ns):
+        pct = _share(parts, fs, gain_ms, span_ns)
+        if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, pct, span_ns):
             continue  # over the rules' floor only in the short span of its parts: not over the whole
         sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
         evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
@@ -275,14 +281,27 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
     return out
 
 
-def _over_the_whole(fs: list[tuple[int, Finding]], gain_ms: float, span_ns: int) -> bool:
+def _share(parts: list[_Part], fs: list[tuple[int, Finding]], gain_ms: float, span_ns: int) -> float:
+    """A summed gain's share (%) of what its rule measures gains against: the analysed span,
+    or for the host-side rules the loop's unprofiled time (``rules.host``: the parts' own
+    denominators, each ``gain / share``, scaled from their parts' spans to the whole span)."""
+    if span_ns <= 0:
+        return 0.0
+    mine = [(100.0 * f.est_gain_ms / f.est_gain_pct, (parts[i].window[1] - parts[i].window[0]) / 1e6)
+            for i, f in fs if f.est_gain_pct > 0 and f.est_gain_ms > 0]
+    denom, walls = sum(d for d, _ in mine), sum(w for _, w in mine)
+    whole_ms = span_ns / 1e6 * (denom / walls if mine and walls > 0 else 1.0)
+    return min(100.0 * gain_ms / whole_ms, 100.0) if whole_ms > 0 else 0.0
+
+
+def _over_the_whole(fs: list[tuple[int, Finding]], gain_ms: float, pct: float, span_ns: int) -> bool:
     """Whether a finding of only some parts would pass its rule's floor over the whole span:
-    a gain finding, each part's over ``MIN_GAIN_PCT`` of its own span, by its summed gain; a
+    a gain finding, each part's over ``MIN_GAIN_PCT``, by its summed gain's share ``pct``; a
     host-side verdict the profiler's cost may explain (``*_unconfirmed``, no gain), each over
     ``WARNING_PCT`` at the low end of that cost, by its summed idle without the profiler."""
     share = lambda ms: 100.0 * ms / (span_ns / 1e6) if span_ns > 0 else 0.0  # noqa: E731
     if gain_ms > 0:
-        return not all(f.est_gain_pct >= MIN_GAIN_PCT for _, f in fs) or share(gain_ms) >= MIN_GAIN_PCT
+        return not all(f.est_gain_pct >= MIN_GAIN_PCT for _, f in fs) or pct >= MIN_GAIN_PCT
     if all(f.id.endswith("_unconfirmed") for _, f in fs):
         idle = [f.evidence.get("idle_without_profiler_ms") for _, f in fs]
         if all(isinstance(x, list) and len(x) == 2 and isinstance(x[1], (int, float)) for x in idle):
@@ -326,4 +345,9 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
                  f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed, its "
                  "title and evidence from the part where it gains most (evidence.part)"
                  + (f"; {ms(between_ns)} ms of GPU idle between parts is of unknown cause" if between_ns else ""))
+    few = min((p.step_count for p in parts if p.step_count), default=None)
+    if few is not None and few < FEW_STEPS:
+        notes.append(f"analysed in parts of as few as {few} profiler step{'s' if few > 1 else ''}: each part's rules judge host "
+                     "and launch overhead by medians over its own steps, which so few may not share with the whole trace (a "
+                     "host-bound loop can read launch-bound); a larger --memory-budget puts more steps in each part")
     return notes
