@@ -38,7 +38,7 @@ from proflab.readers._export_rows import GPU_TABLES as _GPU
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
            "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
-           "choose", "cuts", "cut_times", "by_launch", "parts", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
+           "choose", "cuts", "cut_times", "by_launch", "each_part", "parts", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
@@ -192,6 +192,25 @@ def by_launch(specs: list[SliceSpec], latest: list[dict[int, int]], processes: s
     bounds = [None, *at, None]
     return [dataclasses.replace(s, correlations=tuple((k, None if a is None else a[k], None if b is None else b[k]) for k in sorted(processes)))
             for s, a, b in zip(specs, bounds, bounds[1:])]
+
+
+def each_part(specs: list[SliceSpec], after: list, read, budget: int, nothing: Exception):
+    """The parts ``read(spec)`` gives (a reader's, for an analysis of every event), each noted
+    with the budget and the next part's first work (``after[i]``: ``TraceMeta
+    .next_part_work``) and not held while the next is read; a part of no event (``read``
+    raising UsageError: a stretch of no host call and no work launched) is skipped, and
+    ``nothing`` is raised where no part holds one."""
+    given = 0
+    for i, spec in enumerate(specs):
+        try:
+            trace = read(spec)
+        except UsageError:
+            continue
+        given += 1
+        yield noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+        del trace
+    if not given:
+        raise nothing
 
 
 def kernel_likeness(rows: list[tuple], copies: tuple[int, int] | None = None) -> dict | None:

@@ -378,18 +378,8 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
                                 origin=disk.origin, calls=disk.calls)
             if cuts := limits.cut_times(specs, disk.origin, disk.steps):
                 specs = limits.by_launch(specs, *disk.latest_launches(cuts))
-            after = disk.next_work(specs)
-            given = 0
-            for i, spec in enumerate(specs):
-                try:
-                    trace = disk.part(spec)
-                except UsageError:  # a stretch of no host call and no work launched: nothing to analyse there
-                    continue
-                given += 1
-                yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
-                del trace  # (not held while the next part is read)
-            if not given:
-                raise EmptyTrace(path, "trace holds no host or GPU events in any of its parts")
+            yield from limits.each_part(specs, disk.next_work(specs), disk.part, budget,
+                                        EmptyTrace(path, "trace holds no host or GPU events in any of its parts"))
     except UnicodeDecodeError as e:
         raise CorruptInput(path, f"JSON with text that is not valid UTF-8 (byte 0x{e.object[e.start]:02x})") from None
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import polars as pl
 
-from proflab.errors import BackendUnavailable, CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat, UsageError
+from proflab.errors import BackendUnavailable, CollectError, CorruptInput, EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.model.trace import (
     COMM_KERNEL_PATTERN,
     COPY_KINDS,
@@ -121,18 +121,12 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
     if specs is None:
         yield trace
         return
-    given = 0
-    for i, spec in enumerate(specs):
-        try:
-            with _opened(path) as ctx:
-                trace = _read_part(path, ctx, spec, whole)
-        except UsageError:  # a stretch of no host call and no work launched: nothing to analyse there
-            continue
-        given += 1
-        yield limits.noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
-        del trace  # (not held while the next part is read)
-    if not given:
-        raise EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events in any of its parts")
+    def read(spec: SliceSpec) -> Trace:
+        with _opened(path) as ctx:
+            return _read_part(path, ctx, spec, whole)
+
+    yield from limits.each_part(specs, after, read, budget,
+                                EmptyTrace(path, "Nsight Systems export with no CUDA, NVTX or OS runtime events in any of its parts"))
 
 
 @contextlib.contextmanager
