@@ -145,6 +145,20 @@ def test_a_kineto_trace_analysed_in_parts_reports_what_its_whole_analysis_report
     assert parts["source"]["inputs"][0]["parts"] == 3  # its three steps, one a part
 
 
+def test_steps_longer_than_a_part_leave_time_windows_and_say_so(tmp_path):
+    """Two steps of half the export each: no step fits a part, so the parts are time windows,
+    the steps across their cuts are in no part's step table, and the report says so (and
+    does not call the steps missing)."""
+    two = with_steps(_nsys("h100_2gpu_1s"), tmp_path / "two.sqlite", n=2, first=0)
+    parts, whole = _both(two, _export_budget(two, 0.3))
+    assert parts["source"]["inputs"][0]["parts"] >= 3 and whole["summary"]["step_count"] == 2
+    assert "(window 0ms:" in next(n for n in parts["notes"] if n.startswith("memory budget: analysed every event in "))
+    said = [n for n in parts["notes"] if "profiler steps run across a cut" in n]
+    assert len(said) == 1 and said[0].startswith(f"{2 - parts['summary']['step_count']} of the trace's 2 ")
+    assert "profiler steps" not in [m["signal"] for m in parts["missing"]]
+    assert [k["name"] for k in parts["kernels"]] == [k["name"] for k in whole["kernels"]]
+
+
 def test_a_trace_whose_whole_read_fits_is_analysed_whole():
     path = _nsys("h100_2gpu_1s")
     parts = proflab.analyze(path, all_parts=True, cache=False).to_dict()

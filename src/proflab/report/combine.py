@@ -85,6 +85,7 @@ class _Part:
     """What one part leaves for the combined report."""
 
     label: str
+    note: str  # its slicing note ("... (k of N profiler steps)")
     report: Report
     has_gpu: bool
     window: tuple[int, int]
@@ -133,9 +134,25 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
     return _combined(done, top_kernels, bare_step_ms)
 
 
+def _steps_in_trace(parts: list[_Part]) -> int | None:
+    """The whole trace's profiler steps, as each part's slicing note counts them."""
+    import re
+
+    for p in parts:
+        m = re.search(r"\(\d+ of (\d+) profiler steps\)", p.note)
+        if m:
+            return int(m.group(1))
+    return None
+
+
 def _label(trace: Trace) -> str:
     """What part of the trace this is ("steps 3:31", "window 0ms:277.1ms"), from its note."""
-    return next((n.removeprefix(_PART_NOTE).split(" (")[0] for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
+    return _part_note(trace).removeprefix(_PART_NOTE).split(" (")[0]
+
+
+def _part_note(trace: Trace) -> str:
+    """The slicing note that says which part this is: "analysed part of the trace: ..."."""
+    return next((n for n in trace.meta.notes if n.startswith(_PART_NOTE)), "")
 
 
 def _digest(ctx: Context, report: Report) -> _Part:
@@ -145,6 +162,7 @@ def _digest(ctx: Context, report: Report) -> _Part:
     d = ctx.part_digest or {}
     return _Part(
         label=_label(trace),
+        note=_part_note(trace),
         report=report,
         has_gpu=gpu,
         window=ctx.window,
@@ -234,7 +252,7 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     source = dict(first.source)
     events = sum(p.events for p in parts)
     source["inputs"] = [{**source["inputs"][0], "analysed_events": events, "parts": len(parts)}]
-    missing = _missing(parts, gpu=gpu, steps=steps.height > 0)
+    missing = _missing(parts, gpu=gpu, steps=steps.height > 0 or bool(_steps_in_trace(parts)))
     return Report(
         source=source,
         device=next((p.report.device for p in parts if p.report.device.get("name")), first.device),
@@ -345,6 +363,11 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
                  f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed, its "
                  "title and evidence from the part where it gains most (evidence.part)"
                  + (f"; {ms(between_ns)} ms of GPU idle between parts is of unknown cause" if between_ns else ""))
+    every = _steps_in_trace(parts)
+    kept = sum(p.step_count for p in parts)
+    if every is not None and kept < every:  # window parts: a step across a cut is whole in neither
+        notes.append(f"{every - kept} of the trace's {every} profiler steps run across a cut between two time windows and are "
+                     "in no part's steps (their events are analysed; a step longer than a part is why the cuts are windows)")
     few = min((p.step_count for p in parts if p.step_count), default=None)
     if few is not None and few < FEW_STEPS:
         notes.append(f"analysed in parts of as few as {few} profiler step{'s' if few > 1 else ''}: each part's rules judge host "
