@@ -297,3 +297,15 @@ def test_the_recorded_loops_in_parts_of_two_steps_keep_their_verdict(path):
     assert parts["steps"] == whole["steps"]
     if parts["source"]["inputs"][0].get("parts", 1) > 1:
         assert any(n.startswith("analysed in parts of as few as ") for n in parts["notes"])
+
+
+def test_a_run_directorys_energy_is_not_read_again_with_all_parts(capsys):
+    """A run directory's energy section reads its traces' windows and steps: with --all-parts
+    it would read them again past the budget, so the report says where to get it instead."""
+    from proflab.cli import main
+
+    run = next((HERE / "data" / "kineto" / "scaling" / "balanced" / "runs").glob("*/*-1gpu"))
+    assert (run / "monitor.parquet").is_file()
+    assert main(["analyze", str(run), "--all-parts", "--no-cache", "--width", "100"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "Energy: not analysed (not with --all-parts: proflab energy RUN_DIR analyses it)" in out

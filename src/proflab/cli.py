@@ -401,9 +401,11 @@ def _write_out(args: argparse.Namespace, text: str) -> int:
     return 0
 
 
-def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: list | None = None) -> int:
+def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: list | None = None,
+                  energy_skipped: str | None = None) -> int:
     """Render ``reports`` as ``fmt`` to -o (atomically) or stdout; for ``analyze`` of a run
-    directory with GPU monitor samples, its energy section follows (terminal and Markdown)."""
+    directory with GPU monitor samples, its energy section follows (terminal and Markdown),
+    or with ``energy_skipped``, why it does not."""
     from proflab.render import render
 
     if _is_html(args.output):  # compare or kernels -o x.html: the page of these reports
@@ -413,7 +415,7 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     to_tty = not args.output and sys.stdout.isatty()
     color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
     width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
-    doc = _run_energy(args.paths, traces) if getattr(args, "command", None) == "analyze" else None
+    doc = _run_energy(args.paths, traces, skipped=energy_skipped) if getattr(args, "command", None) == "analyze" else None
     if doc is not None and fmt == "json" and isinstance(reports, list):
         import dataclasses
 
@@ -429,11 +431,14 @@ def _emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: 
     return _write_out(args, text)
 
 
-def _run_energy(paths: list[str], traces: list | None) -> dict | None:
+def _run_energy(paths: list[str], traces: list | None, skipped: str | None = None) -> dict | None:
     """The energy document of ``analyze RUN_DIR`` (None unless one run directory with
-    monitor.parquet is analysed; its failure is ``{"error": ...}``, never the analysis's)."""
+    monitor.parquet is analysed; its failure, or ``skipped``, is ``{"error": ...}``, never
+    the analysis's)."""
     if len(paths) != 1 or not (Path(paths[0]) / "monitor.parquet").is_file():
         return None
+    if skipped is not None:
+        return {"error": skipped}
     from proflab.api import energy
 
     try:
@@ -818,7 +823,9 @@ def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) ->
                                  cache=args.cache, on_part=on_part)
             report_cache.put(key, report)
         reports.append(report)
-    return _emit_reports(args, reports, fmt)
+    # (a run directory's energy is read from its traces' windows and steps: they would be read
+    # again, whole or in a part, past the budget the parts held; `proflab energy` reads them)
+    return _emit_reports(args, reports, fmt, energy_skipped="not with --all-parts: proflab energy RUN_DIR analyses it")
 
 
 _NPROC = re.compile(r"^--nproc[-_]per[-_]node(?:=(.*))?$")
