@@ -42,10 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     j.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job report")
     j.add_argument("--scheduler", metavar="ADDRESS", help="analyse the ranks on this Dask cluster (tcp://host:8786)")
     j.add_argument("--workers", type=int, default=None, metavar="N", help="analyse the ranks on a local Dask cluster of N worker processes")
-    _reading_args(a)
-    a.add_argument("--all-parts", action="store_true",
-                   help="a trace over --memory-budget: analyse every event, in consecutive parts that each fit, as one report "
-                        "(slower: each part is read in turn) instead of a part from its middle; one report per trace")
+    _reading_args(a).add_argument(
+        "--all-parts", action="store_true",
+        help="a trace over --memory-budget: analyse every event, in consecutive parts that each fit, as one report "
+             "(slower: each part is read in turn) instead of a part from its middle; one report per trace",
+    )
     _report_output_args(a)
     _perfetto_arg(a)
     a.set_defaults(func=cmd_analyze)
@@ -269,7 +270,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reading_args(p: argparse.ArgumentParser) -> None:
+def _reading_args(p: argparse.ArgumentParser):
+    """--steps/--window, --no-cache, --memory-budget: the reading group (returned)."""
     g = p.add_argument_group("reading")
     part = g.add_mutually_exclusive_group()
     part.add_argument("--steps", metavar="FIRST:STOP", help="only profiler steps FIRST to STOP-1 (10:20, 10:, :20, or one step N)")
@@ -279,7 +281,9 @@ def _reading_args(p: argparse.ArgumentParser) -> None:
                    help="neither read nor write the columnar cache of large traces")
     g.add_argument("--memory-budget", type=_budget_bytes, default=_DEFAULT_BUDGET, metavar="SIZE",
                    help="analyse a trace that would need more memory than this in a part from its middle that fits, "
-                        "and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole)")
+                        "and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole; "
+                        "analyze --all-parts: every event, in parts that fit)")
+    return g
 
 
 _DEFAULT_BUDGET = 1_500_000_000  # bytes (readers.budget.DEFAULT_BUDGET, not imported: --help stays instant)
