@@ -309,3 +309,26 @@ def test_a_run_directorys_energy_is_not_read_again_with_all_parts(capsys):
     assert main(["analyze", str(run), "--all-parts", "--no-cache", "--width", "100"]) in (0, 1)
     out = capsys.readouterr().out
     assert "Energy: not analysed (not with --all-parts: proflab energy RUN_DIR analyses it)" in out
+
+
+LONG = HERE / "data" / "realistic" / "long"
+
+
+@pytest.mark.parametrize("name", ["cnn_loader", "mlp_foreach"])
+def test_recorded_loops_of_24_steps_in_parts_keep_their_verdicts(name):
+    """Two realistic H100 loops of 24 profiled steps, with their measured unprofiled step time
+    (as ``proflab run`` records it), in 3 parts of 6 to 8 steps: the verdict and its severity
+    are the whole analysis's, every warning of the whole analysis is there, the verdict's gain
+    within 15 % of the whole's. (The host- and launch-bound gains are split per part: the
+    DataLoader loop's parts also read a launch-bound warning the whole does not, 57 ms beside
+    its 788 ms host-bound verdict, 884 ms whole.)"""
+    path = LONG / f"{name}.light.pt.trace.json.gz"
+    bare = json.loads((LONG / "ground_truth.json").read_text())["loops"][name]["bare"]["median_ms"]
+    parts = proflab.analyze(path, all_parts=True, memory_budget=_kineto_budget(path, 0.4), cache=False, bare_step_ms=bare).to_dict()
+    whole = proflab.analyze(load(path, cache=False, budget=None), bare_step_ms=bare).to_dict()
+    assert parts["source"]["inputs"][0]["parts"] == 3 and parts["steps"] == whole["steps"]
+    assert parts["findings"][0]["id"] == whole["findings"][0]["id"] and parts["findings"][0]["severity"] == whole["findings"][0]["severity"]
+    assert _close(parts["findings"][0]["est_gain_ms"], whole["findings"][0]["est_gain_ms"], 0.15)
+    warned = {(f["id"], f["severity"]) for f in whole["findings"] if f["severity"] != "info"}
+    assert warned <= {(f["id"], f["severity"]) for f in parts["findings"]}
+    assert parts["summary"]["observer"]["source"] == "measured" and parts["summary"]["step_count"] == 24
