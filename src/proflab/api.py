@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ def load(path: str | Path, *, cache: bool | None = None, steps: str | None = Non
 
 
 def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: float | None = None, all_parts: bool = False,
-            memory_budget: int | None = DEFAULT_BUDGET, cache: bool | None = None, on_part: Any = None) -> Report:
+            memory_budget: int | None = DEFAULT_BUDGET, cache: bool | None = None,
+            on_part: Callable[[int, str], None] | None = None) -> Report:
     """Every analysis and rule over one trace; returns the :class:`Report`.
 
     ``bare_step_ms``: the loop's step time measured without the profiler (ms), when known:

@@ -84,7 +84,9 @@ class Context:
     @_table
     def window(self) -> tuple[int, int]:
         """The analysed span (ns): the GPU-side steps where the trace has them (what the GPU
-        did for those steps, not the host's earlier start), else the trace's own window."""
+        did for those steps, not the host's earlier start), else the trace's own window. A
+        part of a trace analysed in parts runs from ``starts_at`` and reaches to the next
+        part's first work (``TraceMeta.next_part_work``)."""
         g = self.gpu_steps
         lo, hi = (int(g["start_ns"].min()), int(g["end_ns"].max())) if g.height else self.trace.window_ns
         if self.trace.meta.next_part_work:  # a part's span reaches to the next part's work

@@ -28,7 +28,7 @@ import polars as pl
 from proflab.analysis.intervals import IntervalSet
 from proflab.model import Trace
 
-__all__ = ["CAUSES", "LAUNCH_GAP_NS", "SYNC_TOLERANCE_NS", "idle_gaps", "classified", "blocking_calls", "launch_calls"]
+__all__ = ["CAUSES", "LAUNCH_GAP_NS", "SYNC_TOLERANCE_NS", "idle_gaps", "blocking_calls", "launch_calls"]
 
 CAUSES = ["host", "sync", "launch", "dependency", "unknown"]
 LAUNCH_GAP_NS = 50_000
@@ -140,52 +140,12 @@ def _ended_by_next_part(gaps: pl.DataFrame, after) -> pl.DataFrame:
         schema={"device": pl.Int32, "_next_ns": pl.Int64, "_name": pl.String, "_start": pl.Int64, "_end": pl.Int64, "_tid": pl.Int64},
         orient="row",
     )
-    g = gaps.with_row_index("_row").join(nxt, on="device", how="left", maintain_order="left").sort("_row")
+    g = gaps.join(nxt, on="device", how="left", maintain_order="left")
     ended = pl.col("correlation").is_null() & (pl.col("start_ns") < pl.col("_next_ns")) & (pl.col("end_ns") >= pl.col("_next_ns"))
     return g.with_columns(
         pl.when(ended).then(pl.col(a)).otherwise(pl.col(b)).alias(b)
         for a, b in (("_name", "launch_name"), ("_start", "launch_start_ns"), ("_end", "launch_end_ns"), ("_tid", "tid"))
-    ).drop("_row", "_next_ns", "_name", "_start", "_end", "_tid")
-
-
-def classified(gaps: pl.DataFrame, blocking: pl.DataFrame) -> pl.DataFrame:
-    """Gaps (in (device, start) order, with the launch of the work that ended each:
-    ``launch_start_ns``, ``launch_end_ns``, ``tid``) with their ``cause`` (see the module
-    doc) and the blocking call that owns a ``sync`` gap; ``blocking``: :func:`blocking_calls`'
-    rows (of a trace analysed in parts: the calls of the parts around the gap)."""
-    # The blocking call the launching thread was in when the GPU went idle: the latest one
-    # that started before the gap (a pageable copy and the stream sync after it both block;
-    # the first is the one that waited for the GPU).
-    sync = blocking.drop_nulls("tid").sort("sync_start_ns")
-    gaps = gaps.with_columns(pl.col("tid").fill_null(-1))
-    gaps = gaps.with_columns(_asof(gaps, sync, "sync_start_ns", "tid", ["sync_name", "sync_end_ns", "sync_external_id"]))
-    # The sync owns the gap when it returned as the GPU drained (within the wake-up
-    # tolerance of the gap's start) and the host launched again only after it returned.
-    synced = (
-        pl.col("sync_end_ns").is_not_null()
-        & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
-        & (pl.col("sync_end_ns") <= pl.col("launch_start_ns"))
-    )
-    # (each branch an Enum literal: text literals broadcast a 16-byte view per gap per branch
-    # before the cast, 36 MiB each for 2.2 M gaps)
-    enum = pl.Enum(CAUSES)
-    cause = (
-        pl.when(pl.col("launch_start_ns").is_null())
-        .then(pl.lit("unknown", dtype=enum))
-        .when(pl.col("launch_end_ns") <= pl.col("start_ns"))
-        .then(pl.lit("dependency", dtype=enum))
-        .when(synced)
-        .then(pl.lit("sync", dtype=enum))
-        .when(pl.col("dur_ns") < LAUNCH_GAP_NS)
-        .then(pl.lit("launch", dtype=enum))
-        .otherwise(pl.lit("host", dtype=enum))
-    )
-    gaps = gaps.with_columns(cause.alias("cause")).with_columns(
-        pl.when(pl.col("cause") == "sync").then(pl.col("sync_name")).alias("sync_name"),
-        pl.when(pl.col("cause") == "sync").then(pl.col("sync_external_id")).alias("sync_external_id"),
-        pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
-    )
-    return gaps
+    ).drop("_next_ns", "_name", "_start", "_end", "_tid")
 
 
 def blocking_calls(trace: Trace) -> pl.DataFrame:
@@ -249,6 +209,37 @@ def idle_gaps(
     if trace.meta.next_part_work:
         gaps = _ended_by_next_part(gaps, trace.meta.next_part_work)
 
-    gaps = classified(gaps, blocking if blocking is not None else blocking_calls(trace))
+    # The blocking call the launching thread was in when the GPU went idle: the latest one
+    # that started before the gap (a pageable copy and the stream sync after it both block;
+    # the first is the one that waited for the GPU).
+    sync = (blocking if blocking is not None else blocking_calls(trace)).drop_nulls("tid").sort("sync_start_ns")
+    gaps = gaps.with_columns(pl.col("tid").fill_null(-1))
+    gaps = gaps.with_columns(_asof(gaps, sync, "sync_start_ns", "tid", ["sync_name", "sync_end_ns", "sync_external_id"]))
+    # The sync owns the gap when it returned as the GPU drained (within the wake-up
+    # tolerance of the gap's start) and the host launched again only after it returned.
+    synced = (
+        pl.col("sync_end_ns").is_not_null()
+        & (pl.col("sync_end_ns") >= pl.col("start_ns") - SYNC_TOLERANCE_NS)
+        & (pl.col("sync_end_ns") <= pl.col("launch_start_ns"))
+    )
+    # (each branch an Enum literal: text literals broadcast a 16-byte view per gap per branch
+    # before the cast, 36 MiB each for 2.2 M gaps)
+    enum = pl.Enum(CAUSES)
+    cause = (
+        pl.when(pl.col("launch_start_ns").is_null())
+        .then(pl.lit("unknown", dtype=enum))
+        .when(pl.col("launch_end_ns") <= pl.col("start_ns"))
+        .then(pl.lit("dependency", dtype=enum))
+        .when(synced)
+        .then(pl.lit("sync", dtype=enum))
+        .when(pl.col("dur_ns") < LAUNCH_GAP_NS)
+        .then(pl.lit("launch", dtype=enum))
+        .otherwise(pl.lit("host", dtype=enum))
+    )
+    gaps = gaps.with_columns(cause.alias("cause")).with_columns(
+        pl.when(pl.col("cause") == "sync").then(pl.col("sync_name")).alias("sync_name"),
+        pl.when(pl.col("cause") == "sync").then(pl.col("sync_external_id")).alias("sync_external_id"),
+        pl.when(pl.col("tid") >= 0).then(pl.col("tid")).alias("tid"),
+    )
     gaps = _with_step(gaps, trace, step_table)
     return gaps.select(list(GAP_SCHEMA)).cast(GAP_SCHEMA)

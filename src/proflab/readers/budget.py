@@ -306,7 +306,7 @@ def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.D
     sample = _sample(con, rows)
     if sample is None:
         return None  # nothing dated: the whole read says what the export holds
-    return choose(*sample, need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+    return choose(*_weighted(sample, rows), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
 
 
 def parts(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame, origin: int) -> list[SliceSpec] | None:
@@ -315,26 +315,31 @@ def parts(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.
     reading it whole fits, or nothing is dated."""
     import numpy as np
 
-    sample = _sample(con, rows)
-    if estimate(rows) <= budget or sample is None:
+    if estimate(rows) <= budget:
         return None
-    calls = [_sampled_starts(con, t, _SAMPLES) for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if rows.get(t)]
-    return cuts(*sample, budget=budget, fixed=COST_FIXED, steps=steps, origin=origin,
+    sample = _sample(con, rows)
+    if sample is None:
+        return None
+    calls = [sample[t] for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if t in sample]
+    return cuts(*_weighted(sample, rows), budget=budget, fixed=COST_FIXED, steps=steps, origin=origin,
                 calls=np.concatenate(calls) if calls else None)
 
 
-def _sample(con: sqlite3.Connection, rows: dict[str, int]):
-    """Start times (ns) of a sample of the export's event rows, and the bytes of a whole read
-    and analysis each stands for; None when no row is dated."""
+def _sample(con: sqlite3.Connection, rows: dict[str, int]) -> dict | None:
+    """Per event table, the start times (ns) of a sample of its rows; None when no row is
+    dated."""
+    got = {table: _sampled_starts(con, table, _SAMPLES) for table in rows}
+    got = {table: starts for table, starts in got.items() if starts.size}
+    return got or None
+
+
+def _weighted(sample: dict, rows: dict[str, int]):
+    """The sampled starts as one array, and the bytes of a whole read and analysis each
+    stands for."""
     import numpy as np
 
-    times, weights = [], []
-    for table, n in rows.items():
-        starts = _sampled_starts(con, table, _SAMPLES)
-        if starts.size:
-            times.append(starts)
-            weights.append(np.full(starts.size, n * (COST_GPU if table in _GPU else COST_HOST) / starts.size))
-    return (np.concatenate(times), np.concatenate(weights)) if times else None
+    weights = [np.full(s.size, rows[t] * (COST_GPU if t in _GPU else COST_HOST) / s.size) for t, s in sample.items()]
+    return np.concatenate(list(sample.values())), np.concatenate(weights)
 
 
 def _sampled_starts(con: sqlite3.Connection, table: str, k: int):

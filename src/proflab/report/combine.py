@@ -45,6 +45,7 @@ memory follows one part while time follows the whole trace. What the combined re
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -136,8 +137,6 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
 
 def _steps_in_trace(parts: list[_Part]) -> int | None:
     """The whole trace's profiler steps, as each part's slicing note counts them."""
-    import re
-
     for p in parts:
         m = re.search(r"\(\d+ of (\d+) profiler steps\)", p.note)
         if m:
