@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -613,12 +614,20 @@ def test_scaling_launches_one_run_per_gpu_count(tmp_path, torch_required):
     count (CPU ranks over gloo here) and reports both efficiencies: from the profiled steps,
     and from the steps proflab run timed outside its window."""
     (tmp_path / "prog.py").write_text(DDP_GLOO.replace("range(12)", "range(40)"))
-    done = subprocess.run(
-        [*PROFLAB, "scaling", "--mode", "weak", "--gpus", "2,1", "--runs-dir", str(tmp_path / "runs"), "-f", "json",
-         "--wait", "5", "--active", "3", "--no-monitor", "--",
-         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "prog.py"],
-        capture_output=True, text=True, timeout=900, cwd=tmp_path,
-    )  # fmt: skip
+    for attempt in range(2):
+        shutil.rmtree(tmp_path / "runs", ignore_errors=True)
+        done = subprocess.run(
+            [*PROFLAB, "scaling", "--mode", "weak", "--gpus", "2,1", "--runs-dir", str(tmp_path / "runs"), "-f", "json",
+             "--wait", "5", "--active", "3", "--no-monitor", "--",
+             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "4", "prog.py"],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        )  # fmt: skip
+        # The CPU build of torch 2.13 now and then aborts a gloo rank as it exits, after its
+        # profiled window and destroy_process_group() ("terminate called without an active
+        # exception", SIGABRT: 2 of about 12 full suite runs on 2026-11-26): the program's
+        # crash, which proflab reports as such (exit 2); one more run, never more.
+        if done.returncode == 0 or "terminate called without an active exception" not in done.stderr:
+            break
     assert done.returncode == 0, done.stderr[-3000:]
     points = json.loads(done.stdout)["points"]
     assert [p["gpus"] for p in points] == [1, 2]
