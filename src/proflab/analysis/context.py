@@ -39,7 +39,7 @@ class Context:
     """Lazy, cached analyses of one trace. Rules read from it and record missing signals."""
 
     def __init__(self, trace: Trace, *, bare_step_ms: float | None = None, part: bool = False,
-                 starts_at: int | None = None) -> None:
+                 starts_at: int | None = None, host_before: pl.DataFrame | None = None) -> None:
         """``bare_step_ms``: the loop's step time measured without the profiler, when known
         (it replaces the observer model's estimate, see ``analysis.observer``). ``part``: the
         trace is one of the consecutive parts of a trace analysed in parts
@@ -47,9 +47,12 @@ class Context:
         hold (value counts for medians, per-step figures) is kept in ``part_digest`` as the
         tables it is read from are built, since some are freed once read. ``starts_at``
         (ns): where the analysed span starts in place of :attr:`window`'s own choice (such a
-        part's: where the part before it ends, so that the parts' spans meet)."""
+        part's: where the part before it ends, so that the parts' spans meet). ``host_before``:
+        such a part's threads' latest host event ends in the parts before it
+        (``observer.host_reach``), which its host-only spans are found from."""
         self.trace = trace
         self._starts_at = starts_at
+        self._host_before = host_before
         self.bare_step_ms = bare_step_ms
         self.part_digest: dict | None = {} if part else None
         self._missing: dict[str, Missing] = {}
@@ -155,7 +158,7 @@ class Context:
     @_table
     def host_only(self) -> pl.DataFrame:
         """Host spans of work that launches nothing (see ``observer.host_only_spans``)."""
-        return _observer.host_only_spans(self.trace, self.launches)
+        return _observer.host_only_spans(self.trace, self.launches, self._host_before)
 
     @_table
     def gaps(self) -> pl.DataFrame:

@@ -63,6 +63,8 @@ _BLOCKED_FACTOR = 3.0
 _FRAMEWORK = r"^(?:Optimizer\.|autograd::|## |TorchDynamo|Torch-Compiled|CompiledFunction|nn\.Module:|torch/|FSDP::|[a-z_][a-z0-9_]*::\w)"
 
 _HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+# the host events spans are found between (``host_only_spans``)
+_HOST_ROWS = pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null()
 
 
 @dataclass(frozen=True)
@@ -218,12 +220,14 @@ def _blocked_ns(blocking: pl.DataFrame, launches: pl.DataFrame, lo: np.ndarray, 
 QUIET_STRETCH_NS = 200_000
 
 
-def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
+def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame | None = None) -> pl.DataFrame:
     """Host spans (tid, name, start_ns, end_ns) of work that launches nothing: annotations
     that issued no launch on their own thread and are not PyTorch's own (a DataLoader's
     ``__next__``, the program's record_function around I/O), and stretches of at least
     QUIET_STRETCH_NS between two recorded operators, annotations or runtime calls of a thread
-    (named ``(outside operators)``; none before a thread's first event or after its last).
+    (named ``(outside operators)``; none before a thread's first event or after its last). A
+    part of a trace analysed in parts reads them up to the next part's first launch
+    (``_with_next_part``).
 
     One pass over the host events in (thread, start) order: a stable order by thread rank
     (``ThreadClock.thread_order``; the host table is in start order already), then, a chunk
@@ -234,12 +238,8 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     beside them, 1.2-1.4 s), where a sort of all threads' keys and searches in row order took
     2.45 s and 427 MiB (and ran a thread's last event into the next thread's first)."""
     empty = pl.DataFrame(schema={"tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64})
-    cpu = trace.cpu
-    rows = cpu.select(
-        (pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#") & pl.col("tid").is_not_null())
-        .arg_true()
-        .alias("row")
-    )["row"]
+    cpu, launches = _with_next_part(trace, launches, before)
+    rows = cpu.select(_HOST_ROWS.arg_true().alias("row"))["row"]
     if rows.len() == 0:
         return empty
     lt = launches.drop_nulls("tid")
@@ -296,6 +296,43 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .sort("start_ns", "tid", maintain_order=True)
     )
+
+
+def host_reach(cpu: pl.DataFrame) -> pl.DataFrame:
+    """Per thread (``tid``), the latest end (``end_ns``) of the host events the spans are
+    found between: what a part of a trace analysed in parts passes on to the parts after it
+    (``host_only_spans``' ``before``)."""
+    return (
+        cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(_HOST_ROWS)
+        .group_by("tid").agg((pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns"))
+    )  # fmt: skip
+
+
+def _with_next_part(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The host events and launches the spans are found in. A part of a trace analysed in
+    parts reads them as the whole trace would: ``before`` (``host_reach`` of the parts before
+    it) enters each thread's running end first, as one event ending there (a stretch from a
+    thread's last event before the part to its first in it is found; one only the
+    earlier events' ends cover is not); and the next part's host events up to its first
+    work's launch (``Trace.next_part_host``) and those launches come after the part's own:
+    the gap that work ends is this part's, and so are the spans in it (a DataLoader's
+    ``__next__`` at the next step's start). Those start at or after the part's last host
+    event starts, so the table stays in start order but for the events of ``before``, which
+    are each their thread's first."""
+    cpu, ahead = trace.cpu, trace.next_part_host
+    frames = [cpu]
+    if before is not None and before.height:
+        frames.insert(0, before.select(
+            pl.lit(_HOST_EVENTS[0]).alias("cat"), pl.lit("").alias("name"), "tid", pl.col("end_ns").alias("start_ns"), pl.lit(0).alias("dur_ns"),
+        ).with_columns(pl.lit(None).alias(c) for c in cpu.columns if c not in ("cat", "name", "tid", "start_ns", "dur_ns")))  # fmt: skip
+    if ahead is not None and ahead.height:
+        frames.append(ahead)
+        first = [(w.tid, w.launch_start_ns) for w in trace.meta.next_part_work if w.tid is not None and w.launch_start_ns is not None]
+        schema = {"tid": launches.schema["tid"], "launch_start_ns": launches.schema["launch_start_ns"]}
+        launches = pl.concat([launches.select(list(schema)), pl.DataFrame(first, schema=schema, orient="row")])
+    if len(frames) == 1:
+        return cpu, launches
+    return pl.concat([f.select(cpu.columns).cast(cpu.schema) for f in frames], rechunk=False), launches
 
 
 def _gathered(column: pl.Series, rows: np.ndarray) -> np.ndarray:

@@ -50,6 +50,12 @@ class SliceSpec:
     # With ``steps``, for the same parts: a side left open (no FIRST, no STOP) reaches to the
     # trace's first or last event, so the parts hold what lies before and after the steps.
     to_ends: bool = False
+    # For the same parts, but the last: the next part's host events that start from this
+    # part's end until before this time (ns; just past the launch of the next part's first
+    # work) are read too,
+    # as ``Trace.next_part_host``: the host side of the idle gap that work ends, which is
+    # this part's (``readers.budget.each_part``).
+    ahead_ns: int | None = None
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.window_ns is not None:
@@ -174,7 +180,8 @@ def slice_frames(
     gpu: pl.LazyFrame, cpu: pl.LazyFrame, steps: pl.LazyFrame, spec: SliceSpec, source: str,
     *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None,
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame, str]:
-    """The sliced gpu, cpu and steps frames, and a note saying what was kept. Raises
+    """The sliced gpu, cpu and steps frames, a note saying what was kept, and the host events
+    past the part's end that ``SliceSpec.ahead_ns`` asks for (None where it does not). Raises
     UsageError (one line) when the slice selects nothing. ``origin_ns`` (the first event) and
     ``all_steps`` are the whole trace's, for frames a reader already cut to the part (they
     default to these frames')."""
@@ -212,7 +219,18 @@ def slice_frames(
         kept_steps = all_steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
     n_all = all_steps.height
     note = f"analysed part of the trace: {spec.text} ({kept_steps.height} of {n_all} profiler steps)"
-    return gpu_kept, cpu_kept, kept_steps.lazy(), note
+    return gpu_kept, cpu_kept, kept_steps.lazy(), note, _ahead(cpu, spec, hi)
+
+
+def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, hi: int) -> pl.LazyFrame | None:
+    """The host events past the part's end that ``SliceSpec.ahead_ns`` asks for: those
+    starting in [hi, ahead_ns); for a time window, which cuts events at hi, also the rest of
+    those running across it, from hi on. None where none are asked for."""
+    if spec.ahead_ns is None or spec.ahead_ns <= hi:
+        return None
+    if spec.steps is not None:  # (an event across the cut is whole in the part already)
+        return cpu.filter((pl.col("start_ns") >= hi) & (pl.col("start_ns") < spec.ahead_ns))
+    return _clipped(cpu.filter(host_overlap(hi, spec.ahead_ns) & (_END > hi)), hi, 2**62)
 
 
 def slice_trace(trace: Trace, spec: SliceSpec | None, *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None) -> Trace:
@@ -220,16 +238,17 @@ def slice_trace(trace: Trace, spec: SliceSpec | None, *, origin_ns: int | None =
     ``origin_ns`` and ``all_steps`` as for :func:`slice_frames`."""
     if spec is None:
         return trace
-    gpu, cpu, steps, note = slice_frames(
+    gpu, cpu, steps, note, ahead = slice_frames(
         trace.gpu.lazy(), trace.cpu.lazy(), trace.steps.lazy(), spec, trace.meta.source, origin_ns=origin_ns, all_steps=all_steps
     )
-    return with_frames(trace, gpu.collect(), cpu.collect(), steps.collect(), note)
+    return with_frames(trace, gpu.collect(), cpu.collect(), steps.collect(), note, None if ahead is None else ahead.collect())
 
 
-def with_frames(trace: Trace, gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.DataFrame, note: str) -> Trace:
+def with_frames(trace: Trace, gpu: pl.DataFrame, cpu: pl.DataFrame, steps: pl.DataFrame, note: str,
+                ahead: pl.DataFrame | None = None) -> Trace:
     from dataclasses import replace
 
     if gpu.height == 0 and cpu.height == 0:
         raise UsageError(f"{trace.meta.source}: {note.split(': ', 1)[1].split(' (')[0]} holds no events")
     meta = replace(trace.meta, notes=(*trace.meta.notes, note))
-    return Trace(gpu=gpu, cpu=cpu, steps=steps, devices=trace.devices, meta=meta, comms=trace.comms)
+    return Trace(gpu=gpu, cpu=cpu, steps=steps, devices=trace.devices, meta=meta, comms=trace.comms, next_part_host=ahead)

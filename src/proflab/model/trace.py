@@ -157,6 +157,10 @@ class Trace:
     devices: pl.DataFrame
     meta: TraceMeta
     comms: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=COMM_SCHEMA))
+    # A part of a trace analysed in parts (``report.combine``), but the last: the next part's
+    # host events (as ``cpu``) from this part's end to the launch of the next part's first
+    # work. The idle gap that work ends is this part's, and what the host did in it, this.
+    next_part_host: pl.DataFrame | None = None
 
     def __post_init__(self) -> None:
         for name, schema in (

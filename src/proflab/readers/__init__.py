@@ -105,8 +105,9 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
                 devices = entry.collect("devices")
                 whole = Trace(gpu=empty(GPU_SCHEMA), cpu=empty(CPU_SCHEMA), steps=empty(STEP_SCHEMA), devices=devices, meta=meta, comms=entry.collect("comms"))
                 f = entry.frames
-                gpu, cpu, steps, note = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
-                return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note)
+                gpu, cpu, steps, note, ahead = slice_frames(f["gpu"], f["cpu"], f["steps"], part, str(path))
+                return with_frames(whole, entry.collect("gpu", gpu), entry.collect("cpu", cpu), steps.collect(), note,
+                                   None if ahead is None else entry.collect("cpu", ahead))
             except (OSError, pl.exceptions.PolarsError, pl.exceptions.PanicException, TypeError, IndexError):
                 _cache.drop(p)  # damaged after all: read the trace again
     if part is not None and _is_nsys(p):

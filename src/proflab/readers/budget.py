@@ -197,17 +197,24 @@ def by_launch(specs: list[SliceSpec], latest: list[dict[int, int]], processes: s
 def each_part(specs: list[SliceSpec], after: list, read, budget: int, nothing: Exception):
     """The parts ``read(spec)`` gives (a reader's, for an analysis of every event), each noted
     with the budget and the next part's first work (``after[i]``: ``TraceMeta
-    .next_part_work``) and not held while the next is read; a part of no event (``read``
+    .next_part_work``), read with the next part's host events up to that work's launch
+    (``SliceSpec.ahead_ns``), and not held while the next is read; a part of no event (``read``
     raising UsageError: a stretch of no host call and no work launched) is skipped, and
     ``nothing`` is raised where no part holds one."""
     given = 0
     for i, spec in enumerate(specs):
+        nxt = after[i] if i < len(after) else ()
+        # the next part's host events up to its first launch, that call included: the host
+        # side of the gap its first work ends, which is this part's (``Trace.next_part_host``)
+        launches = [w.launch_start_ns for w in nxt if w.launch_start_ns is not None]
+        if launches:
+            spec = dataclasses.replace(spec, ahead_ns=max(launches) + 1)
         try:
             trace = read(spec)
         except UsageError:
             continue
         given += 1
-        yield noted(trace, [], budget, next_part_work=after[i] if i < len(after) else ())
+        yield noted(trace, [], budget, next_part_work=nxt)
         del trace
     if not given:
         raise nothing

@@ -459,10 +459,10 @@ class _OnDisk:
     def part(self, part: SliceSpec) -> Trace:
         from proflab.model.slicing import slice_frames, with_frames
 
-        g, c, st, note = slice_frames(self.gpu, self.cpu, self.steps.lazy(), part, str(self.path), origin_ns=self.origin,
-                                      all_steps=self.steps)
+        g, c, st, note, ahead = slice_frames(self.gpu, self.cpu, self.steps.lazy(), part, str(self.path), origin_ns=self.origin,
+                                             all_steps=self.steps)
         g, c = _in_time_order(g.collect(engine="streaming")), _in_time_order(c.collect(engine="streaming"))
-        return with_frames(self.whole, g, c, st.collect(), note)
+        return with_frames(self.whole, g, c, st.collect(), note, None if ahead is None else _in_time_order(ahead.collect(engine="streaming")))
 
 
 @contextmanager

@@ -268,6 +268,8 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = No
     else:
         lo, hi = window_bounds(part, origin, source)
     ctx.host_where = ctx.gpu_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
+    if part.ahead_ns is not None and part.ahead_ns > hi:  # the next part's host events before its first launch, too
+        ctx.host_where = f"({ctx.host_where}) OR (start < {part.ahead_ns} AND (end > {hi} OR start >= {hi}))"
     if part.correlations is not None:  # a part of every event's: the work launched in it
         # (rows of any process whose id is in one of the processes' ranges: slicing keeps
         # each process's own; and by time, the work of processes with no launches)
@@ -280,7 +282,7 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = No
             ids.append(f"correlationId <= {max(lasts)}")
         ctx.gpu_where = f"({' AND '.join(ids)}) OR (start >= {lo} AND start < {hi})"
     elif part.steps is not None:  # the work the kept calls launched, wherever it ran
-        ids = ctx.correlation_range(ctx.host_where)
+        ids = ctx.correlation_range(ctx.gpu_where)  # (the part's host condition: not the next part's events)
         inside = f"start >= {lo} AND start < {hi}"
         ctx.gpu_where = inside if ids is None else f"(correlationId BETWEEN {ids[0]} AND {ids[1]}) OR ({inside})"
     trace = _read_tables(path, ctx, events=events)

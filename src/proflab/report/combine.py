@@ -31,15 +31,17 @@ memory follows one part while time follows the whole trace. What the combined re
   window, its title and evidence those of the part where it gains most; ``evidence`` adds
   ``part`` (that part) and ``found_in_parts``; one found in only some parts is kept where it
   passes its rule's floor over the combined window too (``_over_the_whole``), as a whole
-  analysis would decide. A gain summed over parts is the rules' estimate per part: where an
-  estimate is not a sum (a launch-bound loop's, from per-part medians) it may differ from the
-  whole analysis's by a few percent. The trace is healthy where none reaches warning
-  level over the combined window;
+  analysis would decide. The host-side rules' gains (sync, host and launch overhead) are
+  not summed but decided again over all parts' sums with the whole trace's observer
+  (``rules.host.over_parts``): the profiler's correction is a median per step times the
+  steps, capped by what was observed, which a sum of per-part corrections is not. The trace
+  is healthy where none reaches warning level over the combined window;
+- a part reads the host side of its gaps as the whole trace would: the next part's host
+  events up to its first launch (``Trace.next_part_host``) and each thread's last host event
+  end in the parts before (``observer.host_reach``);
 - GPU memory's timeline is per part and not combined: said as missing;
-- the rules judge host and launch overhead by the observer model's medians over a part's own
-  steps: parts of few steps (under ``FEW_STEPS``) may judge otherwise than the whole trace
-  would (one recorded DataLoader-fed loop, one step a part: launch-bound where the whole is
-  host-bound), and the notes say so.
+- whether a part finds a host-side finding at all is decided by medians over its own steps:
+  parts of few steps (under ``FEW_STEPS``) are said in the notes.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
 from proflab.report import assemble as _a
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, severity
+from proflab.rules._common import pct as _pct
+from proflab.rules.host import over_parts, part_sums
 
 __all__ = ["report_in_parts"]
 
@@ -103,6 +107,7 @@ class _Part:
     ranges: pl.DataFrame
     host_ops: pl.DataFrame
     events: int
+    host_sums: dict | None  # what the host-side rules decide from (``rules.host.part_sums``)
 
 
 def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None,
@@ -119,13 +124,17 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
         if trace.meta.budget is None:  # read whole: the budget held it
             return _a.report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
         done: list[_Part] = []
+        reach = None  # per thread, the latest end of a host event in the parts so far
         while trace is not None:
             if on_part is not None:
                 on_part(len(done) + 1, _label(trace))
             # the parts' spans meet: each from where the one before ends (its GPU work queued
             # behind the host calls of the next is then inside its own span, not taken for idle)
-            ctx = Context(trace, bare_step_ms=bare_step_ms, part=True, starts_at=done[-1].window[1] if done else None)
+            ctx = Context(trace, bare_step_ms=bare_step_ms, part=True, starts_at=done[-1].window[1] if done else None,
+                          host_before=reach)
             done.append(_digest(ctx, _a.report_for(ctx, top_kernels=top_kernels)))
+            mine = _observer.host_reach(trace.cpu)
+            reach = mine if reach is None else pl.concat([reach, mine]).group_by("tid").agg(pl.col("end_ns").max())
             del ctx, trace  # before the next part is read
             trace = next(it, None)
     finally:
@@ -178,6 +187,7 @@ def _digest(ctx: Context, report: Report) -> _Part:
         ranges=ctx.range_table,
         host_ops=_a.host_op_table(trace),
         events=trace.gpu.height + trace.cpu.height,
+        host_sums=part_sums(ctx) if gpu else None,
     )
 
 
@@ -280,16 +290,25 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
         for f in p.report.findings:
             if f.category != "healthy" and f.id not in memory:
                 found.setdefault(f.id, []).append((i, f))
+    # the host-side rules' gains decided over all parts' sums, as the whole analysis decides them
+    decided = over_parts([p.host_sums for p in parts if p.host_sums is not None], observer, span_ns)
     out = []
-    for fs in found.values():
+    for fid, fs in found.items():
         at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
-        gain_ms = sum(f.est_gain_ms for _, f in fs)
-        pct = _share(parts, fs, gain_ms, span_ns)
-        if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, pct, span_ns):
-            continue  # over the rules' floor only in the short span of its parts: not over the whole
+        if fid in decided:
+            gain_ns, denom = decided[fid]
+            gain_ns = min(gain_ns, denom) if denom > 0 else gain_ns
+            if _pct(gain_ns, denom, 3) < MIN_GAIN_PCT:
+                continue  # not material over the whole trace
+            gain_ms, pct, how = gain_ns / 1e6, _pct(gain_ns, denom, 2), "gain over all parts"
+        else:
+            gain_ms, how = sum(f.est_gain_ms for _, f in fs), "gain summed"
+            pct = _share(parts, fs, gain_ms, span_ns)
+            if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, pct, span_ns):
+                continue  # over the rules' floor only in the short span of its parts: not over the whole
         sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
         evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
-        title = f"{best.title} [figures of {parts[at].label}; found in {len(fs)} of {len(parts)} parts, gain summed]"
+        title = f"{best.title} [figures of {parts[at].label}; found in {len(fs)} of {len(parts)} parts, {how}]"
         out.append(dataclasses.replace(best, title=title, severity=sev, evidence=evidence, est_gain_ms=gain_ms,
                                        est_gain_pct=round(pct, 2)))
     out.sort(key=lambda f: (-f.est_gain_ms, f.id))
@@ -369,7 +388,7 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
                      "in no part's steps (their events are analysed; a step longer than a part is why the cuts are windows)")
     few = min((p.step_count for p in parts if p.step_count), default=None)
     if few is not None and few < FEW_STEPS:
-        notes.append(f"analysed in parts of as few as {few} profiler step{'s' if few > 1 else ''}: each part's rules judge host "
-                     "and launch overhead by medians over its own steps, which so few may not share with the whole trace (a "
-                     "host-bound loop can read launch-bound); a larger --memory-budget puts more steps in each part")
+        notes.append(f"analysed in parts of as few as {few} profiler step{'s' if few > 1 else ''}: the gains of host and launch "
+                     "overhead and of syncs are decided over all parts, but whether a part finds them at all, by medians over its "
+                     "own steps, which so few may not share with the whole trace; a larger --memory-budget puts more steps in each part")
     return notes

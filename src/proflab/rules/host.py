@@ -23,7 +23,7 @@ from proflab.model import Trace
 from proflab.report import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, us
 
-__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis"]
+__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts"]
 
 _SKIP = ("GPU idle-gap causes",)
 
@@ -65,21 +65,31 @@ def _step_busy(ctx: Context, device: int) -> dict[int, int]:
 def _sync_claim(ctx: Context, sync_gaps: pl.DataFrame) -> int:
     """What removing the syncs can win back (ns): per step, their idle but no more than the
     step's GPU work, which is all the host's work after them could have overlapped."""
+    return sync_claim(*_sync_sums(ctx, sync_gaps), ctx.observer)
+
+
+def _sync_sums(ctx: Context, sync_gaps: pl.DataFrame) -> tuple[int, int, int]:
+    """The sync idle per step capped at the step's GPU work, summed (ns); the steps with sync
+    idle; and their GPU work (ns): sums over steps, so a trace analysed in parts adds its
+    parts' (``report.combine``)."""
     if sync_gaps.height == 0:
-        return 0
+        return 0, 0, 0
     busy = _step_busy(ctx, int(sync_gaps["device"][0]))
     per_step = sync_gaps.group_by("step").agg(pl.col("dur_ns").sum())
-    claim = int(sum(min(d, busy.get(s, d)) if s is not None else d for s, d in per_step.iter_rows()))
-    obs = ctx.observer
-    if obs is not None and obs.source == "measured":
+    capped = int(sum(min(d, busy.get(s, d)) if s is not None else d for s, d in per_step.iter_rows()))
+    steps = per_step["step"].drop_nulls().to_list()
+    return capped, len(steps), sum(busy.get(s, 0) for s in steps)
+
+
+def sync_claim(capped: int, steps: int, cap: int, obs) -> int:
+    """The syncs' claim (``_sync_claim``) from their sums (``_sync_sums``) and the observer."""
+    if obs is not None and obs.source == "measured" and steps:
         # A measured unprofiled step holds the syncs' whole cost: their idle and the refill of
         # the drained queue after each (the GPU runs kernel by kernel until the host is ahead
         # again), which the profiled trace cannot separate from its own slowness. The syncs
         # claim the measured excess first, up to the GPU work of their steps.
-        steps = per_step["step"].drop_nulls().to_list()
-        cap = sum(busy.get(s, 0) for s in steps)
-        claim = max(claim, int(min(obs.host_excess_ms_lo * 1e6 * len(steps), cap)))
-    return claim
+        return max(capped, int(min(obs.host_excess_ms_lo * 1e6 * steps, cap)))
+    return capped
 
 
 def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
@@ -221,16 +231,28 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     dur = g["dur_ns"].to_numpy()
     g = g.with_columns(pl.Series("launch_ns", dur * f), pl.Series("host_ns", dur * (1.0 - f)))
     launch_obs, host_obs = float(g["launch_ns"].sum()), float(g["host_ns"].sum())
-    obs = ctx.observer
-    steps = max(g["step"].drop_nulls().n_unique(), 1)
+    sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
+            "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync"))}
+    return {"gaps": g, "total": total, **host_launch(sums, ctx.observer, ctx.wall_ns), "sums": sums}
+
+
+def host_launch(sums: dict, obs, wall_ns: int) -> dict:
+    """The host- and launch-caused idle at the low and high end of the profiler's cost
+    (``lo``, ``hi``: ns), what was observed, the observer, what shares are taken of
+    (``denom``) and the steps, from the split's sums (``sums``: observed ``host`` and
+    ``launch`` idle, the gaps' ``steps``, the syncs' ``_sync_sums``): sums over steps, so a
+    trace analysed in parts decides from its parts' sums as a whole analysis does
+    (``report.combine``)."""
+    host_obs, launch_obs = sums["host"], sums["launch"]
+    steps = max(len(sums["steps"]), 1)
     if obs is None:
         lo = {"host": host_obs, "launch": launch_obs}
-        hi, denom = dict(lo), ctx.wall_ns
+        hi, denom = dict(lo), wall_ns
     else:
         # Host work that launches nothing is taken as real (the profiler records little of
         # it); the profiler's cost falls on dispatch, so the launch part absorbs the correction.
         # The excess over the GPU work includes what the syncs cost; sync_bound claims that.
-        claimed = _sync_claim(ctx, found[0].filter(pl.col("cause") == "sync"))
+        claimed = sync_claim(*sums["sync"], obs)
 
         def split(excess_ms: float) -> dict[str, float]:
             e = min(max(excess_ms * 1e6 * steps - claimed, 0.0), host_obs + launch_obs)
@@ -238,9 +260,37 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
             return {"host": h, "launch": min(launch_obs, e - h)}
 
         lo, hi = split(obs.host_excess_ms_lo), split(obs.host_excess_ms_hi)
-        denom = int(obs.unprofiled_step_ms[1] * 1e6 * steps) or ctx.wall_ns
-    return {"gaps": g, "total": total, "observed": {"host": host_obs, "launch": launch_obs}, "lo": lo, "hi": hi,
-            "observer": obs, "denom": denom, "steps": steps}
+        denom = int(obs.unprofiled_step_ms[1] * 1e6 * steps) or wall_ns
+    return {"observed": {"host": host_obs, "launch": launch_obs}, "lo": lo, "hi": hi, "observer": obs, "denom": denom, "steps": steps}
+
+
+def part_sums(ctx: Context) -> dict:
+    """What the host-side rules decide from, as sums over steps, for a part of a trace
+    analysed in parts (``report.combine``, which decides over all parts' sums with
+    :func:`over_parts`): the host split's (``_split_host_idle``) and sync_bound's gaps'."""
+    split = _host_split(ctx.trace, ctx)
+    found = _gaps_of(ctx.trace, ctx, ("sync",))
+    return {"split": None if split is None else split["sums"], "sync": _sync_sums(ctx, found[0]) if found else None}
+
+
+def over_parts(sums: list[dict], obs, wall_ns: int) -> dict[str, tuple[float, int]]:
+    """Per host-side rule, its gain (ns, at the conservative end) and what its share is taken
+    of (ns), decided from the parts' :func:`part_sums` and the whole trace's observer as a
+    whole analysis decides them: the profiler's correction is a median per step times the
+    steps, capped by what was observed, which a sum of per-part decisions is not."""
+    out: dict[str, tuple[float, int]] = {}
+    syncs = [s["sync"] for s in sums if s["sync"] is not None]
+    if syncs:
+        denom = int(obs.unprofiled_step_ms[1] * 1e6 * obs.steps) if obs is not None else wall_ns
+        out["sync_bound"] = (float(sync_claim(*map(sum, zip(*syncs)), obs)), denom or wall_ns)
+    splits = [s["split"] for s in sums if s["split"] is not None]
+    if splits:
+        both = {"host": sum(s["host"] for s in splits), "launch": sum(s["launch"] for s in splits),
+                "steps": set().union(*(s["steps"] for s in splits)), "sync": tuple(map(sum, zip(*(s["sync"] for s in splits))))}
+        split = host_launch(both, obs, wall_ns)
+        out["host_bound"] = (split["lo"]["host"], split["denom"])
+        out["launch_bound"] = (split["lo"]["launch"], split["denom"])
+    return out
 
 
 def _observer_evidence(split: dict) -> dict:
