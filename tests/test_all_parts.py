@@ -337,6 +337,20 @@ def test_recorded_loops_of_24_steps_in_parts_keep_their_verdicts(name, share, co
     assert parts["summary"]["observer"]["source"] == "measured" and parts["summary"]["step_count"] == 24
 
 
+def test_parts_shorter_than_a_step_say_the_profilers_cost_is_not_corrected():
+    """Time windows shorter than a step hold no whole step: the observer model has none, the
+    host-side gains are the observed idle (the launch-bound loop's 242 ms against 141 ms
+    without the profiler), and the report says so where the gains are given, not that the
+    trace has no steps."""
+    path = LONG / "mlp_foreach.light.pt.trace.json.gz"
+    bare = json.loads((LONG / "ground_truth.json").read_text())["loops"]["mlp_foreach"]["bare"]["median_ms"]
+    parts = proflab.analyze(path, all_parts=True, memory_budget=_kineto_budget(path, 0.04), cache=False, bare_step_ms=bare).to_dict()
+    assert parts["summary"]["step_count"] == 0 and parts["summary"]["observer"] is None
+    assert any(n.startswith("the profiler's own cost is not estimated: no part holds a whole profiler step") for n in parts["notes"])
+    launch = next(f for f in parts["findings"] if f["id"] == "launch_bound")
+    assert launch["evidence"]["profiler_cost"].startswith("not estimated: no part holds a whole profiler step")
+
+
 def test_a_part_holds_the_next_parts_host_events_up_to_its_first_launch(tmp_path):
     """``Trace.next_part_host``: the next part's host events that start from the part's end
     to its first work's launch, that call included, and nothing else; none after the last

@@ -280,6 +280,12 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     )
 
 
+# said where no part holds a whole step, so the observer model has none
+_UNCORRECTED = ("not estimated: no part holds a whole profiler step (each is longer than a part), so host and launch overhead "
+                "are the idle seen in the trace, which the profiler's own cost inflates, and an unprofiled step time "
+                "(--bare-step-ms) is not used; a --memory-budget that holds a few steps, or --steps, corrects for it")
+
+
 def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> list[Finding]:
     """Each part's findings as the whole trace's (see the module doc)."""
     from proflab.rules.utilization import healthy_of
@@ -308,6 +314,8 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
                 continue  # over the rules' floor only in the short span of its parts: not over the whole
         sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
         evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
+        if "profiler_cost" in evidence and observer is None and _steps_in_trace(parts):
+            evidence["profiler_cost"] = _UNCORRECTED
         title = f"{best.title} [figures of {parts[at].label}; found in {len(fs)} of {len(parts)} parts, {how}]"
         out.append(dataclasses.replace(best, title=title, severity=sev, evidence=evidence, est_gain_ms=gain_ms,
                                        est_gain_pct=round(pct, 2)))
@@ -378,7 +386,8 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
                  f"{'' if budget is None else ' of ' + size_text(budget)} ({shown}): {events:,} events in all (the trace holds "
                  f"{whole:,}; a host event across a cut counts in each part it spans), combined into this report")
     notes.append("analysed in parts: times, counts and steps are summed over the parts; medians and percentiles of kernels and "
-                 f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed, its "
+                 f"launches are within {100 * _quantiles.ALPHA:g} %; each finding is its parts' findings, its gain summed (of syncs, "
+                 "host and launch overhead: decided over all parts' sums), its "
                  "title and evidence from the part where it gains most (evidence.part)"
                  + (f"; {ms(between_ns)} ms of GPU idle between parts is of unknown cause" if between_ns else ""))
     every = _steps_in_trace(parts)
@@ -386,6 +395,8 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
     if every is not None and kept < every:  # window parts: a step across a cut is whole in neither
         notes.append(f"{every - kept} of the trace's {every} profiler steps run across a cut between two time windows and are "
                      "in no part's steps (their events are analysed; a step longer than a part is why the cuts are windows)")
+    if every and not kept and any(p.has_gpu for p in parts):
+        notes.append(f"the profiler's own cost is {_UNCORRECTED}")
     few = min((p.step_count for p in parts if p.step_count), default=None)
     if few is not None and few < FEW_STEPS:
         notes.append(f"analysed in parts of as few as {few} profiler step{'s' if few > 1 else ''}: the gains of host and launch "
