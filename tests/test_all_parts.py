@@ -367,3 +367,55 @@ def test_a_part_holds_the_next_parts_host_events_up_to_its_first_launch(tmp_path
             assert ahead["start_ns"].min() >= end and ahead["start_ns"].max() <= launch
             expect = b.cpu.filter((pl.col("start_ns") >= end) & (pl.col("start_ns") <= launch))
             assert ahead.sort(ahead.columns).equals(expect.sort(expect.columns))
+
+
+def test_two_traces_compared_in_parts_compare_as_their_whole_analyses():
+    """``compare(..., all_parts=True)``: each trace analysed in parts of whole steps, its
+    comparison tables summed over them (``analysis.compare.combined_part``): the step times,
+    their interval, the verdict, where the time moved, kernels, operators and ranges are the
+    whole traces' comparison's (the DataLoader-fed loop against the per-parameter one)."""
+    a, b = LONG / "cnn_loader.light.pt.trace.json.gz", LONG / "mlp_foreach.light.pt.trace.json.gz"
+    budget = min(_kineto_budget(a, 0.4), _kineto_budget(b, 0.4))
+    parts = proflab.compare(a, b, all_parts=True, memory_budget=budget, cache=False)
+    whole = proflab.compare(load(a, cache=False, budget=None), load(b, cache=False, budget=None))
+    assert all(r.source["inputs"][0]["parts"] >= 2 for side in (parts.before, parts.after) for r in side.reports)
+    p, w = parts.to_dict(), whole.to_dict()
+    for key in ("verdict", "verdict_reason", "per", "step_time_ms", "gpu_work_ms", "breakdown_ms", "breakdown_delta_ms", "kernels",
+                "ops", "ranges", "caveats"):
+        assert p[key] == w[key], key
+    assert [f["id"] for f in p["findings"]["new"]] == [f["id"] for f in w["findings"]["new"]]
+
+
+def test_the_cli_compares_in_parts_from_the_report_cache_and_refuses_a_part(tmp_path, monkeypatch, capsys):
+    """``compare --all-parts``: a second run is answered from the report cache, which keeps it
+    apart from a comparison of a part from each trace's middle; --steps and --window, which
+    take a part, are refused in one line."""
+    from proflab.cli import main
+
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
+    a, b = tmp_path / "a.pt.trace.json.gz", tmp_path / "b.pt.trace.json.gz"
+    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.gz", a)
+    shutil.copyfile(LONG / "mlp_foreach.light.pt.trace.json.gz", b)
+    budget = str(min(_kineto_budget(a, 0.4), _kineto_budget(b, 0.4)))
+    got = []
+    for flags in (["--all-parts"], [], ["--all-parts"]):
+        out = tmp_path / "c.json"
+        assert main(["compare", str(a), str(b), "--memory-budget", budget, *flags, "-f", "json", "-o", str(out)]) == 0
+        got.append(json.loads(out.read_text()))
+    assert got[0] == got[2] and got[0]["step_time_ms"]["steps_before"] == 24
+    assert got[1]["step_time_ms"]["steps_before"] < 24  # a part from the middle
+    for extra in (["--steps", "1:3"], ["--window", "0:10"]):
+        assert main(["compare", str(a), str(b), "--all-parts", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--all-parts" in err and "Traceback" not in err
+
+
+def test_run_directories_compared_in_parts_say_their_energy_is_not_compared():
+    """A run directory's energy per step reads its traces' windows and steps again, past the
+    budget the parts hold: with all parts the comparison says it is not compared."""
+    run = next((HERE / "data" / "kineto" / "scaling" / "balanced" / "runs").glob("*/*-1gpu"))
+    parts = proflab.compare(run, run, all_parts=True, cache=False).to_dict()
+    whole = proflab.compare(run, run, cache=False).to_dict()
+    assert parts["verdict"] == whole["verdict"] and parts["step_time_ms"] == whole["step_time_ms"]
+    assert any(c.startswith("energy per step: not compared with all parts") for c in parts["caveats"])
+    assert whole["energy"] is not None and parts["energy"] is None

@@ -75,7 +75,8 @@ def _placed(analyse, source: str) -> Report:
 def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,
             unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None,
             cache: bool | None = None, steps: str | None = None, window: str | None = None,
-            memory_budget: int | None = DEFAULT_BUDGET):
+            memory_budget: int | None = DEFAULT_BUDGET, all_parts: bool = False,
+            on_part: Callable[[int, str], None] | None = None):
     """Compare two runs: each a trace (path or :class:`Trace`), a list of them (a trace set),
     a folder of traces, or a ``proflab run`` directory (its traces, ``meta.json`` and
     ``monitor.parquet``). Returns a :class:`proflab.analysis.compare.Comparison` whose
@@ -84,13 +85,24 @@ def compare(before: Any, after: Any, *, threshold_pct: float | None = None, top_
     which the verdict then rests on. ``cache``, ``steps``, ``window`` and ``memory_budget`` as for :func:`load`;
     a trace file compared before is answered from the report cache (its report and the small
     tables the comparison needs) without reading it. ``load_trace``, when given, must read
-    with the same ``cache``, ``steps``, ``window`` and ``memory_budget``."""
+    with the same ``cache``, ``steps``, ``window`` and ``memory_budget``. ``all_parts``: a
+    trace file over the budget is analysed whole, in consecutive parts that each fit, as
+    :func:`analyze` does with it (not with ``steps`` or ``window``); ``on_part(n, label)`` is
+    called as each part is analysed."""
     from proflab.analysis.compare import compare as _compare
 
-    opts = {"cache": cache, "steps": steps, "window": window, "memory_budget": memory_budget}
-    read = load_trace or (lambda p: load(p, **opts))
-    return _compare(_side(before, "before", read, top_kernels, opts), _side(after, "after", read, top_kernels, opts),
-                    threshold_pct=threshold_pct, unprofiled_steps_ms=unprofiled_steps_ms)
+    if all_parts and (steps or window):
+        raise UsageError(f"all_parts compares every event of each trace; it takes no {'steps' if steps else 'window'}")
+    reading = {"cache": cache, "steps": steps, "window": window, "memory_budget": memory_budget}
+    read = load_trace or (lambda p: load(p, **reading))
+    opts = {**reading, "all_parts": all_parts, "on_part": on_part}
+    sides = _side(before, "before", read, top_kernels, opts), _side(after, "after", read, top_kernels, opts)
+    result = _compare(*sides, threshold_pct=threshold_pct, unprofiled_steps_ms=unprofiled_steps_ms)
+    if all_parts and any(s.run is not None for s in sides):
+        # (a run directory's energy per step reads its traces' windows and steps again, past the budget)
+        result.notes.append("energy per step: not compared with all parts (--all-parts); compare the run directories "
+                            "without it, or see proflab energy RUN_DIR")
+    return result
 
 
 def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: float | None = None):
@@ -139,6 +151,8 @@ def _side(what: Any, tag: str, read: Any, top_kernels: int, opts: dict[str, Any]
 
                 monitor = read_monitor(p / "monitor.parquet")
         sources.extend(expand_paths([p]))
+    if (opts or {}).get("all_parts"):
+        monitor = None  # (its energy per step is not compared: see compare)
     # the energy of a run directory needs its traces: such a side is always read
     got = [_trace_part(s, read, top_kernels, opts or {}, keep_trace=monitor is not None) for s in sources]
     reports, parts = tuple(r for r, _ in got), tuple(p for _, p in got)
@@ -155,7 +169,7 @@ def _trace_part(source: Trace | Path, read: Any, top_kernels: int, opts: dict[st
     key = None
     if isinstance(source, Path) and not keep_trace:
         options = {"compare": 1, "top": top_kernels, "steps": opts.get("steps"), "window": opts.get("window"),
-                   "memory_budget": opts.get("memory_budget")}
+                   "memory_budget": opts.get("memory_budget"), **({"all_parts": True} if opts.get("all_parts") else {})}
         key = report_cache.key(source, options, opts.get("cache"))
         got = report_cache.get_with_extra(key)
         if got is not None and got[1] is not None:
@@ -163,9 +177,20 @@ def _trace_part(source: Trace | Path, read: Any, top_kernels: int, opts: dict[st
                 return got[0], decode_part(got[1])
             except Exception:  # a damaged entry: analyse again (and replace it)
                 pass
-    ctx = Context(source if isinstance(source, Trace) else read(source))
-    report = report_for(ctx, top_kernels=top_kernels)
-    part = trace_part(ctx, keep_trace=keep_trace)
+    if opts.get("all_parts") and isinstance(source, Path) and opts.get("memory_budget") is not None:
+        from proflab.analysis.compare import combined_part
+        from proflab.readers import load_parts
+        from proflab.report.combine import report_in_parts
+
+        got = []
+        report = _placed(lambda: report_in_parts(load_parts(source, budget=opts["memory_budget"], cache=opts.get("cache")),
+                                                 top_kernels=top_kernels, each=lambda c: got.append(trace_part(c)),
+                                                 on_part=opts.get("on_part")), str(source))
+        part = combined_part(got)
+    else:
+        ctx = Context(source if isinstance(source, Trace) else read(source))
+        report = report_for(ctx, top_kernels=top_kernels)
+        part = trace_part(ctx, keep_trace=keep_trace)
     if key is not None:
         report_cache.put(key, report, extra=encode_part(part))
     return report, part

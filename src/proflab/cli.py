@@ -282,7 +282,7 @@ def _reading_args(p: argparse.ArgumentParser):
     g.add_argument("--memory-budget", type=_budget_bytes, default=_DEFAULT_BUDGET, metavar="SIZE",
                    help="analyse a trace that would need more memory than this in a part from its middle that fits, "
                         "and say how far it is like the whole (default 1.5G; 800M, 4GiB; none: read it whole; "
-                        "analyze --all-parts: every event, in parts that fit)")
+                        "--all-parts: every event, in parts that fit)")
     return g
 
 
@@ -532,7 +532,11 @@ def _compare_parser(sub) -> None:
     c.add_argument("--unprofiled-steps", nargs=2, metavar=("BEFORE_FILE", "AFTER_FILE"),
                    help="step times in ms measured without the profiler (a JSON list, or one number per line): the verdict rests on them")
     c.add_argument("--top", type=int, default=15, metavar="N", help="hot kernels per report (default 15)")
-    _reading_args(c)
+    _reading_args(c).add_argument(
+        "--all-parts", action="store_true",
+        help="a trace over --memory-budget: compare every event, each trace analysed in consecutive parts that each fit "
+             "(as analyze --all-parts), instead of a part from its middle",
+    )
     _report_output_args(c)
     c.set_defaults(func=cmd_compare)
     b = sub.add_parser(
@@ -1241,8 +1245,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         measured = [unprofiled_steps_ms(p) for p in sides]
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
-    comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
-                         unprofiled_steps_ms=unprofiled, **_reading(args))
+    if args.all_parts and (args.steps or args.window):
+        raise UsageError(f"--all-parts compares every event of each trace; it takes no {'--steps' if args.steps else '--window'}")
+    with _analysing(args.all_parts and fmt == "term") as status:
+        def on_part(n: int, label: str) -> None:
+            if status is not None:
+                status.update(f"analysing part {n} ({label})")
+
+        comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
+                             unprofiled_steps_ms=unprofiled, all_parts=args.all_parts, on_part=on_part, **_reading(args))
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0

@@ -44,7 +44,7 @@ from proflab.report import Report
 
 __all__ = [
     "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
-    "Side", "TracePart", "trace_part", "encode_part", "decode_part", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
+    "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
 ]  # fmt: skip
 
 SCHEMA_ID = "proflab.compare/1"
@@ -153,6 +153,30 @@ def trace_part(ctx: Context, *, keep_trace: bool = False) -> TracePart:
         with_stack=stack,
         record_shapes=shapes,
         trace=ctx.trace if keep_trace else None,
+    )
+
+
+def combined_part(parts: list[TracePart]) -> TracePart:
+    """The comparison's tables of a trace analysed in consecutive parts (``report.combine``)
+    from each part's: step rows together (each step is whole in one part), kernels, operators
+    and ranges summed by name."""
+    if len(parts) == 1:
+        return parts[0]
+    steps = [p.steps for p in parts if p.steps is not None and p.steps.height]
+    summed = {}
+    for name, keys in (("kernels_in_steps", ("ns", "count")), ("kernels", ("ns", "count")), ("op_gpu_in_steps", ("gpu_ns",)),
+                       ("op_gpu", ("gpu_ns",)), ("op_host_in_steps", ("host_ns",)), ("op_host", ("host_ns",)),
+                       ("ranges", ("gpu_ns", "host_ns"))):
+        frames = [getattr(p, name) for p in parts]
+        schema = frames[0].schema
+        summed[name] = pl.concat(frames, how="vertical_relaxed").group_by("name").agg(pl.col(list(keys)).sum()).select(list(schema)).cast(schema)
+    first = parts[0]
+    return TracePart(
+        steps=pl.concat(steps, how="diagonal_relaxed").sort("device", "step") if steps else next((p.steps for p in parts if p.steps is not None), None),
+        gpu_steps=sum(p.gpu_steps for p in parts),
+        **summed,
+        with_stack=first.with_stack,
+        record_shapes=first.record_shapes,
     )
 
 
@@ -491,6 +515,11 @@ class Comparison:
         s = self.step_time
         if s["steps_before"] == 0 or s["steps_after"] == 0:
             which = " and ".join(t for t, k in (("before", "steps_before"), ("after", "steps_after")) if s[k] == 0)
+            across = [t for t, side in (("before", self.before), ("after", self.after))
+                      if any("profiler steps run across a cut" in n for r in side.reports for n in r.notes)]
+            if across:  # (analysed in parts shorter than a step: the trace has steps, no part a whole one)
+                return "unknown", (f"no whole profiler step in {' and '.join(across)}'s parts, each shorter than a step: step "
+                                   "time cannot be compared; a --memory-budget that holds a few steps can")
             return "unknown", f"no profiler steps in {which}: step time cannot be compared"
         if s["ci_pct"] is None:
             return "unknown", f"{s['steps_before']} vs {s['steps_after']} steps: at least {MIN_STEPS} per side are needed to separate change from noise"

@@ -111,18 +111,24 @@ class _Part:
 
 
 def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None,
-                    on_part: Callable[[int, str], None] | None = None) -> Report:
+                    on_part: Callable[[int, str], None] | None = None, each: Callable[[Context], None] | None = None) -> Report:
     """The report of a trace given as consecutive parts (``readers.load_parts``): each part
     analysed in turn and freed before the next is read, the report combined from them (see
     the module doc). A trace given whole (one part) is reported as ``analyze`` reports it.
-    ``on_part(n, label)``: called as the n-th part (from 1) is analysed, for progress."""
+    ``on_part(n, label)``: called as the n-th part (from 1) is analysed, for progress;
+    ``each(ctx)``: with each part's analysis context once its report is built, for what else
+    is taken from every part (a comparison's tables: ``analysis.compare.combined_part``)."""
     it = iter(parts)
     try:
         trace = next(it, None)
         if trace is None:
             raise UsageError("the trace's parts hold no events")
         if trace.meta.budget is None:  # read whole: the budget held it
-            return _a.report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels)
+            ctx = Context(trace, bare_step_ms=bare_step_ms)
+            report = _a.report_for(ctx, top_kernels=top_kernels)
+            if each is not None:
+                each(ctx)
+            return report
         done: list[_Part] = []
         reach = None  # per thread, the latest end of a host event in the parts so far
         while trace is not None:
@@ -133,6 +139,8 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
             ctx = Context(trace, bare_step_ms=bare_step_ms, part=True, starts_at=done[-1].window[1] if done else None,
                           host_before=reach)
             done.append(_digest(ctx, _a.report_for(ctx, top_kernels=top_kernels)))
+            if each is not None:
+                each(ctx)
             mine = _observer.host_reach(trace.cpu)
             reach = mine if reach is None else pl.concat([reach, mine]).group_by("tid").agg(pl.col("end_ns").max())
             del ctx, trace  # before the next part is read
