@@ -21,6 +21,7 @@ import pytest
 
 import proflab
 from proflab.analysis import quantiles
+from proflab.analysis.context import Context
 from proflab.readers import budget as limits
 from proflab.readers import kineto, load, load_parts, nsys_sqlite
 from test_nsys_slicing import with_steps
@@ -232,7 +233,7 @@ def test_the_cli_analyses_every_event_and_refuses_a_part_with_it(tmp_path, capsy
     assert rc in (0, 1)
     report = json.loads(out.read_text())
     assert report["source"]["inputs"][0]["parts"] >= 2
-    for extra in (["--steps", "1:3"], ["--window", "0:10"], ["-o", str(tmp_path / "r.html")]):
+    for extra in (["--steps", "1:3"], ["--window", "0:10"], ["--perfetto", str(tmp_path / "p.json.gz")]):
         assert main(["analyze", str(path), "--all-parts", *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--all-parts" in err and "Traceback" not in err
@@ -419,3 +420,92 @@ def test_run_directories_compared_in_parts_say_their_energy_is_not_compared():
     assert parts["verdict"] == whole["verdict"] and parts["step_time_ms"] == whole["step_time_ms"]
     assert any(c.startswith("energy per step: not compared with all parts") for c in parts["caveats"])
     assert whole["energy"] is not None and parts["energy"] is None
+
+
+def _close_items(a: list[dict], b: list[dict], tol_ms: float = 2e-4) -> bool:
+    """Overview items alike: the same fields, times within ``tol_ms`` (each part's are rounded
+    to 0.1 us from its own window's start)."""
+    key = lambda x: (x["lane"], x["start"])  # noqa: E731
+    if len(a) != len(b):
+        return False
+    for x, y in zip(sorted(a, key=key), sorted(b, key=key)):
+        if x.keys() != y.keys():
+            return False
+        for k in x:
+            if isinstance(x[k], float) and isinstance(y[k], float) and abs(x[k] - y[k]) <= tol_ms:
+                continue
+            if x[k] != y[k]:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("name,share", [("cnn_loader", 0.15), ("mlp_foreach", 0.08)])
+def test_the_timeline_combined_from_the_parts_is_the_whole_traces(name, share):
+    """The HTML page's timeline of a trace analysed in parts of whole steps
+    (``overview.combined_overview`` of each part's ``part_overview``): the whole trace's, its
+    GPU work merged at the whole window's resolution with the same counts, busy times and
+    longest kernels' names, the same idle gaps, steps and ranges (a range whose host time
+    lies before its part's GPU-side window included), what is left out counted alike."""
+    from proflab.analysis.overview import combined_overview, overview, part_overview
+    from proflab.report.assemble import report_for
+    from proflab.report.combine import report_in_parts
+
+    path = LONG / f"{name}.light.pt.trace.json.gz"
+    ctx = Context(load(path, cache=False, budget=None))
+    report_for(ctx)
+    whole = overview(ctx)
+    views = []
+    report_in_parts(load_parts(path, budget=_kineto_budget(path, share)), each=lambda c: views.append(part_overview(c)))
+    assert len(views) >= 8
+    got = combined_overview([(lo, v) for lo, _, v in views], min(v[0] for v in views), max(v[1] for v in views))
+    assert (got["window_ms"], got["resolution_us"], got["lanes"], got["left_out"]) == (whole["window_ms"], whole["resolution_us"], whole["lanes"], whole["left_out"])
+    for what in ("segments", "gaps", "steps", "ranges"):
+        assert _close_items(got[what], whole[what]), what
+
+
+def _page_charts(page: str) -> list:
+    import re
+
+    return json.loads(re.search(r'<script type="application/json" id="proflab-charts">(.*?)</script>', page, re.S).group(1))
+
+
+def test_the_html_report_of_every_event(tmp_path, monkeypatch, capsys):
+    """``report --all-parts`` (and ``analyze -o page.html --all-parts``): the page of a trace
+    analysed in parts, its charts the whole trace's page's (times within 2 us), its summary the
+    combined report's; a second run comes from the report cache; one page per trace file, and
+    no part of it (--steps) with --all-parts."""
+    from proflab.cli import main
+
+    monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "cnn.pt.trace.json.gz"
+    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.gz", path)
+    budget = str(_kineto_budget(path, 0.15))
+    pages = {}
+    for name, argv in (("parts", ["report", str(path), "--all-parts", "--memory-budget", budget]),
+                       ("again", ["report", str(path), "--all-parts", "--memory-budget", budget]),
+                       ("analyze", ["analyze", str(path), "--all-parts", "--memory-budget", budget]),
+                       ("whole", ["report", str(path), "--memory-budget", "none"])):
+        out = tmp_path / f"{name}.html"
+        assert main([*argv, "-o", str(out)]) in (0, 1)
+        pages[name] = out.read_text()
+    assert "analysed every event in 8 consecutive parts" in pages["parts"]
+    charts = {k: _page_charts(v) for k, v in pages.items()}
+    assert charts["parts"] == charts["again"] == charts["analyze"]
+    for a, b in zip(charts["parts"], charts["whole"], strict=True):
+        assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or _close_specs(a, b)
+    capsys.readouterr()
+    for more, extra in (([], ["--steps", "5:9"]), ([str(LONG / "mlp_foreach.light.pt.trace.json.gz")], [])):
+        assert main(["report", str(path), *more, "--all-parts", *extra, "-o", str(tmp_path / "x.html")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--all-parts" in err and "Traceback" not in err
+
+
+def _close_specs(a, b, tol: float = 2e-3) -> bool:
+    """Two chart specs alike but for numbers within ``tol`` (ms)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close_specs(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close_specs(x, y, tol) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
+        return abs(a - b) <= tol
+    return a == b

@@ -802,16 +802,22 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return _emit_reports(args, reports, fmt)
 
 
+def _refuse_parts_with(args: argparse.Namespace) -> None:
+    """--all-parts takes every event: not with an option that takes a part, nor --perfetto."""
+    for clash, given in (("--steps", args.steps), ("--window", args.window), ("--perfetto", getattr(args, "perfetto", None))):
+        if given:
+            raise UsageError(f"--all-parts analyses every event of a trace; it takes no {clash} (analyse a part without --all-parts)")
+
+
 def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) -> int:
     """``analyze --all-parts``: each trace's report of every event (``report.combine``),
     from the report cache when analysed before with the same options."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.report import cache as report_cache
 
-    for clash, given in (("--steps", args.steps), ("--window", args.window), ("--perfetto", args.perfetto),
-                         ("an HTML report (-o *.html)", _is_html(args.output))):
-        if given:
-            raise UsageError(f"--all-parts analyses every event of a trace; it takes no {clash} (analyse a part without --all-parts)")
+    _refuse_parts_with(args)
+    if _is_html(args.output):  # the single-file HTML report of every event
+        return _write_html(args)
     from proflab.api import analyze
 
     reports = []
@@ -1077,7 +1083,11 @@ def _report_parser(sub) -> None:
     r.add_argument("--bare-step-ms", type=float, default=None, metavar="MS", help="the step time measured without the profiler (see analyze)")
     r.add_argument("--no-job", dest="job", action="store_false", help="several rank traces: separate reports only, no job view")
     _perfetto_arg(r)
-    _reading_args(r)
+    _reading_args(r).add_argument(
+        "--all-parts", action="store_true",
+        help="a trace over --memory-budget: the page of every event, analysed in consecutive parts that each fit (as "
+             "analyze --all-parts; the timeline combined from the parts'), instead of a part from its middle",
+    )
     r.set_defaults(func=cmd_report)
 
 
@@ -1098,8 +1108,14 @@ def _write_html(args: argparse.Namespace) -> int:
     """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
     from proflab.report.page import html_report
 
-    html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
-                       cache=_reading(args))
+    all_parts = getattr(args, "all_parts", False)
+    with _analysing(all_parts) as status:
+        def on_part(n: int, label: str) -> None:
+            if status is not None:
+                status.update(f"analysing part {n} ({label})")
+
+        html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
+                           cache=_reading(args), all_parts=all_parts, on_part=on_part)
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
         from proflab.api import analyze
@@ -1126,6 +1142,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.output).resolve()
     if any(out == p.resolve() for p in paths):
         raise UsageError(f"{args.output}: refusing to overwrite an input trace")
+    if args.all_parts:
+        _refuse_parts_with(args)
     _check_perfetto(args, paths)
     _write_html(args)
     print(f"proflab: HTML report written to {args.output}", file=sys.stderr)
@@ -1245,8 +1263,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         measured = [unprofiled_steps_ms(p) for p in sides]
         unprofiled = tuple(measured) if all(m is not None for m in measured) else None
-    if args.all_parts and (args.steps or args.window):
-        raise UsageError(f"--all-parts compares every event of each trace; it takes no {'--steps' if args.steps else '--window'}")
+    if args.all_parts:
+        _refuse_parts_with(args)
     with _analysing(args.all_parts and fmt == "term") as status:
         def on_part(n: int, label: str) -> None:
             if status is not None:

@@ -18,22 +18,29 @@ import polars as pl
 
 from proflab.analysis.context import Context
 
-__all__ = ["overview"]
+__all__ = ["overview", "part_overview", "combined_overview"]
 
 _NAME_CHARS = 160  # longer kernel names (C++ templates) are cut for the picture; tables keep them
 
 
 def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_gaps: int = 2000,
-             max_ranges: int = 1500) -> dict[str, Any]:
+             max_ranges: int = 1500, ranges_within: tuple[int, int] | None = None, exact_busy: bool = False) -> dict[str, Any]:
     """Lanes and their segments over ``ctx.window``: ``segments`` (GPU work per device and
     stream), ``gaps`` (idle, by cause), ``steps`` (GPU-side) and ``ranges`` (host and GPU
     annotations); every time in ms from the window start; ``resolution_us``: the merge
-    distance; ``left_out``: how many of each were not drawn (shorter than the kept ones)."""
+    distance; ``left_out``: how many of each were not drawn (shorter than the kept ones).
+    ``ranges_within`` (ns): the span ranges are taken from and clipped to, in place of the
+    window (a part of a trace analysed in parts: its host events', which may start before
+    its GPU-side window; ``combined_overview`` clips them to the whole window); ``exact_busy``:
+    segments' busy time not rounded, and their longest event's duration (``top_ns``), for
+    ``combined_overview``, which sums and names merged ones (rounded, a part's 1.3 us
+    kernels each lost 0.04 us)."""
     lo, hi = ctx.window
+    r_lo, r_hi = ranges_within or (lo, hi)
     wall = max(hi - lo, 1)
     res_ns = max(wall // max(bins, 1), 1)
     trace = ctx.trace
-    segments, res_ns = _segments(trace.gpu, lo, hi, res_ns, max_segments)
+    segments, res_ns = _segments(trace.gpu, lo, hi, res_ns, max_segments, exact_busy)
     lanes: list[str] = []
     for s in segments:
         if s["lane"] not in lanes:
@@ -62,7 +69,7 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
     ann = (
         pl.col("cat").is_in(["user_annotation", "gpu_user_annotation"])
         & ~pl.col("name").str.starts_with("ProfilerStep#")
-        & (pl.col("start_ns") < hi) & ((pl.col("start_ns") + pl.col("dur_ns")) > lo)
+        & (pl.col("start_ns") < r_hi) & ((pl.col("start_ns") + pl.col("dur_ns")) > r_lo)
     )  # fmt: skip
     kept, n = _longest(trace.cpu, ann, max_ranges, ["cat", "name", "tid", "start_ns", "dur_ns"])
     if n:
@@ -70,7 +77,7 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
         for r in kept.sort("start_ns").iter_rows(named=True):
             where = "GPU" if r["cat"] == "gpu_user_annotation" else "host"
             ranges.append({"lane": f"ranges ({where} {r['tid']})", "name": _cut(r["name"]),
-                           "start": _ms(max(r["start_ns"], lo) - lo), "end": _ms(min(r["start_ns"] + r["dur_ns"], hi) - lo),
+                           "start": _ms(max(r["start_ns"], r_lo) - lo), "end": _ms(min(r["start_ns"] + r["dur_ns"], r_hi) - lo),
                            "dur_ms": _ms(r["dur_ns"])})
     order = (sorted({s["lane"] for s in steps}) + lanes + sorted({g["lane"] for g in gaps})
              + sorted({r["lane"] for r in ranges}))
@@ -86,7 +93,103 @@ def overview(ctx: Context, *, bins: int = 2000, max_segments: int = 6000, max_ga
     }
 
 
-def _segments(gpu: pl.DataFrame, lo: int, hi: int, res_ns: int, cap: int) -> tuple[list[dict[str, Any]], int]:
+def part_overview(ctx: Context) -> tuple[int, int, dict[str, Any] | None]:
+    """A part of a trace analysed in parts: its window (ns) and its overview as
+    ``combined_overview`` takes it (ranges from all its host events, busy times exact), None
+    where it has neither GPU work nor steps."""
+    lo, hi = ctx.window
+    trace = ctx.trace
+    if not (trace.has_gpu or trace.steps.height):
+        return lo, hi, None
+    cpu = trace.cpu
+    host = cpu.select(pl.col("start_ns").min(), (pl.col("start_ns") + pl.col("dur_ns")).max().alias("end_ns")).row(0) if cpu.height else None
+    return lo, hi, overview(ctx, ranges_within=host, exact_busy=True)
+
+
+def combined_overview(views: list[tuple[int, dict[str, Any] | None]], lo: int, hi: int, *, bins: int = 2000,
+                      max_segments: int = 6000, max_gaps: int = 2000, max_ranges: int = 1500) -> dict[str, Any]:
+    """The overview of a trace analysed in consecutive parts (``report.combine``) from each
+    part's (``views``: the part's window start in ns and its overview) over the combined
+    window ``[lo, hi)``: every item moved to the combined window's clock; segments of a lane
+    and kind merged again where their gaps are under the combined resolution (which doubles
+    until at most ``max_segments`` remain), each named after its longest event; the longest
+    gaps and ranges kept to their caps, what is left out counted with the parts' own."""
+    wall = max(hi - lo, 1)
+    res_ns = max(wall // max(bins, 1), 1, *(int(v["resolution_us"] * 1e3) for _, v in views if v))
+    segments, gaps, steps, ranges, left_out, lanes = [], [], [], [], {}, []
+
+    def moved(items: list[dict[str, Any]], shift: float) -> list[dict[str, Any]]:
+        return [{**x, "start": round(x["start"] + shift, 4), "end": round(x["end"] + shift, 4)} for x in items]
+
+    for start, v in views:
+        if not v:
+            continue
+        shift = (start - lo) / 1e6
+        segments += moved(v["segments"], shift)
+        gaps += moved(v["gaps"], shift)
+        steps += moved(v["steps"], shift)
+        ranges += moved(v["ranges"], shift)
+        for k, n in v["left_out"].items():
+            left_out[k] = left_out.get(k, 0) + n
+        lanes += [x for x in v["lanes"] if x not in lanes]
+    while True:
+        merged = _merged_segments(segments, res_ns / 1e6)
+        if len(merged) <= max_segments:
+            break
+        res_ns *= 2
+    # gaps as a whole window's overview draws them: none under the resolution
+    drawn = [g for g in gaps if g["dur_ms"] * 1e6 >= res_ns]
+    if len(drawn) < len(gaps):
+        left_out["gaps"] = left_out.get("gaps", 0) + len(gaps) - len(drawn)
+    gaps = drawn
+    # ranges clipped to the whole window (a part's reach past its own); one across a cut, whole
+    # in both parts, drawn once
+    end_ms = _ms(wall)
+    clipped = {}
+    for r in ranges:
+        if r["end"] > 0 and r["start"] < end_ms:
+            r = {**r, "start": max(r["start"], 0.0), "end": min(r["end"], end_ms)}
+            clipped.setdefault((r["lane"], r["name"], r["start"], r["end"], r["dur_ms"]), r)
+    ranges = list(clipped.values())
+    for name, items, cap in (("gaps", gaps, max_gaps), ("ranges", ranges, max_ranges)):
+        if len(items) > cap:
+            left_out[name] = left_out.get(name, 0) + len(items) - cap
+            keep = sorted(items, key=lambda x: (-x["dur_ms"], x["start"]))[:cap]
+            items[:] = sorted(keep, key=lambda x: x["start"])
+    seen = {x["lane"] for x in (*merged, *gaps, *steps, *ranges)}
+    return {
+        "window_ms": _ms(wall),
+        "resolution_us": round(res_ns / 1e3, 3),
+        "lanes": [x for x in lanes if x in seen],
+        "segments": merged,
+        "gaps": gaps,
+        "steps": steps,
+        "ranges": ranges,
+        "left_out": left_out,
+    }
+
+
+def _merged_segments(segments: list[dict[str, Any]], res_ms: float) -> list[dict[str, Any]]:
+    """Segments of one lane and kind merged where the gap between them is at most ``res_ms``
+    (as ``_segments`` merges events), each named after its longest event and its busy time
+    rounded once summed (the parts' are given unrounded, with their longest event's duration:
+    ``overview``'s ``exact_busy``)."""
+    out: list[dict[str, Any]] = []
+    for x in sorted(segments, key=lambda x: (x["lane"], x["kind"], x["start"])):
+        last = out[-1] if out else None
+        if last is not None and last["lane"] == x["lane"] and last["kind"] == x["kind"] and x["start"] <= last["end"] + res_ms:
+            if x.get("top_ns", 0) > last.get("top_ns", 0):  # named after its longest event
+                last["name"], last["top_ns"] = x["name"], x["top_ns"]
+            last.update(end=max(last["end"], x["end"]), n=last["n"] + x["n"], busy_ms=last["busy_ms"] + x["busy_ms"])
+        else:
+            out.append(dict(x))
+    for x in out:
+        x["busy_ms"] = round(x["busy_ms"], 4)
+        x.pop("top_ns", None)
+    return sorted(out, key=lambda x: (x["lane"], x["start"]))
+
+
+def _segments(gpu: pl.DataFrame, lo: int, hi: int, res_ns: int, cap: int, exact_busy: bool = False) -> tuple[list[dict[str, Any]], int]:
     """GPU work merged per (device, stream, kind) where gaps are under ``res_ns``; the
     resolution doubles until at most ``cap`` segments remain. The work's kind travels as a
     code and its name as its row (each segment's longest is named at the end): 2.2 M events
@@ -130,6 +233,7 @@ def _segments(gpu: pl.DataFrame, lo: int, hi: int, res_ns: int, cap: int) -> tup
             pl.col("s").min(), pl.col("e").max(), pl.len().alias("n"),
             pl.col("dur_ns").sum().alias("busy_ns"),
             pl.col("row").sort_by("dur_ns", descending=True).first().alias("top"),
+            pl.col("dur_ns").max().alias("top_ns"),
         )
         if seg.height <= cap:
             break
@@ -140,7 +244,8 @@ def _segments(gpu: pl.DataFrame, lo: int, hi: int, res_ns: int, cap: int) -> tup
     for r in seg.iter_rows(named=True):
         rows.append({"lane": f"GPU {r['device']} stream {r['stream']}", "kind": _WHAT[r["what"]],
                      "start": _ms(r["s"] - lo), "end": _ms(max(r["e"], r["s"] + 1) - lo),
-                     "n": r["n"], "busy_ms": _ms(r["busy_ns"]), "name": _cut(r["top"])})
+                     "n": r["n"], "busy_ms": r["busy_ns"] / 1e6 if exact_busy else _ms(r["busy_ns"]), "name": _cut(r["top"]),
+                     **({"top_ns": r["top_ns"]} if exact_busy else {})})
     return rows, res_ns
 
 

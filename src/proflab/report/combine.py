@@ -380,6 +380,10 @@ def _missing(parts: list[_Part], *, gpu: bool, steps: bool) -> tuple[Missing, ..
     return tuple(got.values())
 
 
+def _parts_text(n: int) -> str:
+    return "one part that fits" if n == 1 else f"{n} consecutive parts that each fit"
+
+
 def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
     notes: list[str] = []
     for p in parts:
@@ -390,7 +394,7 @@ def _notes(parts: list[_Part], events: int, between_ns: int) -> list[str]:
 
     labels = [p.label for p in parts]
     shown = ", ".join(labels) if len(labels) <= 6 else f"{', '.join(labels[:3])}, ..., {', '.join(labels[-2:])}"
-    notes.append(f"memory budget: analysed every event in {len(parts)} consecutive parts that each fit the budget"
+    notes.append(f"memory budget: analysed every event in {_parts_text(len(parts))} the budget"
                  f"{'' if budget is None else ' of ' + size_text(budget)} ({shown}): {events:,} events in all (the trace holds "
                  f"{whole:,}; a host event across a cut counts in each part it spans), combined into this report")
     notes.append("analysed in parts: times, counts and steps are summed over the parts; medians and percentiles of kernels and "

@@ -16,19 +16,26 @@ __all__ = ["html_report"]
 
 def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | None = None, top_kernels: int = 15,
                 bare_step_ms: float | None = None, job: bool = True, title: str | None = None,
-                cache: dict[str, Any] | None = None) -> str:
+                cache: dict[str, Any] | None = None, all_parts: bool = False,
+                on_part: Callable[[int, str], None] | None = None) -> str:
     """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
     view), a folder of traces or a run directory. ``load`` reads one trace (default
     ``proflab.load``). ``cache``: the reading options ``load`` uses (``cache``, ``steps``,
     ``window``, ``memory_budget``; a job's ranks are read with them too); with them, the page
     of one trace file is built from the report cache (its report and timeline) when it was
-    made before, without reading the trace."""
+    made before, without reading the trace. ``all_parts``: one trace file over the memory
+    budget is analysed in consecutive parts that each fit (``report.combine``), its timeline
+    combined from the parts' (``on_part(n, label)`` called as each is analysed); a run
+    directory's energy is then not shown (``proflab energy`` gives it)."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.readers import expand_paths
     from proflab.render.html import render_html
 
     files = expand_paths([str(p) for p in paths])
     run_dir = Path(paths[0]) if len(paths) == 1 and Path(paths[0]).is_dir() else None
+    if all_parts:
+        return _in_parts(files, run_dir, top_kernels=top_kernels, bare_step_ms=bare_step_ms, title=title,
+                         reading=cache or {}, on_part=on_part)
     monitor, energy = _run_extras(run_dir)
     if len(files) >= 2 and job:
         from proflab.analysis import jobs
@@ -91,6 +98,58 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
     if key is not None:  # (one Kineto trace, or an export of one process: a job page returned above)
         report_cache.put(key, reports[0], extra={"overview": overviews[0]})
     return render_html(reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
+
+
+def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare_step_ms: float | None, title: str | None,
+              reading: dict[str, Any], on_part: Callable[[int, str], None] | None) -> str:
+    """The page of one trace file analysed in parts (``html_report``'s ``all_parts``), from the
+    report cache when made before with the same options."""
+    from proflab.analysis.overview import combined_overview, overview, part_overview
+    from proflab.collect.rundir import unprofiled_step_ms
+    from proflab.errors import UsageError
+    from proflab.readers import load_parts
+    from proflab.readers.budget import DEFAULT_BUDGET
+    from proflab.render.html import render_html
+    from proflab.report import cache as report_cache
+    from proflab.report.combine import report_in_parts
+
+    if len(files) != 1:
+        raise UsageError(f"--all-parts makes the page of one trace file ({len(files)} given): one page per trace")
+    path, budget = files[0], reading.get("memory_budget", DEFAULT_BUDGET)
+    monitor, _ = _run_extras(run_dir)  # (its energy reads the traces' windows again: not with all parts)
+    bare = bare_step_ms or unprofiled_step_ms(path)
+    options = {"html": 1, "top": top_kernels, "bare_step_ms": bare, "all_parts": True, "memory_budget": budget}
+    key = report_cache.key(path, options, reading.get("cache"))
+    got = report_cache.get_with_extra(key)
+    if got is not None and isinstance(got[1], dict) and "overview" in got[1]:
+        return render_html([got[0]], overviews=[got[1]["overview"]], monitor=monitor, title=title)
+    views: list[tuple[int, int, Any, bool]] = []  # window, overview, whether of the whole trace
+
+    def each(ctx) -> None:
+        ctx.drop("launches", "host_only", "blocking", "fp32_gemms", "kernel_ops")  # (as for a whole trace's page)
+        if ctx.part_digest is None:  # read whole (the budget held it): the page's own overview
+            views.append((*ctx.window, overview(ctx) if ctx.trace.has_gpu or ctx.trace.steps.height else None, True))
+        else:
+            views.append((*part_overview(ctx), False))
+
+    if budget is None:  # no budget: the trace is read whole
+        parts = iter([_whole(path, reading)])
+    else:
+        parts = load_parts(path, budget=budget, cache=reading.get("cache"))
+    report = report_in_parts(parts, top_kernels=top_kernels, bare_step_ms=bare, on_part=on_part, each=each)
+    if views[0][3]:
+        view = views[0][2]
+    else:
+        view = combined_overview([(lo, v) for lo, _, v, _ in views], min(v[0] for v in views), max(v[1] for v in views))
+    if key is not None:
+        report_cache.put(key, report, extra={"overview": view})
+    return render_html([report], overviews=[view], monitor=monitor, title=title)
+
+
+def _whole(path: Path, reading: dict[str, Any]):
+    from proflab.api import load
+
+    return load(path, cache=reading.get("cache"), memory_budget=None)
 
 
 def _ncu_pages(run_dir: Path | None) -> list[Path]:
