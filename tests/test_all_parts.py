@@ -509,3 +509,13 @@ def _close_specs(a, b, tol: float = 2e-3) -> bool:
     if isinstance(a, float) and isinstance(b, (int, float)) or isinstance(b, float) and isinstance(a, (int, float)):
         return abs(a - b) <= tol
     return a == b
+
+
+def test_the_page_of_a_run_directory_in_parts_says_its_energy_is_not_analysed(tmp_path):
+    from proflab.cli import main
+
+    run = next((HERE / "data" / "kineto" / "scaling" / "balanced" / "runs").glob("*/*-1gpu"))
+    out = tmp_path / "run.html"
+    assert main(["report", str(run), "--all-parts", "--no-cache", "-o", str(out)]) == 0
+    page = out.read_text()
+    assert "energy: not analysed with --all-parts" in page and "energy of the run (all GPUs)" not in page

@@ -137,6 +137,11 @@ def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare
     else:
         parts = load_parts(path, budget=budget, cache=reading.get("cache"))
     report = report_in_parts(parts, top_kernels=top_kernels, bare_step_ms=bare, on_part=on_part, each=each)
+    if run_dir is not None and (run_dir / "monitor.parquet").is_file():
+        import dataclasses
+
+        report = dataclasses.replace(report, notes=(*report.notes, "energy: not analysed with --all-parts (it reads the traces' "
+                                                    "windows and steps again, past the budget); proflab energy RUN_DIR analyses it"))
     if views[0][3]:
         view = views[0][2]
     else:
