@@ -18,10 +18,12 @@ memory follows one part while time follows the whole trace. What the combined re
 - **exactly** over the parts: each device's time per kind of work, the steps (each whole in
   one part, its GPU work with it), kernels' counts and total, mean and longest times, launch
   dims and operators, copies, launch counts and launches per step, idle gaps by cause, user
-  ranges, host operators, and the observer model's medians over steps (its per-step
-  figures are kept);
+  ranges, host operators, and the observer model's GPU work and profiled step per step (its
+  per-step figures are kept, and their medians taken over all);
 - **within 0.1 %**: medians and percentiles of kernel durations, launch calls and launch
-  delays (value counts in logarithmic bins, ``analysis.quantiles``);
+  delays (value counts in logarithmic bins, ``analysis.quantiles``); the observer model's
+  host time per step (a launch call held up on a full queue is told by its part's median
+  launch call, not the whole trace's);
 - what is not exact: a host event across a cut is in each part it spans (counted once per
   part; a range's host time once, cut at the cut); where the host runs more than a part ahead
   of its GPU, the sync that owns a gap may be a later part's call, and the gap takes another
