@@ -353,21 +353,38 @@ def test_parts_shorter_than_a_step_say_the_profilers_cost_is_not_corrected():
 
 
 def test_a_part_holds_the_next_parts_host_events_up_to_its_first_launch(tmp_path):
-    """``Trace.next_part_host``: the next part's host events that start from the part's end
-    to its first work's launch, that call included, and nothing else; none after the last
-    part (a Kineto trace's parts read from disk, an export's from SQLite)."""
+    """``Trace.next_part_host``: the next part's host events, on the threads that launch its
+    first work, that start from the part's end to that launch, the call included (or to an
+    eighth of the part's span past its end, the first part's being open), and nothing else;
+    none after the last part (a Kineto trace's parts read from disk, an export's from SQLite)."""
     stepped = with_steps(_nsys("mfu_2gpu_before"), tmp_path / "s.sqlite", n=20, first=0)
     path = LONG / "cnn_loader.light.pt.trace.json.gz"
     for got in (list(load_parts(path, budget=_kineto_budget(path, 0.15))), list(load_parts(stepped, budget=_export_budget(stepped)))):
         assert len(got) >= 3 and got[-1].next_part_host is None
-        for a, b in zip(got, got[1:]):
+        for i, (a, b) in enumerate(zip(got, got[1:])):
             ahead = a.next_part_host
-            launch = max(w.launch_start_ns for w in a.meta.next_part_work)
-            end = b.steps["start_ns"].min()  # (whole steps: the next part's host window starts at its first step)
+            end = b.steps["start_ns"].min()  # (whole steps: a part's host window starts at its first step)
+            cap = end + (end - a.steps["start_ns"].min()) // 8 - 1 if i else None
+            until: dict[int, int] = {}
+            for w in a.meta.next_part_work:
+                until[w.tid] = max(until.get(w.tid, 0), w.launch_start_ns if cap is None else min(w.launch_start_ns, cap))
             assert ahead.height and ahead.schema == a.cpu.schema
-            assert ahead["start_ns"].min() >= end and ahead["start_ns"].max() <= launch
-            expect = b.cpu.filter((pl.col("start_ns") >= end) & (pl.col("start_ns") <= launch))
+            on = pl.col("tid").replace_strict(until, default=None, return_dtype=pl.Int64)
+            expect = b.cpu.filter((pl.col("start_ns") >= end) & (pl.col("start_ns") <= on))
             assert ahead.sort(ahead.columns).equals(expect.sort(expect.columns))
+
+
+def test_what_a_part_reads_past_its_end_is_bounded():
+    """A device idle long into the next part (its first work launched late) must not read
+    that part in: each thread's reach past the part is at most an eighth of its span."""
+    from proflab.model.slicing import SliceSpec, ahead_condition
+
+    spec = SliceSpec(steps=(0, 4), ahead=((7, 1_500), (9, 1_010)))
+    one, either = (lambda t, u: (t, u)), (lambda a, b: [*(a if isinstance(a, list) else [a]), b])
+    assert ahead_condition(spec, 0, 1_000, one, either) == [(7, 1_125), (9, 1_010)]
+    assert ahead_condition(SliceSpec(steps=(0, 4), ahead=((7, 900),)), 0, 1_000, one, either) is None  # (not past the end)
+    assert ahead_condition(SliceSpec(steps=(0, 4)), 0, 1_000, one, either) is None
+    assert ahead_condition(spec, -(2**62), 1_000, one, either) == [(7, 1_500), (9, 1_010)]  # (an open start: no span to bound by)
 
 
 def test_two_traces_compared_in_parts_compare_as_their_whole_analyses():

@@ -27,7 +27,7 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.trace import Trace
 
-__all__ = ["SliceSpec", "parse_steps", "parse_window", "slice_frames", "slice_trace", "selected_steps", "steps_bounds", "window_bounds", "host_overlap", "launched_by"]
+__all__ = ["SliceSpec", "ahead_condition", "parse_steps", "parse_window", "slice_frames", "slice_trace", "selected_steps", "steps_bounds", "window_bounds", "host_overlap", "launched_by"]
 
 _UNITS_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _TIME = re.compile(r"^\s*(-?\d+(?:\.\d*)?|\.\d+)\s*(ns|us|ms|s)?\s*$")
@@ -50,12 +50,12 @@ class SliceSpec:
     # With ``steps``, for the same parts: a side left open (no FIRST, no STOP) reaches to the
     # trace's first or last event, so the parts hold what lies before and after the steps.
     to_ends: bool = False
-    # For the same parts, but the last: the next part's host events that start from this
-    # part's end until before this time (ns; just past the launch of the next part's first
-    # work) are read too,
-    # as ``Trace.next_part_host``: the host side of the idle gap that work ends, which is
-    # this part's (``readers.budget.each_part``).
-    ahead_ns: int | None = None
+    # For the same parts, but the last: per (thread, time in ns), the next part's host events
+    # of that thread starting from this part's end until before that time (just past the
+    # launch of the next part's first work on a device) are read too, as
+    # ``Trace.next_part_host``: the host side of the idle gap that work ends, which is this
+    # part's (``readers.budget.each_part``); at most 1/AHEAD_SHARE of the part's span past it.
+    ahead: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.steps is not None and self.window_ns is not None:
@@ -181,7 +181,7 @@ def slice_frames(
     *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None,
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame, str]:
     """The sliced gpu, cpu and steps frames, a note saying what was kept, and the host events
-    past the part's end that ``SliceSpec.ahead_ns`` asks for (None where it does not). Raises
+    past the part's end that ``SliceSpec.ahead`` asks for (None where it asks for none). Raises
     UsageError (one line) when the slice selects nothing. ``origin_ns`` (the first event) and
     ``all_steps`` are the whole trace's, for frames a reader already cut to the part (they
     default to these frames')."""
@@ -219,18 +219,38 @@ def slice_frames(
         kept_steps = all_steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
     n_all = all_steps.height
     note = f"analysed part of the trace: {spec.text} ({kept_steps.height} of {n_all} profiler steps)"
-    return gpu_kept, cpu_kept, kept_steps.lazy(), note, _ahead(cpu, spec, hi)
+    return gpu_kept, cpu_kept, kept_steps.lazy(), note, _ahead(cpu, spec, lo, hi)
 
 
-def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, hi: int) -> pl.LazyFrame | None:
-    """The host events past the part's end that ``SliceSpec.ahead_ns`` asks for: those
-    starting in [hi, ahead_ns); for a time window, which cuts events at hi, also the rest of
-    those running across it, from hi on. None where none are asked for."""
-    if spec.ahead_ns is None or spec.ahead_ns <= hi:
+def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, lo: int, hi: int) -> pl.LazyFrame | None:
+    """The host events past the part's end that ``SliceSpec.ahead`` asks for (``ahead_condition``):
+    for a time window, which cuts events at hi, also the rest of those running across it,
+    from hi on. None where none are asked for."""
+    cond = ahead_condition(spec, lo, hi, lambda tid, until: (pl.col("tid") == tid) & (pl.col("start_ns") < until), pl.Expr.or_)
+    if cond is None:
         return None
     if spec.steps is not None:  # (an event across the cut is whole in the part already)
-        return cpu.filter((pl.col("start_ns") >= hi) & (pl.col("start_ns") < spec.ahead_ns))
-    return _clipped(cpu.filter(host_overlap(hi, spec.ahead_ns) & (_END > hi)), hi, 2**62)
+        return cpu.filter(cond & (pl.col("start_ns") >= hi))
+    return _clipped(cpu.filter(cond & (_END > hi)), hi, 2**62)
+
+
+# a part reads the next part's host events (``SliceSpec.ahead``) at most 1/AHEAD_SHARE of its
+# own span past its end
+AHEAD_SHARE = 8
+
+
+def ahead_condition(spec: SliceSpec, lo: int, hi: int, one, either):
+    """The condition (``one(tid, until)`` for each thread, joined by ``either``) on the next
+    part's host events that ``SliceSpec.ahead`` asks a part [lo, hi) to read, each thread's
+    until no later than hi plus 1/AHEAD_SHARE of the part's span (where it has a start: a
+    device idle long into the next part must not read the next part in); None for none."""
+    cap = hi + (hi - lo) // AHEAD_SHARE if lo > -(2**61) else None
+    cond = None
+    for tid, until in spec.ahead:
+        until = until if cap is None else min(until, cap)
+        if until > hi:
+            cond = one(tid, until) if cond is None else either(cond, one(tid, until))
+    return cond
 
 
 def slice_trace(trace: Trace, spec: SliceSpec | None, *, origin_ns: int | None = None, all_steps: pl.DataFrame | None = None) -> Trace:

@@ -198,17 +198,21 @@ def each_part(specs: list[SliceSpec], after: list, read, budget: int, nothing: E
     """The parts ``read(spec)`` gives (a reader's, for an analysis of every event), each noted
     with the budget and the next part's first work (``after[i]``: ``TraceMeta
     .next_part_work``), read with the next part's host events up to that work's launch
-    (``SliceSpec.ahead_ns``), and not held while the next is read; a part of no event (``read``
+    (``SliceSpec.ahead``), and not held while the next is read; a part of no event (``read``
     raising UsageError: a stretch of no host call and no work launched) is skipped, and
     ``nothing`` is raised where no part holds one."""
     given = 0
     for i, spec in enumerate(specs):
         nxt = after[i] if i < len(after) else ()
-        # the next part's host events up to its first launch, that call included: the host
-        # side of the gap its first work ends, which is this part's (``Trace.next_part_host``)
-        launches = [w.launch_start_ns for w in nxt if w.launch_start_ns is not None]
-        if launches:
-            spec = dataclasses.replace(spec, ahead_ns=max(launches) + 1)
+        # the next part's host events on the threads that launch its first work, up to those
+        # launches, the calls included: the host side of the gaps that work ends, which are
+        # this part's (``Trace.next_part_host``)
+        until: dict[int, int] = {}
+        for w in nxt:
+            if w.tid is not None and w.launch_start_ns is not None:
+                until[w.tid] = max(until.get(w.tid, 0), w.launch_start_ns + 1)
+        if until:
+            spec = dataclasses.replace(spec, ahead=tuple(sorted(until.items())))
         try:
             trace = read(spec)
         except UsageError:

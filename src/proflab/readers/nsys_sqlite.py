@@ -54,7 +54,7 @@ from proflab.model.trace import (
     counts_only,
     steps_from_annotations,
 )
-from proflab.model.slicing import SliceSpec, selected_steps, slice_trace, steps_bounds, window_bounds
+from proflab.model.slicing import SliceSpec, ahead_condition, selected_steps, slice_trace, steps_bounds, window_bounds
 from proflab.readers import _progress as progress
 from proflab.readers._export_rows import (
     EVENT_TABLES,
@@ -268,8 +268,10 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = No
     else:
         lo, hi = window_bounds(part, origin, source)
     ctx.host_where = ctx.gpu_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
-    if part.ahead_ns is not None and part.ahead_ns > hi:  # the next part's host events before its first launch, too
-        ctx.host_where = f"({ctx.host_where}) OR (start < {part.ahead_ns} AND (end > {hi} OR start >= {hi}))"
+    ahead = ahead_condition(part, lo, hi, lambda tid, until: f"(globalTid % 16777216 = {int(tid)} AND start < {int(until)})",
+                            lambda a, b: f"{a} OR {b}")
+    if ahead is not None:  # the next part's host events before its first launches, too
+        ctx.host_where = f"({ctx.host_where}) OR ((end > {hi} OR start >= {hi}) AND ({ahead}))"
     if part.correlations is not None:  # a part of every event's: the work launched in it
         # (rows of any process whose id is in one of the processes' ranges: slicing keeps
         # each process's own; and by time, the work of processes with no launches)

@@ -39,8 +39,9 @@ memory follows one part while time follows the whole trace. What the combined re
   steps, capped by what was observed, which a sum of per-part corrections is not. The trace
   is healthy where none reaches warning level over the combined window;
 - a part reads the host side of its gaps as the whole trace would: the next part's host
-  events up to its first launch (``Trace.next_part_host``) and each thread's last host event
-  end in the parts before (``observer.host_reach``);
+  events on the threads that launch its first work, up to those launches
+  (``Trace.next_part_host``; at most ``slicing.AHEAD_SHARE``'s share of the part's span past
+  it), and each thread's last host event end in the parts before (``observer.host_reach``);
 - GPU memory's timeline is per part and not combined: said as missing;
 - whether a part finds a host-side finding at all is decided by medians over its own steps:
   parts of few steps (under ``FEW_STEPS``) are said in the notes.
