@@ -388,6 +388,16 @@ def _analysing(show: bool):
     return Console(stderr=True).status("analysing", spinner="dots")
 
 
+def _parts_shown(status, name: str | None = None):
+    """The ``on_part(n, label)`` that shows on the spinner (``_analysing``'s, or None) which
+    part of a trace analysed in parts is being analysed."""
+    def on_part(n: int, label: str) -> None:
+        if status is not None:
+            status.update(f"analysing {name + ': ' if name else ''}part {n} ({label})")
+
+    return on_part
+
+
 def _report_output_args(p: argparse.ArgumentParser) -> None:
     """-f/-o/--width/--color of the commands that print a Report (analyze, kernels)."""
     _format_arg(p)
@@ -829,10 +839,7 @@ def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) ->
         if report is None:
             _warn_if_too_big(Path(p), args.memory_budget)
             with _analysing(fmt == "term") as status:
-                def on_part(n: int, label: str, name: str = Path(p).name) -> None:
-                    if status is not None:
-                        status.update(f"analysing {name}: part {n} ({label})")
-
+                on_part = _parts_shown(status, Path(p).name)
                 report = analyze(p, top_kernels=args.top, bare_step_ms=bare, all_parts=True, memory_budget=args.memory_budget,
                                  cache=args.cache, on_part=on_part)
             report_cache.put(key, report)
@@ -1110,12 +1117,8 @@ def _write_html(args: argparse.Namespace) -> int:
 
     all_parts = getattr(args, "all_parts", False)
     with _analysing(all_parts) as status:
-        def on_part(n: int, label: str) -> None:
-            if status is not None:
-                status.update(f"analysing part {n} ({label})")
-
         html = html_report(args.paths, load=_loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
-                           cache=_reading(args), all_parts=all_parts, on_part=on_part)
+                           cache=_reading(args), all_parts=all_parts, on_part=_parts_shown(status))
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
         from proflab.api import analyze
@@ -1266,12 +1269,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.all_parts:
         _refuse_parts_with(args)
     with _analysing(args.all_parts and fmt == "term") as status:
-        def on_part(n: int, label: str) -> None:
-            if status is not None:
-                status.update(f"analysing part {n} ({label})")
-
         comparison = compare(sides[0], sides[1], threshold_pct=args.threshold, top_kernels=args.top, load_trace=load,
-                             unprofiled_steps_ms=unprofiled, all_parts=args.all_parts, on_part=on_part, **_reading(args))
+                             unprofiled_steps_ms=unprofiled, all_parts=args.all_parts, on_part=_parts_shown(status), **_reading(args))
     _emit_reports(args, comparison, fmt)
     if args.fail_on_regression is None:
         return 0

@@ -65,7 +65,7 @@ def _step_busy(ctx: Context, device: int) -> dict[int, int]:
 def _sync_claim(ctx: Context, sync_gaps: pl.DataFrame) -> int:
     """What removing the syncs can win back (ns): per step, their idle but no more than the
     step's GPU work, which is all the host's work after them could have overlapped."""
-    return sync_claim(*_sync_sums(ctx, sync_gaps), ctx.observer)
+    return _claimed(*_sync_sums(ctx, sync_gaps), ctx.observer)
 
 
 def _sync_sums(ctx: Context, sync_gaps: pl.DataFrame) -> tuple[int, int, int]:
@@ -81,7 +81,7 @@ def _sync_sums(ctx: Context, sync_gaps: pl.DataFrame) -> tuple[int, int, int]:
     return capped, len(steps), sum(busy.get(s, 0) for s in steps)
 
 
-def sync_claim(capped: int, steps: int, cap: int, obs) -> int:
+def _claimed(capped: int, steps: int, cap: int, obs) -> int:
     """The syncs' claim (``_sync_claim``) from their sums (``_sync_sums``) and the observer."""
     if obs is not None and obs.source == "measured" and steps:
         # A measured unprofiled step holds the syncs' whole cost: their idle and the refill of
@@ -233,10 +233,10 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     launch_obs, host_obs = float(g["launch_ns"].sum()), float(g["host_ns"].sum())
     sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
             "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync"))}
-    return {"gaps": g, "total": total, **host_launch(sums, ctx.observer, ctx.wall_ns), "sums": sums}
+    return {"gaps": g, "total": total, **_host_launch(sums, ctx.observer, ctx.wall_ns), "sums": sums}
 
 
-def host_launch(sums: dict, obs, wall_ns: int) -> dict:
+def _host_launch(sums: dict, obs, wall_ns: int) -> dict:
     """The host- and launch-caused idle at the low and high end of the profiler's cost
     (``lo``, ``hi``: ns), what was observed, the observer, what shares are taken of
     (``denom``) and the steps, from the split's sums (``sums``: observed ``host`` and
@@ -252,7 +252,7 @@ def host_launch(sums: dict, obs, wall_ns: int) -> dict:
         # Host work that launches nothing is taken as real (the profiler records little of
         # it); the profiler's cost falls on dispatch, so the launch part absorbs the correction.
         # The excess over the GPU work includes what the syncs cost; sync_bound claims that.
-        claimed = sync_claim(*sums["sync"], obs)
+        claimed = _claimed(*sums["sync"], obs)
 
         def split(excess_ms: float) -> dict[str, float]:
             e = min(max(excess_ms * 1e6 * steps - claimed, 0.0), host_obs + launch_obs)
@@ -282,12 +282,12 @@ def over_parts(sums: list[dict], obs, wall_ns: int) -> dict[str, tuple[float, in
     syncs = [s["sync"] for s in sums if s["sync"] is not None]
     if syncs:
         denom = int(obs.unprofiled_step_ms[1] * 1e6 * obs.steps) if obs is not None else wall_ns
-        out["sync_bound"] = (float(sync_claim(*map(sum, zip(*syncs)), obs)), denom or wall_ns)
+        out["sync_bound"] = (float(_claimed(*map(sum, zip(*syncs)), obs)), denom or wall_ns)
     splits = [s["split"] for s in sums if s["split"] is not None]
     if splits:
         both = {"host": sum(s["host"] for s in splits), "launch": sum(s["launch"] for s in splits),
                 "steps": set().union(*(s["steps"] for s in splits)), "sync": tuple(map(sum, zip(*(s["sync"] for s in splits))))}
-        split = host_launch(both, obs, wall_ns)
+        split = _host_launch(both, obs, wall_ns)
         out["host_bound"] = (split["lo"]["host"], split["denom"])
         out["launch_bound"] = (split["lo"]["launch"], split["denom"])
     return out
