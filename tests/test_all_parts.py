@@ -355,19 +355,20 @@ def test_parts_shorter_than_a_step_say_the_profilers_cost_is_not_corrected():
 def test_a_part_holds_the_next_parts_host_events_up_to_its_first_launch(tmp_path):
     """``Trace.next_part_host``: the next part's host events, on the threads that launch its
     first work, that start from the part's end to that launch, the call included (or to an
-    eighth of the part's span past its end, the first part's being open), and nothing else;
-    none after the last part (a Kineto trace's parts read from disk, an export's from SQLite)."""
+    eighth of the part's span past its end, the first part's from its first step), and
+    nothing else; none after the last part (a Kineto trace's parts read from disk, an
+    export's from SQLite)."""
     stepped = with_steps(_nsys("mfu_2gpu_before"), tmp_path / "s.sqlite", n=20, first=0)
     path = LONG / "cnn_loader.light.pt.trace.json.gz"
     for got in (list(load_parts(path, budget=_kineto_budget(path, 0.15))), list(load_parts(stepped, budget=_export_budget(stepped)))):
         assert len(got) >= 3 and got[-1].next_part_host is None
-        for i, (a, b) in enumerate(zip(got, got[1:])):
+        for a, b in zip(got, got[1:]):
             ahead = a.next_part_host
             end = b.steps["start_ns"].min()  # (whole steps: a part's host window starts at its first step)
-            cap = end + (end - a.steps["start_ns"].min()) // 8 - 1 if i else None
+            cap = end + (end - a.steps["start_ns"].min()) // 8 - 1
             until: dict[int, int] = {}
             for w in a.meta.next_part_work:
-                until[w.tid] = max(until.get(w.tid, 0), w.launch_start_ns if cap is None else min(w.launch_start_ns, cap))
+                until[w.tid] = max(until.get(w.tid, 0), min(w.launch_start_ns, cap))
             assert ahead.height and ahead.schema == a.cpu.schema
             on = pl.col("tid").replace_strict(until, default=None, return_dtype=pl.Int64)
             expect = b.cpu.filter((pl.col("start_ns") >= end) & (pl.col("start_ns") <= on))
@@ -385,6 +386,7 @@ def test_what_a_part_reads_past_its_end_is_bounded():
     assert ahead_condition(SliceSpec(steps=(0, 4), ahead=((7, 900),)), 0, 1_000, one, either) is None  # (not past the end)
     assert ahead_condition(SliceSpec(steps=(0, 4)), 0, 1_000, one, either) is None
     assert ahead_condition(spec, -(2**62), 1_000, one, either) == [(7, 1_500), (9, 1_010)]  # (an open start: no span to bound by)
+    assert ahead_condition(spec, -(2**62), 1_000, one, either, first=200) == [(7, 1_100), (9, 1_010)]  # (the first part: from its first step)
 
 
 def test_two_traces_compared_in_parts_compare_as_their_whole_analyses():

@@ -219,14 +219,16 @@ def slice_frames(
         kept_steps = all_steps.filter((pl.col("start_ns") >= lo) & (pl.col("end_ns") <= hi))
     n_all = all_steps.height
     note = f"analysed part of the trace: {spec.text} ({kept_steps.height} of {n_all} profiler steps)"
-    return gpu_kept, cpu_kept, kept_steps.lazy(), note, _ahead(cpu, spec, lo, hi)
+    first = int(kept_steps["start_ns"].min()) if spec.steps is not None else origin_ns
+    return gpu_kept, cpu_kept, kept_steps.lazy(), note, _ahead(cpu, spec, lo, hi, first)
 
 
-def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, lo: int, hi: int) -> pl.LazyFrame | None:
+def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, lo: int, hi: int, first: int | None) -> pl.LazyFrame | None:
     """The host events past the part's end that ``SliceSpec.ahead`` asks for (``ahead_condition``):
     for a time window, which cuts events at hi, also the rest of those running across it,
     from hi on. None where none are asked for."""
-    cond = ahead_condition(spec, lo, hi, lambda tid, until: (pl.col("tid") == tid) & (pl.col("start_ns") < until), pl.Expr.or_)
+    cond = ahead_condition(spec, lo, hi, lambda tid, until: (pl.col("tid") == tid) & (pl.col("start_ns") < until), pl.Expr.or_,
+                           first=first)
     if cond is None:
         return None
     if spec.steps is not None:  # (an event across the cut is whole in the part already)
@@ -239,12 +241,15 @@ def _ahead(cpu: pl.LazyFrame, spec: SliceSpec, lo: int, hi: int) -> pl.LazyFrame
 AHEAD_SHARE = 8
 
 
-def ahead_condition(spec: SliceSpec, lo: int, hi: int, one, either):
+def ahead_condition(spec: SliceSpec, lo: int, hi: int, one, either, *, first: int | None = None):
     """The condition (``one(tid, until)`` for each thread, joined by ``either``) on the next
     part's host events that ``SliceSpec.ahead`` asks a part [lo, hi) to read, each thread's
-    until no later than hi plus 1/AHEAD_SHARE of the part's span (where it has a start: a
-    device idle long into the next part must not read the next part in); None for none."""
-    cap = hi + (hi - lo) // AHEAD_SHARE if lo > -(2**61) else None
+    until no later than hi plus 1/AHEAD_SHARE of the part's span (a device idle long into the
+    next part must not read the next part in). The span runs from lo, or where lo is open
+    (the first part reaches back to the trace's start) from ``first``: the part's first step,
+    or the trace's first event; no bound where neither is known. None for no condition."""
+    start = lo if lo > -(2**61) else first
+    cap = hi + (hi - start) // AHEAD_SHARE if start is not None else None
     cond = None
     for tid, until in spec.ahead:
         until = until if cap is None else min(until, cap)

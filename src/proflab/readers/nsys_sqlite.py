@@ -264,12 +264,13 @@ def _read_part(path: Path, ctx: _Ctx, part: SliceSpec, whole: _Whole | None = No
     whole = whole or _Whole.of(ctx)
     all_steps, events, origin = whole.steps, whole.events, whole.origin
     if part.steps is not None:
-        lo, hi = steps_bounds(selected_steps(all_steps, part, source), part, all_steps)
+        sel = selected_steps(all_steps, part, source)
+        (lo, hi), first = steps_bounds(sel, part, all_steps), int(sel["start_ns"].min())
     else:
-        lo, hi = window_bounds(part, origin, source)
+        (lo, hi), first = window_bounds(part, origin, source), origin
     ctx.host_where = ctx.gpu_where = f"start < {hi} AND (end > {lo} OR start >= {lo})"
     ahead = ahead_condition(part, lo, hi, lambda tid, until: f"(globalTid % 16777216 = {int(tid)} AND start < {int(until)})",
-                            lambda a, b: f"{a} OR {b}")
+                            lambda a, b: f"{a} OR {b}", first=first)
     if ahead is not None:  # the next part's host events before its first launches, too
         ctx.host_where = f"({ctx.host_where}) OR ((end > {hi} OR start >= {hi}) AND ({ahead}))"
     if part.correlations is not None:  # a part of every event's: the work launched in it
