@@ -356,6 +356,9 @@ def test_a_kineto_part_read_with_the_helper_process_is_the_whole_read_sliced(mon
 
     if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
+    # the helper process shares the slices where the compiled decoder is not built (with it,
+    # two threads of this process decode them: tests/test_native_decoder.py)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # ~30 slices, shared with the helper
     helped: list = []
     result = kineto._Helper.result

@@ -111,6 +111,9 @@ def plain_train_loop(tmp_path):
 def test_helper_split_gives_identical_tables(monkeypatch, plain_train_loop):
     if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
+    # the helper process shares the slices where the compiled decoder is not built (with it,
+    # two threads of this process decode them: tests/test_native_decoder.py)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)  # ~30 slices, shared with the helper
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
     single = proflab.load(plain_train_loop)
@@ -130,6 +133,9 @@ def test_a_helper_that_dies_costs_time_not_data(monkeypatch, plain_train_loop, t
     slices too. One that never starts (``/bin/false``) leaves every slice here."""
     if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
+    # the helper process shares the slices where the compiled decoder is not built (with it,
+    # two threads of this process decode them: tests/test_native_decoder.py)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 256 * 1024)
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
     single = proflab.load(plain_train_loop)
@@ -199,6 +205,9 @@ def test_helper_reports_values_it_dropped(monkeypatch, plain_train_loop):
     itself."""
     if not kineto.helper_allowed():
         pytest.skip("one core: the reader uses no helper process")
+    # the helper process shares the slices where the compiled decoder is not built (with it,
+    # two threads of this process decode them: tests/test_native_decoder.py)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
     data = plain_train_loop.read_bytes()
     at = data.rindex(b'"args": {')
     plain_train_loop.write_bytes(data[:at] + b'"args": {\n      "grid": "grid(1,)",' + data[at + len(b'"args": {') :])

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
@@ -693,7 +693,14 @@ _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
     """Tables for one slice: a JSON array of events (see ``_slices``). The strict typed
-    decode is the fast path; a slice it refuses for a value's type is decoded tolerantly."""
+    decode is the fast path (the compiled decoder before it, where built); a slice it
+    refuses for a value's type is decoded tolerantly."""
+    from proflab.readers import _kineto_native as native
+
+    if native.available():
+        done = native.tables(payload)
+        if done is not None:
+            return done
     try:
         events = _EVENTS_DECODER.decode(payload)
     except msgspec.ValidationError:
@@ -703,9 +710,10 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
 
 
 def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> tuple[_Doc, list[_Tables], int]:
-    """Decode the file slice by slice (see ``_slices``); a large plain file is shared with a
-    helper process (``_worker``), which decodes from the last slice back while this one goes
-    from the first on, until they meet. Raises NotSliceable (or a decode error) for the
+    """Decode the file slice by slice (see ``_slices``); a plain file's slices two at a time
+    by two threads where the compiled decoder is built (``_decoded_in_threads``), else a
+    large one is shared with a helper process (``_worker``), which decodes from the last
+    slice back while this one goes from the first on, until they meet. Raises NotSliceable (or a decode error) for the
     caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
     GPU tables are written to as ``cpu-N.arrow`` / ``gpu-N.arrow`` (N its index) instead of
     being kept (the tables returned have none). ``helper``: False decodes every slice here."""
@@ -718,7 +726,9 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
         tables.append(t if spill is None else _spilled(t, spill, len(tables)))
 
     try:
-        if isinstance(slicer, MappedSlicer):
+        if isinstance(slicer, MappedSlicer) and helper and _threads_decode():
+            tables = _decoded_in_threads(slicer, slicer.plan(), spill)
+        elif isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
             with _Helper(path, ranges, helper) as shared:
                 for begin, stop in ranges:
@@ -744,6 +754,47 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
     except msgspec.ValidationError:
         raise NotSliceable from None  # the document's own shape is odd: the whole-file path says how
     return doc, tables, size
+
+
+def _threads_decode() -> bool:
+    """Whether slices are decoded by two threads of this process: where the compiled decoder
+    is built (it parses without the GIL) and the machine has two cores (``helper_allowed``).
+    Without it, a helper process shares the slices (``_Helper``)."""
+    from proflab.readers import _kineto_native
+
+    return _kineto_native.available() and helper_allowed()
+
+
+_THREADS = 2  # slices decoded at once (the memory bounds hold two, as with the helper process)
+
+
+def _decoded_in_threads(slicer: MappedSlicer, ranges: list[tuple[int, int]], spill: Path | None) -> list[_Tables]:
+    """Every slice's tables (in file order), decoded ``_THREADS`` at a time: while one thread
+    parses (the compiled decoder lets go of the GIL), the other builds its slice's tables
+    (polars lets go of it too). No second process: nothing to start, write or read back.
+    ``spill``: as ``_read_sliced``'s."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def decode(index: int) -> _Tables:
+        piece = slicer.piece(*ranges[index])
+        t = _slice_tables(piece)
+        slicer.done(piece)
+        return t if spill is None else _spilled(t, spill, index)
+
+    tables: list[_Tables] = []
+    pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="proflab-read")
+    try:
+        # at most _THREADS slices ahead of the one taken: each decoded slice is taken in order
+        pending = [pool.submit(decode, i) for i in range(min(_THREADS, len(ranges)))]
+        for i in range(len(ranges)):
+            t = pending.pop(0).result()
+            if i + _THREADS < len(ranges):
+                pending.append(pool.submit(decode, i + _THREADS))
+            tables.append(t)
+            progress.update((i + 1) / len(ranges))
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return tables
 
 
 class _NoRoom(Exception):
@@ -995,10 +1046,10 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
     return doc, problems
 
 
-def _ns(values: list[float]) -> pl.Series:
+def _ns(values: list[float] | pl.Series) -> pl.Series:
     # whole microseconds and their fraction apart: a Unix-epoch timestamp (1.6e15 us, as
     # PyTorch 1.x wrote them) times 1000 is past float64's exact integers and would lose ~100 ns
-    us = pl.Series(values, dtype=pl.Float64)
+    us = values if isinstance(values, pl.Series) else pl.Series(values, dtype=pl.Float64)
     whole = us.floor()
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
 
@@ -1015,10 +1066,15 @@ def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
 def _external_ids(args: list) -> pl.Series:
     """``External id``, or ``external id`` as PyTorch 1.8-1.9 spelled it on runtime calls and kernels."""
     ids = pl.Series(list(map(attrgetter("external_id"), args)), dtype=pl.Int64)
+    return _or_old_ids(ids, lambda: pl.Series(list(map(attrgetter("external_id_old"), args)), dtype=pl.Int64))
+
+
+def _or_old_ids(ids: pl.Series, old: Callable[[], pl.Series]) -> pl.Series:
+    """``ids`` with its nulls taken from the old spelling's ids (``old()``), where it has any."""
     if ids.null_count():
-        old = list(map(attrgetter("external_id_old"), args))
-        if old.count(None) < len(old):
-            ids = ids.fill_null(pl.Series(old, dtype=pl.Int64))
+        before = old()
+        if before.null_count() < before.len():
+            return ids.fill_null(before)
     return ids
 
 
@@ -1041,7 +1097,7 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
     stream = pl.Series(list(map(get("stream"), args)), dtype=pl.Int64)
     grid_x, grid_y, grid_z = _xyz(list(map(get("grid"), args)))
     block_x, block_y, block_z = _xyz(list(map(get("block"), args)))
-    df = pl.DataFrame(
+    return _gpu_frame(
         {
             "kind": pl.Series(list(map(get("cat"), evs)), dtype=pl.String).replace_strict(_GPU_CATS, return_dtype=GPU_SCHEMA["kind"]),
             "name": pl.Series(list(map(get("name"), evs)), dtype=pl.String),
@@ -1062,6 +1118,12 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
             "shared_mem_bytes": pl.Series(list(map(get("shared_memory"), args)), dtype=pl.Int64),
         }
     )
+
+
+def _gpu_frame(columns: dict[str, pl.Series]) -> pl.DataFrame:
+    """The GPU table from its columns as read (kind and name, the args'), its copies'
+    directions and communication kernels told from the names."""
+    df = pl.DataFrame(columns)
     copy = pl.col("name").str.extract_groups(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
     # ROCm names its copies after the direction ("CopyHostToDevice", "hipMemcpyDtoH"...)
     amd = pl.col("name").str.extract(r"(?i)(HostToDevice|DeviceToHost|DeviceToDevice|HostToHost|PeerToPeer|HtoD|DtoH|DtoD|HtoH)")
@@ -1106,32 +1168,47 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     get = attrgetter
     args = list(map(get("args"), evs))
     host = _host_columns(evs)
-    types, dims = _shapes(host["name"], args)
+    types, dims = _shapes(host["name"], lambda i: (args[i].input_types, args[i].input_dims))
+    return _cpu_frame(
+        pl.Series(list(map(get("cat"), evs)), dtype=pl.String).replace_strict(_CPU_CATS, return_dtype=CPU_SCHEMA["cat"]),
+        host,
+        _external_ids(args),
+        pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
+        pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
+        types,
+        dims,
+    )
+
+
+def _cpu_frame(cat: pl.Series, host: dict[str, pl.Series], external_id: pl.Series, correlation: pl.Series,
+               sequence: pl.Series, types: pl.Series, dims: pl.Series) -> pl.DataFrame:
+    """The host table's operator rows from their columns (``cat`` as the model names it)."""
     return pl.DataFrame(
         {
-            "cat": pl.Series(list(map(get("cat"), evs)), dtype=pl.String).replace_strict(_CPU_CATS, return_dtype=CPU_SCHEMA["cat"]),
+            "cat": cat,
             **host,
-            "external_id": _external_ids(args),
-            "correlation": pl.Series(list(map(get("correlation"), args)), dtype=pl.Int64),
-            "sequence": pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
+            "external_id": external_id,
+            "correlation": correlation,
+            "sequence": sequence,
             "input_types": types,
             "input_dims": dims,
         }
     ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
 
 
-def _shapes(names: pl.Series, args: list[_Args]) -> tuple[pl.Series, pl.Series]:
-    """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``).
+def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl.Series, pl.Series]:
+    """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``);
+    ``raw(i)``: operator i's ``Input type`` and ``Input Dims`` as JSON (empty where absent).
     The names are picked by polars: a Python test of every operator's name cost 7 % of a read."""
     picked = (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true()
-    types: list[str | None] = [None] * len(args)
-    dims: list[str | None] = [None] * len(args)
+    types: list[str | None] = [None] * len(names)
+    dims: list[str | None] = [None] * len(names)
     for i in picked.to_list():
-        a = args[i]
-        if a.input_types:
-            types[i] = _dtypes(a.input_types)
-        if a.input_dims:
-            dims[i] = _dims(a.input_dims)
+        input_types, input_dims = raw(i)
+        if input_types:
+            types[i] = _dtypes(input_types)
+        if input_dims:
+            dims[i] = _dims(input_dims)
     return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String)
 
 
@@ -1190,13 +1267,21 @@ def _dtypes(raw: msgspec.Raw) -> str | None:
 def _frame_table(evs: list[_Event]) -> pl.DataFrame:
     """Python frames (with_stack): only what the source-line walk needs."""
     args = list(map(attrgetter("args"), evs))
-    n = len(evs)
+    return _frame_frame(
+        _host_columns(evs),
+        pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
+        pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
+    )
+
+
+def _frame_frame(host: dict[str, pl.Series], python_id: pl.Series, python_parent_id: pl.Series) -> pl.DataFrame:
+    """The host table's Python-frame rows from their columns."""
     return pl.DataFrame(
         {
-            "cat": pl.Series(["python_function"] * n, dtype=CPU_SCHEMA["cat"]),
-            **_host_columns(evs),
-            "python_id": pl.Series(list(map(attrgetter("python_id"), args)), dtype=pl.Int64),
-            "python_parent_id": pl.Series(list(map(attrgetter("python_parent_id"), args)), dtype=pl.Int64),
+            "cat": pl.Series(["python_function"] * python_id.len(), dtype=CPU_SCHEMA["cat"]),
+            **host,
+            "python_id": python_id,
+            "python_parent_id": python_parent_id,
         }
     ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types", "input_dims")).select(list(CPU_SCHEMA))
 

@@ -1,0 +1,815 @@
+/* A decoder of one slice of Kineto events (a JSON array of event objects) into fixed-size
+ * records, with no Python object per event: the numbers land in a bytes buffer that numpy
+ * views as columns, and each distinct string (name, category, phase) becomes one Python
+ * str, however many events carry it.
+ *
+ * It accepts exactly what proflab's typed msgspec decode (kineto._Event) accepts without a
+ * validation error, and gives up on anything else: an unexpected type, a value out of the
+ * model's range, a duplicated key, a lone surrogate, invalid UTF-8, malformed JSON. Giving
+ * up returns a short reason (a str) and the caller decodes the slice the usual way, which
+ * then also produces the precise error or the tolerant decode. So this file only has to be
+ * right about what it accepts; everything odd takes the path that has always handled it.
+ *
+ * scan(buffer) -> (count, records: bytes, strings: list[str]) | reason: str
+ *
+ * The parse runs without the GIL (plain C memory, no Python object until it is done), so
+ * two threads decode two slices at once; the strings are made after it.
+ *
+ * Record layout (little-endian, all 8-byte fields; mirrored by kineto_native.RECORD):
+ *   ph, cat, name            int64  index into strings (0 = "" = absent)
+ *   pid, tid                 int64  (absent: 0; a string's index where bit 62 / 63 of valid is set)
+ *   ts, dur                  double (ts absent or null: NaN; dur absent: 0.0)
+ *   ints[N_INTS]             int64  the integer args (see INT_KEYS), valid where bit i of `valid`
+ *   span_off[N_SPANS]        int64  byte offset of a raw arg value in the buffer (-1: absent)
+ *   span_len[N_SPANS]        int64
+ *   valid                    uint64
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__GLIBC__) || defined(__APPLE__)
+#include <locale.h>
+#ifdef __APPLE__
+#include <xlocale.h>
+#endif
+#define HAVE_STRTOD_L 1
+static locale_t C_NUMERIC; /* strtod in the "C" locale, whatever the program set */
+#endif
+
+#define N_INTS 20
+#define N_SPANS 5
+#define MAX_DEPTH 64
+#define PID_TEXT 62 /* bits of Rec.valid: pid / tid is a string (its index in strings) */
+#define TID_TEXT 63
+
+typedef struct {
+    int64_t ph, cat, name, pid, tid;
+    double ts, dur;
+    int64_t ints[N_INTS];
+    int64_t span_off[N_SPANS];
+    int64_t span_len[N_SPANS];
+    uint64_t valid;
+} Rec;
+
+/* integer args: key, lower and upper bound (I32 or I64) */
+enum {
+    I_EXTERNAL_ID, I_EXTERNAL_ID_OLD, I_CORRELATION, I_DEVICE, I_STREAM, I_BYTES, I_REGISTERS,
+    I_SHARED_MEMORY, I_PYTHON_ID, I_PYTHON_PARENT_ID, I_SEQUENCE, I_IN_NELEMS, I_OUT_NELEMS,
+    I_GROUP_SIZE, I_GRID_X, I_GRID_Y, I_GRID_Z, I_BLOCK_X, I_BLOCK_Y, I_BLOCK_Z
+};
+enum { S_INPUT_TYPES, S_INPUT_DIMS, S_COLLECTIVE, S_DTYPE, S_PG_NAME };
+
+typedef struct {
+    const char *key;
+    int kind;  /* 0 int, 1 int32, 2 grid, 3 block, 4 raw, 5 str|null, 6 str|int|null */
+    int slot;
+} ArgKey;
+
+static const ArgKey ARG_KEYS[] = {
+    {"External id", 0, I_EXTERNAL_ID},
+    {"external id", 0, I_EXTERNAL_ID_OLD},
+    {"correlation", 0, I_CORRELATION},
+    {"device", 1, I_DEVICE},
+    {"stream", 0, I_STREAM},
+    {"bytes", 0, I_BYTES},
+    {"grid", 2, I_GRID_X},
+    {"block", 3, I_BLOCK_X},
+    {"registers per thread", 1, I_REGISTERS},
+    {"shared memory", 0, I_SHARED_MEMORY},
+    {"Python id", 0, I_PYTHON_ID},
+    {"Python parent id", 0, I_PYTHON_PARENT_ID},
+    {"Sequence number", 0, I_SEQUENCE},
+    {"Input type", 4, S_INPUT_TYPES},
+    {"Input Dims", 4, S_INPUT_DIMS},
+    {"Collective name", 5, S_COLLECTIVE},
+    {"In msg nelems", 0, I_IN_NELEMS},
+    {"Out msg nelems", 0, I_OUT_NELEMS},
+    {"dtype", 5, S_DTYPE},
+    {"Process Group Name", 6, S_PG_NAME},
+    {"Group size", 1, I_GROUP_SIZE},
+};
+#define N_ARG_KEYS ((int)(sizeof(ARG_KEYS) / sizeof(ARG_KEYS[0])))
+
+enum { E_PH, E_CAT, E_NAME, E_PID, E_TID, E_TS, E_DUR, E_ARGS, E_ID, N_EVENT_KEYS };
+static const char *const EVENT_KEYS[N_EVENT_KEYS] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"};
+
+/* ---- interned strings: raw bytes between the quotes -> index in a Python list ---- */
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+    uint64_t h;
+    int64_t index;
+} Slot;
+
+typedef struct {
+    const unsigned char *p;
+    Py_ssize_t n;
+    int escaped;
+} Entry; /* a distinct string, in the order of the strings list */
+
+typedef struct {
+    const unsigned char *s, *end, *base;
+    Rec *recs;
+    Py_ssize_t n, cap;
+    Slot *slots;
+    Py_ssize_t nslots;
+    Entry *entries;
+    Py_ssize_t nentries, entries_cap;
+    const char *why;       /* reason for giving up, NULL while fine */
+    int nomem;
+    unsigned char *tmp;    /* decoded escapes */
+    Py_ssize_t tmp_cap;
+    PyThreadState *thread; /* saved while the GIL is released */
+} P;
+
+#define GIVE_UP(p, reason) do { if (!(p)->why) (p)->why = (reason); return -1; } while (0)
+#define FAILED(p) ((p)->why != NULL)
+
+static inline void ws(P *p) {
+    const unsigned char *s = p->s, *e = p->end;
+    while (s < e && *s <= ' ' && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++;
+    p->s = s;
+}
+
+static uint64_t hash(const unsigned char *s, Py_ssize_t n) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)n;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    return h ^ (h >> 32);
+}
+
+#define ONES 0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+/* The high bit of each byte of w that is a quote, a backslash, a control character or not
+ * ASCII; bytes above the first such byte may be flagged too, never one below it. */
+static inline uint64_t special(uint64_t w) {
+    uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
+    return (((q - ONES) & ~q) | ((b - ONES) & ~b) | (w - ONES * 0x20) | w) & HIGHS;
+}
+
+/* Valid UTF-8 as Python's strict decoder takes it: no overlong forms, no surrogates, <= U+10FFFF. */
+static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) { i++; continue; }
+        int more;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) { more = 1; cp = c & 0x1F; }
+        else if (c >= 0xE0 && c <= 0xEF) { more = 2; cp = c & 0x0F; }
+        else if (c >= 0xF0 && c <= 0xF4) { more = 3; cp = c & 0x07; }
+        else return 0;
+        if (i + more >= n) return 0;
+        for (int k = 1; k <= more; k++) {
+            unsigned char d = s[i + k];
+            if ((d & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (d & 0x3F);
+        }
+        if ((more == 2 && cp < 0x800) || (more == 3 && (cp < 0x10000 || cp > 0x10FFFF))) return 0;
+        if (cp >= 0xD800 && cp <= 0xDFFF) return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
+static int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int hex4(const unsigned char *s, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(s[i]);
+        if (h < 0) return 0;
+        v = (v << 4) | (uint32_t)h;
+    }
+    *out = v;
+    return 1;
+}
+
+/* A string at p->s (its opening quote). Sets *raw / *rawn to the bytes between the quotes,
+ * *plain to whether those bytes are the text itself (no escapes). Escapes are checked (and,
+ * where decode is set, written to p->tmp as UTF-8, *dec / *decn). */
+static int string(P *p, const unsigned char **raw, Py_ssize_t *rawn, int *plain, int decode,
+                  const unsigned char **dec, Py_ssize_t *decn) {
+    const unsigned char *s = p->s + 1, *e = p->end, *start = s;
+    int escaped = 0, high = 0;
+    while (1) {
+        while (s + 8 <= e) {  /* eight plain bytes at a time (little-endian: the first is lowest) */
+            uint64_t w, m;
+            memcpy(&w, s, 8);
+            m = special(w);
+            if (!m) { s += 8; continue; }
+            s += __builtin_ctzll(m) >> 3;
+            if (*s < 0x80) break;
+            high = 1;
+            s++;
+        }
+        while (s < e && *s != '"' && *s != '\\' && *s >= 0x20) {
+            if (*s >= 0x80) high = 1;
+            s++;
+        }
+        if (s >= e) GIVE_UP(p, "unterminated string");
+        if (*s == '"') break;
+        if (*s < 0x20) GIVE_UP(p, "control character in a string");
+        /* a backslash */
+        escaped = 1;
+        if (s + 1 >= e) GIVE_UP(p, "unterminated string");
+        unsigned char c = s[1];
+        if (c == 'u') {
+            if (s + 6 > e) GIVE_UP(p, "short \\u escape");
+            uint32_t u;
+            if (!hex4(s + 2, &u)) GIVE_UP(p, "bad \\u escape");
+            if (u >= 0xDC00 && u <= 0xDFFF) GIVE_UP(p, "lone low surrogate");
+            if (u >= 0xD800 && u <= 0xDBFF) {
+                uint32_t lo;
+                if (s + 12 > e || s[6] != '\\' || s[7] != 'u' || !hex4(s + 8, &lo) || lo < 0xDC00 || lo > 0xDFFF)
+                    GIVE_UP(p, "lone high surrogate");
+                s += 12;
+            } else {
+                s += 6;
+            }
+        } else if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' || c == 't') {
+            s += 2;
+        } else {
+            GIVE_UP(p, "bad escape");
+        }
+    }
+    *raw = start;
+    *rawn = s - start;
+    *plain = !escaped;
+    p->s = s + 1;
+    if (high && !utf8_ok(start, s - start)) GIVE_UP(p, "invalid UTF-8");
+    if (!decode || !escaped) {
+        if (dec) { *dec = start; *decn = s - start; }
+        return 0;
+    }
+    /* decode the escapes (the text between is valid UTF-8, checked above) */
+    Py_ssize_t n = s - start;
+    if (p->tmp_cap < n) {
+        unsigned char *t = realloc(p->tmp, (size_t)n);
+        if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+        p->tmp = t;
+        p->tmp_cap = n;
+    }
+    unsigned char *o = p->tmp;
+    for (const unsigned char *q = start; q < s;) {
+        if (*q != '\\') { *o++ = *q++; continue; }
+        unsigned char c = q[1];
+        if (c != 'u') {
+            *o++ = c == 'b' ? '\b' : c == 'f' ? '\f' : c == 'n' ? '\n' : c == 'r' ? '\r' : c == 't' ? '\t' : c;
+            q += 2;
+            continue;
+        }
+        uint32_t u, lo;
+        hex4(q + 2, &u);
+        q += 6;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            hex4(q + 2, &lo);
+            q += 6;
+            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        /* UTF-8 of u: never longer than the escape it came from */
+        if (u < 0x80) *o++ = (unsigned char)u;
+        else if (u < 0x800) { *o++ = 0xC0 | (u >> 6); *o++ = 0x80 | (u & 0x3F); }
+        else if (u < 0x10000) { *o++ = 0xE0 | (u >> 12); *o++ = 0x80 | ((u >> 6) & 0x3F); *o++ = 0x80 | (u & 0x3F); }
+        else {
+            *o++ = 0xF0 | (u >> 18); *o++ = 0x80 | ((u >> 12) & 0x3F);
+            *o++ = 0x80 | ((u >> 6) & 0x3F); *o++ = 0x80 | (u & 0x3F);
+        }
+    }
+    *dec = p->tmp;
+    *decn = o - p->tmp;
+    return 0;
+}
+
+static int grow_slots(P *p) {
+    Py_ssize_t n = p->nslots ? p->nslots * 2 : 1024;
+    Slot *t = calloc((size_t)n, sizeof(Slot));
+    if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+    for (Py_ssize_t i = 0; i < p->nslots; i++) {
+        if (!p->slots[i].p) continue;
+        Py_ssize_t j = (Py_ssize_t)(p->slots[i].h & (uint64_t)(n - 1));
+        while (t[j].p) j = (j + 1) & (n - 1);
+        t[j] = p->slots[i];
+    }
+    free(p->slots);
+    p->slots = t;
+    p->nslots = n;
+    return 0;
+}
+
+/* The index of the string at p->s in p->strings (added on first sight). */
+static int interned(P *p, int64_t *index) {
+    const unsigned char *raw;
+    Py_ssize_t rawn;
+    int plain;
+    if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a string");
+    if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+    if (rawn == 0) { *index = 0; return 0; }
+    uint64_t h = hash(raw, rawn);
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(p->nslots - 1));
+    while (p->slots[j].p) {
+        Slot *sl = &p->slots[j];
+        if (sl->h == h && sl->n == rawn && memcmp(sl->p, raw, (size_t)rawn) == 0) { *index = sl->index; return 0; }
+        j = (j + 1) & (p->nslots - 1);
+    }
+    /* first sight: a new entry (its str is made once the parse is done) */
+    if (p->nentries == p->entries_cap) {
+        Py_ssize_t cap = p->entries_cap ? p->entries_cap * 2 : 1024;
+        Entry *t = realloc(p->entries, (size_t)cap * sizeof(Entry));
+        if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+        p->entries = t;
+        p->entries_cap = cap;
+    }
+    *index = p->nentries;
+    p->entries[p->nentries].p = raw;
+    p->entries[p->nentries].n = rawn;
+    p->entries[p->nentries].escaped = !plain;
+    p->nentries++;
+    p->slots[j].p = raw;
+    p->slots[j].n = rawn;
+    p->slots[j].h = h;
+    p->slots[j].index = *index;
+    if (p->nentries * 2 > p->nslots && grow_slots(p) < 0) return -1;
+    return 0;
+}
+
+/* A JSON number. *is_int: no fraction nor exponent; then *iv holds it (*big: past int64).
+ * *dv: its double value, correctly rounded (only computed where want_double). */
+static int number(P *p, int *is_int, int64_t *iv, int *big, double *dv, int want_double) {
+    const unsigned char *s = p->s, *e = p->end, *start = s;
+    int neg = 0;
+    if (s < e && *s == '-') { neg = 1; s++; }
+    if (s >= e || *s < '0' || *s > '9') GIVE_UP(p, "not a value");
+    uint64_t m = 0;
+    int digits = 0, overflow = 0;
+    if (*s == '0') { s++; digits = 1; }
+    else {
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (digits < 18) m = m * 10 + (uint64_t)(*s - '0');  /* 18 digits never overflow */
+            else if (m > (UINT64_MAX - 9) / 10) overflow = 1;
+            else m = m * 10 + (uint64_t)(*s - '0');
+            digits++;
+            s++;
+        }
+    }
+    /* the digits as one integer while they fit (for the fast path below) */
+    int frac_digits = 0, total = digits;
+    uint64_t mf = m;
+    int fast = !overflow && digits <= 19;
+    if (s < e && *s == '.') {
+        s++;
+        if (s >= e || *s < '0' || *s > '9') GIVE_UP(p, "bad number");
+        while (s < e && *s >= '0' && *s <= '9') {
+            if (fast && total < 19) { mf = mf * 10 + (uint64_t)(*s - '0'); total++; }
+            else fast = 0;
+            frac_digits++;
+            s++;
+        }
+    }
+    int has_exp = 0;
+    if (s < e && (*s == 'e' || *s == 'E')) {
+        has_exp = 1;
+        s++;
+        if (s < e && (*s == '+' || *s == '-')) s++;
+        if (s >= e || *s < '0' || *s > '9') GIVE_UP(p, "bad number");
+        while (s < e && *s >= '0' && *s <= '9') s++;
+    }
+    p->s = s;
+    *is_int = !frac_digits && !has_exp;
+    *big = 0;
+    if (*is_int) {
+        if (overflow || (!neg && m > (uint64_t)INT64_MAX) || (neg && m > (uint64_t)INT64_MAX + 1)) *big = 1;
+        else *iv = neg ? (int64_t)(0 - m) : (int64_t)m;
+    }
+    if (!want_double) return 0;
+    static const double P10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    if (fast && !has_exp && mf <= (1ULL << 53) && frac_digits <= 22) {
+        /* Clinger's fast path: both the mantissa (< 2^53) and 10^k are exact doubles, so one
+         * division is correctly rounded */
+        double v = (double)mf;
+        if (frac_digits) v /= P10[frac_digits];
+        *dv = neg ? -v : v;
+        return 0;
+    }
+    Py_ssize_t n = s - start;
+    char buf[128];
+    if (n >= (Py_ssize_t)sizeof(buf)) GIVE_UP(p, "long number");
+    memcpy(buf, start, (size_t)n);
+    buf[n] = 0;
+    double v;
+#ifdef HAVE_STRTOD_L
+    v = strtod_l(buf, NULL, C_NUMERIC);  /* correctly rounded, as msgspec's own */
+#else
+    PyEval_RestoreThread(p->thread);
+    v = PyOS_string_to_double(buf, NULL, NULL);
+    if (v == -1.0 && PyErr_Occurred()) PyErr_Clear();
+    p->thread = PyEval_SaveThread();
+#endif
+    *dv = v;
+    return 0;
+}
+
+static int value_skip(P *p, int depth);
+
+static int literal(P *p, const char *word) {
+    size_t n = strlen(word);
+    if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0) GIVE_UP(p, "not a value");
+    p->s += n;
+    return 0;
+}
+
+static int value_skip(P *p, int depth) {
+    if (depth > MAX_DEPTH) GIVE_UP(p, "nested too deep");
+    ws(p);
+    if (p->s >= p->end) GIVE_UP(p, "truncated");
+    unsigned char c = *p->s;
+    const unsigned char *raw;
+    Py_ssize_t rawn;
+    int plain;
+    if (c == '"') return string(p, &raw, &rawn, &plain, 0, NULL, NULL);
+    if (c == '{') {
+        p->s++;
+        ws(p);
+        if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
+        while (1) {
+            ws(p);
+            if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
+            if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+            ws(p);
+            if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
+            p->s++;
+            if (value_skip(p, depth + 1) < 0) return -1;
+            ws(p);
+            if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+            if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
+            GIVE_UP(p, "expected ',' or '}'");
+        }
+    }
+    if (c == '[') {
+        p->s++;
+        ws(p);
+        if (p->s < p->end && *p->s == ']') { p->s++; return 0; }
+        while (1) {
+            if (value_skip(p, depth + 1) < 0) return -1;
+            ws(p);
+            if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+            if (p->s < p->end && *p->s == ']') { p->s++; return 0; }
+            GIVE_UP(p, "expected ',' or ']'");
+        }
+    }
+    if (c == 't') return literal(p, "true");
+    if (c == 'f') return literal(p, "false");
+    if (c == 'n') return literal(p, "null");
+    int is_int, big;
+    int64_t iv;
+    double dv;
+    return number(p, &is_int, &iv, &big, &dv, 0);
+}
+
+static int is_null(P *p) {
+    if (p->end - p->s >= 4 && memcmp(p->s, "null", 4) == 0) { p->s += 4; return 1; }
+    return 0;
+}
+
+/* An integer (within lo..hi) or, where nullable, null (*present = 0). */
+static int integer(P *p, int64_t lo, int64_t hi, int nullable, int64_t *out, int *present) {
+    ws(p);
+    if (nullable && is_null(p)) { *present = 0; return 0; }
+    if (p->s >= p->end || (*p->s != '-' && (*p->s < '0' || *p->s > '9'))) GIVE_UP(p, "not an integer");
+    int is_int, big;
+    double dv;
+    if (number(p, &is_int, out, &big, &dv, 0) < 0) return -1;
+    if (!is_int) GIVE_UP(p, "not an integer");
+    if (big || *out < lo || *out > hi) GIVE_UP(p, "integer out of range");
+    *present = 1;
+    return 0;
+}
+
+/* A float of the model's microsecond range (ints are taken as floats, as msgspec does). */
+static int micros(P *p, int nullable, double *out) {
+    ws(p);
+    if (nullable && is_null(p)) { *out = NAN; return 0; }
+    if (p->s >= p->end || (*p->s != '-' && (*p->s < '0' || *p->s > '9'))) GIVE_UP(p, "not a number");
+    int is_int, big;
+    int64_t iv;
+    if (number(p, &is_int, &iv, &big, out, 1) < 0) return -1;
+    if (!(*out >= -9.2e15 && *out <= 9.2e15)) GIVE_UP(p, "time out of range");
+    return 0;
+}
+
+/* Keys of each length (at most 4 of a length here), found by length and then compared. */
+#define MAX_KEY 32
+typedef struct { signed char index[MAX_KEY][4]; } Keys;
+static Keys ARG_INDEX, EVENT_INDEX;
+
+static void index_keys(Keys *k, const char *const *names, int n) {
+    memset(k->index, -1, sizeof(k->index));
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(names[i]);
+        for (int j = 0; j < 4; j++)
+            if (k->index[len][j] < 0) { k->index[len][j] = (signed char)i; break; }
+    }
+}
+
+static inline int key_of(const Keys *k, const char *const *names, const unsigned char *raw, Py_ssize_t n) {
+    if (n >= MAX_KEY) return -1;
+    for (int j = 0; j < 4; j++) {
+        int i = k->index[n][j];
+        if (i < 0) return -1;
+        if (memcmp(raw, names[i], (size_t)n) == 0) return i;
+    }
+    return -1;
+}
+
+static const char *ARG_NAMES[N_ARG_KEYS];
+
+/* grid/block: null or a list of int32; the first three kept */
+static int dims(P *p, Rec *r, int slot) {
+    ws(p);
+    if (is_null(p)) return 0;
+    if (p->s >= p->end || *p->s != '[') GIVE_UP(p, "dims not a list");
+    p->s++;
+    ws(p);
+    if (p->s < p->end && *p->s == ']') { p->s++; return 0; }
+    for (int i = 0;; i++) {
+        int64_t v;
+        int present;
+        if (integer(p, -2147483648LL, 2147483647LL, 0, &v, &present) < 0) return -1;
+        if (i < 3) { r->ints[slot + i] = v; r->valid |= 1ULL << (slot + i); }
+        ws(p);
+        if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+        if (p->s < p->end && *p->s == ']') { p->s++; return 0; }
+        GIVE_UP(p, "expected ',' or ']'");
+    }
+}
+
+static int args(P *p, Rec *r) {
+    ws(p);
+    if (p->s >= p->end || *p->s != '{') GIVE_UP(p, "args not an object");
+    p->s++;
+    ws(p);
+    if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
+    uint32_t seen = 0;
+    while (1) {
+        const unsigned char *raw;
+        Py_ssize_t rawn;
+        int plain;
+        ws(p);
+        if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
+        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+        if (!plain) GIVE_UP(p, "escaped key");
+        ws(p);
+        if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
+        p->s++;
+        int k = key_of(&ARG_INDEX, ARG_NAMES, raw, rawn);
+        if (k < 0) {
+            if (value_skip(p, 2) < 0) return -1;
+        } else {
+            if (seen & (1U << k)) GIVE_UP(p, "duplicate key");
+            seen |= 1U << k;
+            const ArgKey *a = &ARG_KEYS[k];
+            int64_t v;
+            int present;
+            ws(p);
+            const unsigned char *at = p->s;
+            switch (a->kind) {
+            case 0:
+            case 1:
+                if (integer(p, a->kind ? -2147483648LL : INT64_MIN, a->kind ? 2147483647LL : INT64_MAX, 1, &v, &present) < 0)
+                    return -1;
+                if (present) { r->ints[a->slot] = v; r->valid |= 1ULL << a->slot; }
+                break;
+            case 2:
+                if (dims(p, r, I_GRID_X) < 0) return -1;
+                break;
+            case 3:
+                if (dims(p, r, I_BLOCK_X) < 0) return -1;
+                break;
+            case 4:
+                if (value_skip(p, 2) < 0) return -1;
+                r->span_off[a->slot] = at - p->base;
+                r->span_len[a->slot] = p->s - at;
+                break;
+            default:  /* 5: str | null; 6: str | int | null */
+                if (is_null(p)) break;
+                if (p->s < p->end && *p->s == '"') {
+                    if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+                } else if (a->kind == 6) {
+                    int is_int, big;
+                    double dv;
+                    if (p->s >= p->end || (*p->s != '-' && (*p->s < '0' || *p->s > '9'))) GIVE_UP(p, "not a string");
+                    if (number(p, &is_int, &v, &big, &dv, 0) < 0) return -1;
+                    if (!is_int) GIVE_UP(p, "not a string or integer");
+                } else {
+                    GIVE_UP(p, "not a string");
+                }
+                r->span_off[a->slot] = at - p->base;
+                r->span_len[a->slot] = p->s - at;
+            }
+        }
+        ws(p);
+        if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+        if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
+        GIVE_UP(p, "expected ',' or '}'");
+    }
+}
+
+static int event(P *p) {
+    if (p->n == p->cap) {
+        Py_ssize_t cap = p->cap ? p->cap * 2 : 4096;
+        Rec *t = realloc(p->recs, (size_t)cap * sizeof(Rec));
+        if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+        p->recs = t;
+        p->cap = cap;
+    }
+    Rec *r = &p->recs[p->n];
+    memset(r, 0, sizeof(Rec));
+    r->ts = NAN;
+    for (int i = 0; i < N_SPANS; i++) { r->span_off[i] = -1; r->span_len[i] = -1; }
+    ws(p);
+    if (p->s >= p->end || *p->s != '{') GIVE_UP(p, "event not an object");
+    p->s++;
+    ws(p);
+    if (p->s < p->end && *p->s == '}') { p->s++; p->n++; return 0; }
+    uint32_t seen = 0;
+    while (1) {
+        const unsigned char *raw;
+        Py_ssize_t rawn;
+        int plain;
+        ws(p);
+        if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
+        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+        if (!plain) GIVE_UP(p, "escaped key");
+        ws(p);
+        if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
+        p->s++;
+        ws(p);
+        int k = key_of(&EVENT_INDEX, EVENT_KEYS, raw, rawn);
+        if (k >= 0) {
+            if (seen & (1U << k)) GIVE_UP(p, "duplicate key");
+            seen |= 1U << k;
+        }
+        int present, is_int, big;
+        int64_t iv;
+        double dv;
+        switch (k) {
+        case E_PH: if (interned(p, &r->ph) < 0) return -1; break;
+        case E_CAT: if (interned(p, &r->cat) < 0) return -1; break;
+        case E_NAME: if (interned(p, &r->name) < 0) return -1; break;
+        case E_PID:  /* int | str: a string's index is kept, and flagged */
+        case E_TID: {
+            int64_t *v = k == E_PID ? &r->pid : &r->tid;
+            if (p->s < p->end && *p->s == '"') {
+                if (interned(p, v) < 0) return -1;
+                r->valid |= 1ULL << (k == E_PID ? PID_TEXT : TID_TEXT);
+            } else if (integer(p, INT64_MIN, INT64_MAX, 0, v, &present) < 0) {
+                return -1;
+            }
+            break;
+        }
+        case E_TS: if (micros(p, 1, &r->ts) < 0) return -1; break;
+        case E_DUR: if (micros(p, 0, &r->dur) < 0) return -1; break;
+        case E_ARGS: if (args(p, r) < 0) return -1; break;
+        case E_ID:  /* int | str | None: checked, not kept (flows are linked by the usual path) */
+            if (is_null(p)) break;
+            if (p->s < p->end && *p->s == '"') {
+                if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+                break;
+            }
+            if (p->s >= p->end || (*p->s != '-' && (*p->s < '0' || *p->s > '9'))) GIVE_UP(p, "id not an integer");
+            if (number(p, &is_int, &iv, &big, &dv, 0) < 0) return -1;
+            if (!is_int) GIVE_UP(p, "id not an integer");
+            break;
+        default:
+            if (value_skip(p, 1) < 0) return -1;
+        }
+        ws(p);
+        if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+        if (p->s < p->end && *p->s == '}') { p->s++; break; }
+        GIVE_UP(p, "expected ',' or '}'");
+    }
+    p->n++;
+    return 0;
+}
+
+/* The parse, without the GIL: 0 or -1 (p->why says why). */
+static int parse(P *p) {
+    p->entries_cap = 1024;
+    p->entries = malloc((size_t)p->entries_cap * sizeof(Entry));
+    if (!p->entries) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+    p->entries[0].p = NULL;  /* strings[0] is "" */
+    p->entries[0].n = 0;
+    p->entries[0].escaped = 0;
+    p->nentries = 1;
+    if (grow_slots(p) < 0) return -1;
+    ws(p);
+    if (p->s >= p->end || *p->s != '[') GIVE_UP(p, "not an array");
+    p->s++;
+    ws(p);
+    if (p->s < p->end && *p->s == ']') p->s++;
+    else {
+        while (1) {
+            if (event(p) < 0) return -1;
+            ws(p);
+            if (p->s < p->end && *p->s == ',') { p->s++; continue; }
+            if (p->s < p->end && *p->s == ']') { p->s++; break; }
+            GIVE_UP(p, "expected ',' or ']'");
+        }
+    }
+    ws(p);
+    if (p->s != p->end) GIVE_UP(p, "data after the array");
+    return 0;
+}
+
+/* The distinct strings as a list of str, in index order. */
+static PyObject *strings(P *p) {
+    PyObject *list = PyList_New(p->nentries);
+    if (!list) return NULL;
+    for (Py_ssize_t i = 0; i < p->nentries; i++) {
+        Entry *e = &p->entries[i];
+        const unsigned char *raw, *dec = e->p;
+        Py_ssize_t rawn, decn = e->n;
+        int plain;
+        if (e->escaped) {  /* decode the escapes again, now to keep */
+            p->s = e->p - 1;
+            if (string(p, &raw, &rawn, &plain, 1, &dec, &decn) < 0) { Py_DECREF(list); return NULL; }
+        }
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)(dec ? dec : (const unsigned char *)""), decn, "strict");
+        if (!u) {
+            PyErr_Clear();
+            Py_DECREF(list);
+            p->why = "invalid UTF-8";
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, u);
+    }
+    return list;
+}
+
+static PyObject *scan(PyObject *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    P p;
+    memset(&p, 0, sizeof(p));
+    p.base = p.s = (const unsigned char *)view.buf;
+    p.end = p.s + view.len;
+    p.thread = PyEval_SaveThread();
+    int ok = parse(&p) == 0;
+    PyEval_RestoreThread(p.thread);
+    PyObject *result = NULL;
+    if (p.nomem) {
+        PyErr_NoMemory();
+    } else if (ok) {
+        PyObject *list = strings(&p);
+        if (list) {
+            PyObject *recs = PyBytes_FromStringAndSize((const char *)p.recs, p.n * (Py_ssize_t)sizeof(Rec));
+            if (recs) result = Py_BuildValue("(nNO)", p.n, recs, list);
+            Py_DECREF(list);
+        }
+    }
+    if (!result && !PyErr_Occurred()) result = PyUnicode_FromString(p.why ? p.why : "unknown");
+    free(p.recs);
+    free(p.slots);
+    free(p.entries);
+    free(p.tmp);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *layout(PyObject *self, PyObject *unused) {
+    return Py_BuildValue("(nii)", (Py_ssize_t)sizeof(Rec), N_INTS, N_SPANS);
+}
+
+static PyMethodDef METHODS[] = {
+    {"scan", scan, METH_O, "Decode a JSON array of Kineto events into records; a str (the reason) where it gives up."},
+    {"layout", layout, METH_NOARGS, "(record size, integer args, raw spans)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_kscan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kscan(void) {
+#ifdef HAVE_STRTOD_L
+    if (!C_NUMERIC) C_NUMERIC = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    if (!C_NUMERIC) return PyErr_NoMemory();
+#endif
+    for (int i = 0; i < N_ARG_KEYS; i++) ARG_NAMES[i] = ARG_KEYS[i].key;
+    index_keys(&ARG_INDEX, ARG_NAMES, N_ARG_KEYS);
+    index_keys(&EVENT_INDEX, EVENT_KEYS, N_EVENT_KEYS);
+    return PyModule_Create(&MODULE);
+}

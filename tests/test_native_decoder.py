@@ -1,0 +1,286 @@
+"""The compiled Kineto slice decoder (``readers/_kscan.c``) against the typed msgspec decode
+it stands in for: on every recorded trace's slices the tables are equal, and on damaged or
+unusual input it either gives the same tables or gives up (the msgspec path then decides).
+It must never accept what the typed decode would refuse or read tolerantly."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import json
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fuzzing import BYTE_MUTATIONS, STRUCT_MUTATIONS, kineto_seeds
+from proflab.errors import InputError
+from proflab.readers import _kineto_native as native
+from proflab.readers import _slices, kineto
+
+DATA = Path(__file__).parent / "data"
+
+pytestmark = pytest.mark.skipif(
+    not native.available(),
+    reason="the compiled decoder is not built (no C compiler at install) or PROFLAB_PURE_PYTHON is set",
+)
+
+
+def _slow(payload: bytes):
+    """The typed decode's tables, or what it does instead ("tolerant": a value of another
+    type, read by the tolerant decoder; "refused": not JSON)."""
+    try:
+        events = kineto._EVENTS_DECODER.decode(payload)
+    except msgspec.ValidationError:
+        return "tolerant"
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return "refused"
+    return kineto._tables(events)
+
+
+def _equal(a: kineto._Tables, b: kineto._Tables) -> str | None:
+    """None, or what differs."""
+    for name in ("gpu", "cpu", "comms"):
+        x, y = getattr(a, name), getattr(b, name)
+        if x.schema != y.schema:
+            return f"{name} schema"
+        if not x.equals(y):
+            return f"{name} rows"
+    if list(a.unknown.items()) != list(b.unknown.items()):
+        return "unknown categories"
+    if a.events != b.events or a.problems != b.problems:
+        return "counts"
+    return None
+
+
+def _agrees(payload: bytes) -> str:
+    """Checks the decoder on one payload: "same" (equal tables) or "gave up" (and why is fine)."""
+    fast = native.tables(payload)
+    slow = _slow(payload)
+    if fast is None:
+        return "gave up"
+    assert not isinstance(slow, str), f"accepted what the typed decode finds {slow}"
+    diff = _equal(fast, slow)
+    assert diff is None, diff
+    return "same"
+
+
+def _slices_of(path: Path, size: int) -> list[bytes]:
+    slicer = _slices.open_slicer(path, size)
+    try:
+        if isinstance(slicer, _slices.MappedSlicer):
+            return [bytes(slicer.piece(b, e)) for b, e in slicer.plan()]
+        return [bytes(p) for p in slicer.pieces()]
+    finally:
+        slicer.close()
+
+
+RECORDED = sorted(
+    p for d in ("kineto", "compat", "realistic", "memory", "ncu", "runs") for p in (DATA / d).rglob("*.json*")
+    if "trace" in p.name or d == "compat"
+)  # fmt: skip
+
+
+def test_recorded_traces_are_there():
+    assert len(RECORDED) >= 30
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=lambda p: str(p.relative_to(DATA)))
+def test_every_slice_of_every_recorded_trace(path):
+    """Slices of 1 MiB (most traces are a few slices of it), each decoded both ways."""
+    try:
+        pieces = _slices_of(path, 1 << 20)
+    except _slices.NotSliceable:
+        pytest.skip("not in Kineto's layout: decoded whole by the msgspec path")
+    got = [_agrees(p) for p in pieces]
+    if path.name.startswith("tracelens_mi300x_rocm_gemm"):
+        assert "gave up" in got  # its streams are strings ("0x1f"): the tolerant decoder reads them
+    else:
+        assert set(got) == {"same"}, f"gave up on {got.count('gave up')} of {len(got)} slices"
+
+
+def test_collectives_are_decoded():
+    """DDP traces' record_param_comms calls (collective, sizes, group) come out the same."""
+    paths = sorted((DATA / "kineto" / "scaling").rglob("rank*.pt.trace.json.gz"))[:4]
+    seen = 0
+    for path in paths:
+        for piece in _slices_of(path, 64 << 20):
+            fast = native.tables(piece)
+            assert fast is not None and _equal(fast, _slow(piece)) is None
+            seen += fast.comms.height
+    assert seen > 0
+
+
+def _event(**fields) -> dict:
+    base = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10.5, "dur": 2.25,
+            "args": {"correlation": 5, "External id": 9, "device": 0, "stream": 7, "grid": [1, 2, 3], "block": [4, 5, 6]}}  # fmt: skip
+    base.update(fields)
+    return base
+
+
+def _payload(events: list) -> bytes:
+    return json.dumps(events, ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize(
+    ("events", "outcome"),
+    [
+        ([_event()], "same"),
+        ([_event(name="caf\u00e9 \u00fcber \U0001f600")], "same"),
+        ([], "same"),
+        ([{}], "same"),
+        ([_event(pid="Spans"), _event(cat="cpu_op", tid="stream 7")], "same"),  # strings for pid/tid: read as text
+        ([_event(pid=-5), _event(pid=2**40)], "same"),  # a GPU pid past int32: its digits, as the typed path reads them
+        ([_event(ts=None), _event(ts=3)], "same"),  # a null start is dropped; an integer one is a float
+        ([_event(ts=1771536568903147.123), _event(ts=-0.0), _event(dur=1e-7)], "same"),
+        ([_event(args={})], "same"),
+        ([_event(args={"grid": [1], "block": []}), _event(args={"grid": None})], "same"),
+        ([_event(args={"Ev Idx": 1, "Concrete Inputs": ["", "a\"b\\c"], "x": {"y": [[], {}]}})], "same"),
+        ([_event(cat="cpu_op", name="aten::mm", args={"Input type": ["float", "float"], "Input Dims": [[2, 3], [3, 4]]})], "same"),
+        ([_event(cat="cpu_op", name="record_param_comms",
+                 args={"Collective name": "allreduce", "dtype": "Float", "Process Group Name": 0, "In msg nelems": 8,
+                       "Out msg nelems": 8, "Group size": 2, "External id": 3})], "same"),  # fmt: skip
+        ([_event(cat="ac2g", ph="s", id=5), _event(cat="ac2g", ph="f", id="x")], "same"),
+        ([_event(cat="kernel", args={"External id": 1})], "same"),  # no correlation and no flows
+        ([_event(cat="kernel", args={}), _event(cat="ac2g", ph="f", id=5)], "gave up"),  # kernels linked by flows
+        ([_event(name=5)], "gave up"),
+        ([_event(ts="5")], "gave up"),
+        ([_event(ts=1e17)], "gave up"),  # past the clock: the typed decode refuses it
+        ([_event(dur=None)], "gave up"),
+        ([_event(args=None)], "gave up"),
+        ([_event(args={"device": 2**31})], "gave up"),
+        ([_event(args={"correlation": 1.0})], "gave up"),
+        ([_event(args={"grid": [1, "2"]})], "gave up"),
+        ([_event(id=1.5)], "gave up"),
+        ([_event(pid=True)], "gave up"),
+        ([_event(pid=2**64)], "gave up"),
+        ([5], "gave up"),
+    ],
+)
+def test_values_taken_or_given_up(events, outcome):
+    assert _agrees(_payload(events)) == outcome
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'[{"name": "a\\u00e9\\n\\t\\"\\\\\\/", "ph": "X", "cat": "cpu_op", "ts": 1}]',
+        b'[{"name": "\\ud83d\\ude00", "ph": "X", "cat": "cpu_op", "ts": 1}]',
+        b'[ {"ph":"X","cat":"cpu_op","name":"a","ts":1} ,\n {"ph":"X","cat":"cpu_op","name":"a","ts":2} ]\n',
+    ],
+)
+def test_escapes_and_whitespace(text):
+    assert _agrees(text) == "same"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'[{"name": "\\ud83d", "ph": "X", "cat": "cpu_op", "ts": 1}]',  # a lone surrogate
+        b'[{"name": "\\udc00x", "ph": "X", "cat": "cpu_op", "ts": 1}]',
+        b'[{"name": "a\xff", "ph": "X", "cat": "cpu_op", "ts": 1}]',  # not UTF-8
+        b'[{"name": "a\xed\xa0\x80", "ph": "X", "cat": "cpu_op", "ts": 1}]',  # an encoded surrogate
+        b'[{"name": "a\xc0\xaf", "ph": "X", "cat": "cpu_op", "ts": 1}]',  # overlong
+        b'[{"x": "\xf4\x90\x80\x80", "ph": "X", "cat": "cpu_op", "ts": 1}]',  # past U+10FFFF, in a skipped value
+        b'[{"name": "a\x01", "ph": "X"}]',  # a raw control character
+        b'[{"name": "a", "name": "b"}]',  # a duplicated key
+        b'[{"ph": "X", "args": {"stream": 1, "stream": 2}}]',
+        b'[{"ts": NaN}]',
+        b'[{"ts": 01}]',
+        b'[{"ts": 1.}]',
+        b'[{"ts": .5}]',
+        b'[{"ts": 1e}]',
+        b'[{"ts": +1}]',
+        b'[{"ph": "X"},]',
+        b'[{"ph": "X"}] x',
+        b'[{"ph": "X"',
+        b'{"ph": "X"}',
+        b'[{"x": ' + b"[" * 100 + b"]" * 100 + b"}]",  # nested deeper than the decoder goes
+    ],
+)
+def test_gives_up_on_what_the_typed_decode_does_not_take_as_is(text):
+    assert isinstance(native.scan(text), str)
+    assert _agrees(text) == "gave up"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.floats(min_value=-9.2e15, max_value=9.2e15, allow_nan=False), st.integers(-(2**53), 2**53)),
+       st.sampled_from(["repr", "e", "fixed", "long"]))  # fmt: skip
+def test_numbers_convert_as_msgspec_does(value, form):
+    """Starts and durations of any spelling give the typed decode's nanoseconds."""
+    if form == "e":
+        text = f"{float(value):.17e}"
+    elif form == "fixed":
+        text = f"{float(value):.6f}"
+    elif form == "long":
+        text = f"{float(value):.25f}" if abs(value) < 1e6 else repr(float(value))
+    else:
+        text = repr(value)
+    if not -9.2e15 <= float(text) <= 9.2e15:
+        return
+    payload = f'[{{"ph": "X", "cat": "cpu_op", "name": "a", "ts": {text}, "dur": {text.lstrip("-")}}}]'.encode()
+    assert _agrees(payload) == "same"
+
+
+@functools.cache
+def _seed_events() -> list[tuple[str, list]]:
+    return [(name, doc["traceEvents"]) for name, doc in sorted(kineto_seeds().items())]
+
+
+@pytest.mark.parametrize("index", range(240))
+def test_damaged_events_never_read_differently(index):
+    """The fuzzing suite's mutations of real events, as a slice: the decoder's tables are the
+    typed decode's, or it gives up; never a different reading."""
+    rng = random.Random(f"native:{index}")
+    _, events = rng.choice(_seed_events())
+    doc = {"traceEvents": json.loads(json.dumps(events))}
+    for _ in range(rng.choice((1, 2))):
+        rng.choice(list(STRUCT_MUTATIONS.values()))(doc, rng)
+    events = doc.get("traceEvents")
+    payload = json.dumps(events if isinstance(events, list) else [], allow_nan=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if index % 2:
+        payload = rng.choice(list(BYTE_MUTATIONS.values()))(payload, rng)
+    _agrees(payload)
+
+
+def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
+    """A whole read in many slices: two threads with the compiled decoder, one thread with
+    it, and the msgspec decode alone give the same trace."""
+    src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    threads = kineto.read(plain)
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    one = kineto.read(plain)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
+    pure = kineto.read(plain)
+    for t in (threads, one):
+        for name in ("gpu", "cpu", "steps", "devices", "comms"):
+            assert getattr(t, name).equals(getattr(pure, name)), name
+        assert t.meta == pure.meta
+
+
+def test_threads_stop_on_a_broken_slice(monkeypatch, tmp_path):
+    """A slice that is not JSON ends the threaded read with the decode error (the reader then
+    decodes the whole document, which names the place), and no slice is left decoding."""
+    src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    data = bytearray(gzip.decompress(src.read_bytes()))
+    at = len(data) // 2
+    data[at : at + 8] = b"\x00" * 8
+    broken = tmp_path / "t.json"
+    broken.write_bytes(bytes(data))
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    with pytest.raises(msgspec.DecodeError):
+        kineto._read_sliced(broken)
+    with pytest.raises(InputError) as e:
+        kineto.read(broken)
+    assert "t.json" in str(e.value)
+
+
+def test_turned_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
+    assert not native.available()
