@@ -81,10 +81,11 @@ class _Rows:
     def ints(self, name: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
         """An integer arg's column, null where the event did not carry it."""
         slot = _SLOT[name]
-        valid, values = self.has(slot), self.rec["ints"][self.index, slot]
-        if not valid.all():  # a masked array is the cheapest way to nulls (28 us, when/then 100 us)
-            values = np.ma.masked_array(values, ~valid)
-        return pl.Series(values, dtype=pl.Int64).cast(dtype)
+        valid = self.has(slot)
+        values = pl.Series(self.rec["ints"][self.index, slot], dtype=pl.Int64)
+        if not valid.all():  # (set: 20-30 us for 20k rows; when/then and scatter ~100 us)
+            values = values.set(pl.Series(~valid), None)
+        return values.cast(dtype)
 
     def ids(self, name: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
         """pid or tid: integers, or where any is a string ("Spans"), as the usual path reads them."""
