@@ -284,3 +284,25 @@ def test_threads_stop_on_a_broken_slice(monkeypatch, tmp_path):
 def test_turned_off_by_the_environment(monkeypatch):
     monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
     assert not native.available()
+
+
+def test_a_build_of_another_version_is_not_used(monkeypatch):
+    """An in-place build left from an older source (an install not rebuilt after an update)
+    reports another version or record layout: the reader does not use it. (A stand-in module
+    plays that build: one cannot be made here without a second compiler run.)"""
+    import importlib
+    import sys
+    import types
+
+    from proflab import readers
+
+    stale = types.ModuleType("proflab.readers._kscan")
+    stale.layout = lambda: (0, native.RECORD.itemsize, 20, 5)
+    monkeypatch.setitem(sys.modules, "proflab.readers._kscan", stale)
+    monkeypatch.setattr(readers, "_kscan", stale)
+    try:
+        assert not importlib.reload(native).available()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(native)
+    assert native.available()

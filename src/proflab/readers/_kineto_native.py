@@ -21,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from proflab.readers import kineto as _k
+from proflab.readers.kineto import ns_of
 
 try:
     from proflab.readers import _kscan
@@ -48,10 +49,14 @@ RECORD = np.dtype(
 )  # fmt: skip
 _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 _OP, _GPU, _FRAME = 1, 2, 3
+_VERSION = 1  # KSCAN_VERSION of the C source this module reads
+
+if _kscan is not None and _kscan.layout() != (_VERSION, RECORD.itemsize, len(_INTS), len(_SPANS)):
+    _kscan = None  # a build of another version of the source (an install not rebuilt): not used
 
 
 def available() -> bool:
-    """Whether the compiled decoder is built and not turned off."""
+    """Whether the compiled decoder is built (from this version of its source) and not turned off."""
     return _kscan is not None and os.environ.get("PROFLAB_PURE_PYTHON", "") in ("", "0")
 
 
@@ -78,21 +83,36 @@ class _Rows:
     def has(self, bit: int) -> np.ndarray:
         return (self.valid >> np.uint64(bit)) & np.uint64(1) == 1
 
-    def ints(self, name: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
-        """An integer arg's column, null where the event did not carry it."""
-        slot = _SLOT[name]
-        valid = self.has(slot)
-        values = pl.Series(self.rec["ints"][self.index, slot], dtype=pl.Int64)
-        if not valid.all():  # (set: 20-30 us for 20k rows; when/then and scatter ~100 us)
-            values = values.set(pl.Series(~valid), None)
-        return values.cast(dtype)
+    def numbers(self, ints: dict[str, pl.DataType], **more: pl.DataType) -> pl.DataFrame:
+        """The start and duration in ns, the integer args ``ints`` (null where the event did
+        not carry one) and the columns ``more`` (``pid`` or ``tid``) as ``dtype``: one polars
+        select over the records' columns, not one call per column."""
+        raw = {"ts": self.column("ts"), "dur": self.column("dur")}
+        exprs = [
+            ns_of(pl.col("ts").fill_nan(None)).alias("start_ns"),  # a null or absent ts is NaN in the records
+            ns_of(pl.col("dur")).clip(lower_bound=0).alias("dur_ns"),
+        ]
+        for name, dtype in ints.items():
+            slot = _SLOT[name]
+            raw[name], raw[f"{name}?"] = self.rec["ints"][self.index, slot], self.has(slot)
+            exprs.append(pl.when(pl.col(f"{name}?")).then(pl.col(name)).cast(dtype).alias(name))
+        for name, dtype in more.items():
+            if self.has(_TEXT[name]).any() or (dtype == pl.Int32 and not self._fits_i32(name)):
+                exprs.append(pl.lit(self._ids_as_text(name, dtype)).alias(name))
+            else:
+                raw[name] = self.column(name)
+                exprs.append(pl.col(name).cast(dtype))
+        return pl.DataFrame(raw).select(exprs)
 
-    def ids(self, name: str, dtype: pl.DataType = pl.Int64) -> pl.Series:
-        """pid or tid: integers, or where any is a string ("Spans"), as the usual path reads them."""
-        values, text = self.column(name), self.has(_TEXT[name])
-        if not text.any() and (dtype == pl.Int64 or (values.size and -(2**31) <= values.min() and values.max() < 2**31)):
-            return pl.Series(values, dtype=dtype)
-        return _k._ints([self.strings[v] if t else int(v) for v, t in zip(values.tolist(), text.tolist())], dtype)
+    def _fits_i32(self, name: str) -> bool:
+        values = self.column(name)
+        return not values.size or (-(2**31) <= values.min() and values.max() < 2**31)
+
+    def _ids_as_text(self, name: str, dtype: pl.DataType) -> pl.Series:
+        """pid or tid where any is a string ("Spans") or past the column's type: read as the
+        usual path reads them (the digits of each)."""
+        values, text = self.column(name).tolist(), self.has(_TEXT[name]).tolist()
+        return _k._ints([self.strings[v] if t else v for v, t in zip(values, text)], dtype)
 
     def strs(self, name: str) -> pl.Series:
         return self.text.gather(self.column(name))
@@ -100,19 +120,6 @@ class _Rows:
     def coded(self, name: str, codes: pl.Series) -> pl.Series:
         """A string column through ``codes`` (a value per distinct string)."""
         return codes.gather(self.column(name))
-
-    def start(self) -> pl.Series:
-        # a null or absent ts is NaN in the records (JSON has no NaN of its own)
-        return _k._ns(pl.Series(self.column("ts"), dtype=pl.Float64).fill_nan(None))
-
-    def dur(self) -> pl.Series:
-        return _k._ns(pl.Series(self.column("dur"), dtype=pl.Float64)).clip(lower_bound=0)
-
-    def host(self) -> dict[str, pl.Series]:
-        return {"name": self.strs("name"), "pid": self.ids("pid"), "tid": self.ids("tid"), "start_ns": self.start(), "dur_ns": self.dur()}
-
-    def external_ids(self) -> pl.Series:
-        return _k._or_old_ids(self.ints("external_id"), lambda: self.ints("external_id_old"))
 
     def raw(self, payload, name: str) -> Callable[[int], memoryview | None]:
         """Row i's raw JSON value of an arg (``Input type``...), None where absent."""
@@ -123,6 +130,15 @@ class _Rows:
             return view[off[i] : off[i] + n[i]] if n[i] >= 0 else None
 
         return raw
+
+
+def _host(rows: _Rows, numbers: pl.DataFrame) -> dict[str, pl.Series]:
+    return {"name": rows.strs("name"), **{c: numbers.get_column(c) for c in ("pid", "tid", "start_ns", "dur_ns")}}
+
+
+def _external_id(numbers: pl.DataFrame) -> pl.Series:
+    """``External id``, or where absent the old spelling's (``kineto._or_old_ids``)."""
+    return numbers.get_column("external_id").fill_null(numbers.get_column("external_id_old"))
 
 
 def tables(payload) -> _k._Tables | None:
@@ -180,20 +196,26 @@ def _codes(strings: list[str], mapping: dict[str, str], dtype: pl.DataType) -> p
 def _gpu_table(rows: _Rows) -> pl.DataFrame:
     if not rows.size:
         return pl.DataFrame(schema=_k.GPU_SCHEMA)
+    i32, i64 = pl.Int32, pl.Int64
+    n = rows.numbers(
+        {"device": i32, "stream": i64, "correlation": i64, "external_id": i64, "external_id_old": i64, "bytes": i64,
+         "registers": i32, "shared_memory": i64, **{f"{d}_{axis}": i32 for d in ("grid", "block") for axis in "xyz"}},
+        pid=i32, tid=i64,
+    )  # fmt: skip
     return _k._gpu_frame(
         {
             "kind": rows.coded("cat", _codes(rows.strings, _k._GPU_CATS, _k.GPU_SCHEMA["kind"])),
             "name": rows.strs("name"),
-            "device": rows.ints("device", pl.Int32).fill_null(rows.ids("pid", pl.Int32)),
-            "stream": rows.ints("stream").fill_null(rows.ids("tid")),
-            "start_ns": rows.start(),
-            "dur_ns": rows.dur(),
-            "correlation": rows.ints("correlation"),
-            "external_id": rows.external_ids(),
-            "bytes": rows.ints("bytes"),
-            **{f"{d}_{axis}": rows.ints(f"{d}_{axis}", pl.Int32) for d in ("grid", "block") for axis in "xyz"},
-            "registers": rows.ints("registers", pl.Int32),
-            "shared_mem_bytes": rows.ints("shared_memory"),
+            "device": n.get_column("device").fill_null(n.get_column("pid")),
+            "stream": n.get_column("stream").fill_null(n.get_column("tid")),
+            "start_ns": n.get_column("start_ns"),
+            "dur_ns": n.get_column("dur_ns"),
+            "correlation": n.get_column("correlation"),
+            "external_id": _external_id(n),
+            "bytes": n.get_column("bytes"),
+            **{f"{d}_{axis}": n.get_column(f"{d}_{axis}") for d in ("grid", "block") for axis in "xyz"},
+            "registers": n.get_column("registers"),
+            "shared_mem_bytes": n.get_column("shared_memory"),
         }
     )
 
@@ -201,22 +223,25 @@ def _gpu_table(rows: _Rows) -> pl.DataFrame:
 def _cpu_table(rows: _Rows, payload) -> pl.DataFrame:
     if not rows.size:
         return pl.DataFrame(schema=_k.CPU_SCHEMA)
-    host = rows.host()
+    i64 = pl.Int64
+    n = rows.numbers({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, pid=i64, tid=i64)
+    host = _host(rows, n)
     types, dims = rows.raw(payload, "input_types"), rows.raw(payload, "input_dims")
     input_types, input_dims = _k._shapes(host["name"], lambda i: (types(i), dims(i)))
     return _k._cpu_frame(
         rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
         host,
-        rows.external_ids(),
-        rows.ints("correlation"),
-        rows.ints("sequence"),
+        _external_id(n),
+        n.get_column("correlation"),
+        n.get_column("sequence"),
         input_types,
         input_dims,
     )
 
 
 def _frame_table(rows: _Rows) -> pl.DataFrame:
-    return _k._frame_frame(rows.host(), rows.ints("python_id"), rows.ints("python_parent_id"))
+    n = rows.numbers({"python_id": pl.Int64, "python_parent_id": pl.Int64}, pid=pl.Int64, tid=pl.Int64)
+    return _k._frame_frame(_host(rows, n), n.get_column("python_id"), n.get_column("python_parent_id"))
 
 
 def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:
@@ -226,10 +251,9 @@ def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:
     index = ops.index[calls]
     comm = _Rows(ops.rec, index[ops.rec["span_len"][index, _SPAN["collective"]] >= 0], ops.strings, ops.text)
     raws = {name: comm.raw(payload, name) for name in ("collective", "dtype", "pg_name")}
-    ints = {name: comm.ints(name).to_list() for name in ("external_id", "external_id_old", "in_nelems", "out_nelems", "group_size")}
-    tids = comm.ids("tid").to_list() if not comm.has(_TEXT["tid"]).any() else [
-        comm.strings[v] if t else int(v) for v, t in zip(comm.column("tid").tolist(), comm.has(_TEXT["tid"]).tolist())
-    ]  # fmt: skip
+    n = comm.numbers({name: pl.Int64 for name in ("external_id", "external_id_old", "in_nelems", "out_nelems", "group_size")})
+    ints = {name: n.get_column(name).to_list() for name in n.columns if name not in ("start_ns", "dur_ns")}
+    tids = [comm.strings[v] if t else v for v, t in zip(comm.column("tid").tolist(), comm.has(_TEXT["tid"]).tolist())]
     events = []
     for i, ts in enumerate(comm.column("ts").tolist()):
         text = {name: None if (v := raws[name](i)) is None else msgspec.json.decode(v) for name in raws}

@@ -39,6 +39,7 @@
 static locale_t C_NUMERIC; /* strtod in the "C" locale, whatever the program set */
 #endif
 
+#define KSCAN_VERSION 1 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
 #define N_INTS 20
 #define N_SPANS 5
 #define MAX_DEPTH 64
@@ -761,6 +762,14 @@ static PyObject *strings(P *p) {
     return list;
 }
 
+/* Opening braces: one per event, and one per event's args (the first guess of the records'
+ * room is half of them: grown only where events have no args). */
+static Py_ssize_t braces(const unsigned char *s, const unsigned char *e) {
+    Py_ssize_t n = 0;
+    while ((s = memchr(s, '{', (size_t)(e - s))) != NULL) { n++; s++; }
+    return n;
+}
+
 static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
@@ -769,7 +778,11 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     p.base = p.s = (const unsigned char *)view.buf;
     p.end = p.s + view.len;
     p.thread = PyEval_SaveThread();
-    int ok = parse(&p) == 0;
+    /* one allocation in most slices: growing by doubling copied twice the records, and
+     * malloc reuses the freed room of the last slice (a fresh mapping each time faults) */
+    p.cap = braces(p.s, p.end) / 2 + 16;
+    p.recs = malloc((size_t)p.cap * sizeof(Rec));
+    int ok = p.recs ? parse(&p) == 0 : (p.nomem = 1, 0);
     PyEval_RestoreThread(p.thread);
     PyObject *result = NULL;
     if (p.nomem) {
@@ -782,8 +795,8 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
             Py_DECREF(list);
         }
     }
-    if (!result && !PyErr_Occurred()) result = PyUnicode_FromString(p.why ? p.why : "unknown");
     free(p.recs);
+    if (!result && !PyErr_Occurred()) result = PyUnicode_FromString(p.why ? p.why : "unknown");
     free(p.slots);
     free(p.entries);
     free(p.tmp);
@@ -792,12 +805,12 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
 }
 
 static PyObject *layout(PyObject *self, PyObject *unused) {
-    return Py_BuildValue("(nii)", (Py_ssize_t)sizeof(Rec), N_INTS, N_SPANS);
+    return Py_BuildValue("(inii)", KSCAN_VERSION, (Py_ssize_t)sizeof(Rec), N_INTS, N_SPANS);
 }
 
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O, "Decode a JSON array of Kineto events into records; a str (the reason) where it gives up."},
-    {"layout", layout, METH_NOARGS, "(record size, integer args, raw spans)"},
+    {"layout", layout, METH_NOARGS, "(version, record size, integer args, raw spans)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -824,7 +824,8 @@ HELPER_FROM_BYTES = _HELPER_FROM_SLICES * _CHUNK_BYTES  # (a plain file; a gzip 
 
 
 def helper_allowed() -> bool:
-    """One helper process on multi-core machines; PROFLAB_READ_PROCESSES=1 reads in one."""
+    """A second reader on multi-core machines (a thread with the compiled decoder, else a
+    helper process); PROFLAB_READ_PROCESSES=1 reads in one."""
     if os.environ.get("PROFLAB_READ_PROCESSES", "").strip() == "1":
         return False
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -1046,10 +1047,14 @@ def _decode(path: Path, data: bytes) -> tuple[_Doc | _LooseDoc | list, Counter]:
     return doc, problems
 
 
-def _ns(values: list[float] | pl.Series) -> pl.Series:
-    # whole microseconds and their fraction apart: a Unix-epoch timestamp (1.6e15 us, as
-    # PyTorch 1.x wrote them) times 1000 is past float64's exact integers and would lose ~100 ns
-    us = values if isinstance(values, pl.Series) else pl.Series(values, dtype=pl.Float64)
+def _ns(values: list[float]) -> pl.Series:
+    return pl.DataFrame({"us": pl.Series(values, dtype=pl.Float64)}).select(ns_of(pl.col("us"))).to_series()
+
+
+def ns_of(us: pl.Expr) -> pl.Expr:
+    """Microseconds (float) as int64 nanoseconds, as ``_ns`` does: the whole microseconds and
+    their fraction apart, since a Unix-epoch timestamp (1.6e15 us, as PyTorch 1.x wrote them)
+    times 1000 is past float64's exact integers and would lose ~100 ns."""
     whole = us.floor()
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000.0).round().cast(pl.Int64)
 
@@ -1203,13 +1208,21 @@ def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl
     picked = (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true()
     types: list[str | None] = [None] * len(names)
     dims: list[str | None] = [None] * len(names)
+    seen: dict[tuple, str | None] = {}  # a model's GEMMs repeat a few shapes: each decoded once
     for i in picked.to_list():
         input_types, input_dims = raw(i)
         if input_types:
-            types[i] = _dtypes(input_types)
+            types[i] = _decoded_once(seen, input_types, _dtypes)
         if input_dims:
-            dims[i] = _dims(input_dims)
+            dims[i] = _decoded_once(seen, input_dims, _dims)
     return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String)
+
+
+def _decoded_once(seen: dict, raw, decode: Callable[[Any], str | None]) -> str | None:
+    key = (decode, bytes(raw))
+    if key not in seen:
+        seen[key] = decode(raw)
+    return seen[key]
 
 
 def _comm_table(evs: list[_Event]) -> pl.DataFrame:
