@@ -242,3 +242,27 @@ def test_series_thinned_keeps_measured_points_and_the_peaks():
     assert max(s["allocated_mb"]) == a.devices[0]["peak_allocated_mb"] and max(s["reserved_mb"]) == a.devices[0]["peak_reserved_mb"]
     assert min(s["allocated_mb"]) == min(full["allocated_mb"])
     assert [x["step"] for x in s["step_starts_ms"]] == [0, 1, 2, 3]
+
+
+def test_an_unmarked_gz_trace_over_the_scan_size_is_not_read_again(monkeypatch):
+    """A trace that does not say it was recorded with profile_memory is read a second time
+    for [memory] events only when its JSON is small: measured by the JSON, not the .gz file
+    (a 50 MB .gz of a 514 MB trace was read whole again, 1.45 GB at the peak). The committed
+    train loop's JSON is 8.6 MB in a 0.6 MB .gz; the limit is set between the two."""
+    import polars as pl
+
+    from proflab.analysis import memory as am
+    from proflab.readers import memory as rm
+
+    path = Path(__file__).parent / "data" / "kineto" / "train_loop.pt.trace.json.gz"
+    trace = proflab.load(path, cache=False)
+    assert trace.meta.profile_memory is None and trace.meta.size_bytes > 4 * path.stat().st_size
+    read: list = []
+    none = pl.DataFrame(schema=rm.MEMORY_SCHEMA)
+    monkeypatch.setattr(rm, "kineto_memory", lambda p: read.append(p) or (none, False, 0))
+    monkeypatch.setattr(am, "_SCAN_UNMARKED_BYTES", 2 * path.stat().st_size)
+    m = am.memory_for_trace(trace)
+    assert read == [] and not m.sources["kineto_memory_events"]["available"]
+    monkeypatch.setattr(am, "_SCAN_UNMARKED_BYTES", 2 * trace.meta.size_bytes)
+    am.memory_for_trace(trace)
+    assert read == [str(path)]

@@ -221,3 +221,19 @@ def test_helper_reports_values_it_dropped(monkeypatch, plain_train_loop):
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
     single = proflab.load(plain_train_loop)
     assert split.gpu.equals(single.gpu) and split.cpu.equals(single.cpu) and split.meta == single.meta
+
+
+def test_gzip_is_decompressed_a_read_at_a_time(monkeypatch, tmp_path):
+    """A .gz file comes out in pieces of at most one read, however well it compresses (a
+    whole 16 MiB read of a JSON trace decompressed at once was ~160 MiB), and nothing is lost
+    at the end, in one member or several."""
+    from proflab.readers import _slices
+
+    monkeypatch.setattr(_slices, "_READ_BYTES", 1 << 20)
+    data = b'{"traceEvents": [' + b" " * (6 << 20) + b"]}"
+    for members in (1, 3):
+        path = tmp_path / f"t{members}.json.gz"
+        path.write_bytes(b"".join(gzip.compress(data) for _ in range(members)))
+        chunks = list(_slices.byte_chunks(path))
+        assert max(map(len, chunks)) <= 1 << 20
+        assert b"".join(chunks) == data * members
