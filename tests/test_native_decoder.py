@@ -264,6 +264,39 @@ def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
         assert t.meta == pure.meta
 
 
+def test_gzip_is_inflated_by_a_thread_beside_the_decoding(monkeypatch, tmp_path):
+    """A .gz trace: one thread decompresses and cuts slices while this one decodes them; the
+    same trace as one thread doing both, and as the msgspec decode. A truncated one ends in
+    the one-line error naming the file, and no thread is left behind."""
+    import threading
+
+    src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    inflated: list = []
+    real = kineto._decoded_while_inflating
+    monkeypatch.setattr(kineto, "_decoded_while_inflating", lambda *a: inflated.append(1) or real(*a))
+    both = kineto.read(src)
+    assert inflated == [1]
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    one = kineto.read(src)
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
+    pure = kineto.read(src)
+    assert inflated == [1]
+    for t in (both, one):
+        for name in ("gpu", "cpu", "steps", "devices", "comms"):
+            assert getattr(t, name).equals(getattr(pure, name)), name
+        assert t.meta == pure.meta
+    monkeypatch.delenv("PROFLAB_READ_PROCESSES")
+    monkeypatch.delenv("PROFLAB_PURE_PYTHON")
+    cut = tmp_path / "cut.pt.trace.json.gz"
+    cut.write_bytes(src.read_bytes()[: src.stat().st_size // 2])
+    before = threading.active_count()
+    with pytest.raises(InputError) as e:
+        kineto.read(cut)
+    assert "cut.pt.trace.json.gz" in str(e.value) and "truncated" in str(e.value)
+    assert inflated == [1, 1] and threading.active_count() == before
+
+
 def test_threads_stop_on_a_broken_slice(monkeypatch, tmp_path):
     """A slice that is not JSON ends the threaded read with the decode error (the reader then
     decodes the whole document, which names the place), and no slice is left decoding."""

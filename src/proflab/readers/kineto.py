@@ -66,6 +66,7 @@ from proflab.readers._slices import (
     GZIP_MAGIC,
     MappedSlicer,
     NotSliceable,
+    Slicer,
     byte_chunks,
     open_slicer,
 )
@@ -742,6 +743,8 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
                     decoded(slicer.piece(begin, stop))
             else:
                 tables.extend(helped)
+        elif helper and _threads_decode():
+            tables = _decoded_while_inflating(slicer, spill)
         else:
             for piece in slicer.pieces():
                 decoded(piece)
@@ -794,6 +797,52 @@ def _decoded_in_threads(slicer: MappedSlicer, ranges: list[tuple[int, int]], spi
             progress.update((i + 1) / len(ranges))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+    return tables
+
+
+def _decoded_while_inflating(slicer: Slicer, spill: Path | None) -> list[_Tables]:
+    """Every slice's tables of a compressed trace: a thread decompresses and cuts the slices
+    (zlib lets go of the GIL) while this one decodes them, one slice queued between the two.
+    An error of either (a truncated or corrupt .gz, a slice that is not JSON) ends both and
+    is raised here. ``spill``: as ``_read_sliced``'s."""
+    import queue
+    import threading
+
+    handed: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+    end = object()
+
+    def hand(item) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def inflate() -> None:
+        try:
+            for piece in slicer.pieces():
+                if not hand(piece):
+                    return
+            hand(end)
+        except BaseException as e:  # (raised in the reading thread)
+            hand(e)
+
+    tables: list[_Tables] = []
+    worker = threading.Thread(target=inflate, name="proflab-inflate", daemon=True)
+    worker.start()
+    try:
+        while (item := handed.get()) is not end:
+            if isinstance(item, BaseException):
+                raise item
+            t = _slice_tables(item)
+            tables.append(t if spill is None else _spilled(t, spill, len(tables)))
+            progress.update(None)  # compressed: the total is not known ahead
+    finally:
+        stop.set()
+        worker.join()
     return tables
 
 
