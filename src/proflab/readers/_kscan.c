@@ -296,6 +296,16 @@ static int string(P *p, const unsigned char **raw, Py_ssize_t *rawn, int *plain,
     return 0;
 }
 
+/* Twice the room (at least 1024 items) for an array of `item`-byte items. */
+static int grow(P *p, void **items, Py_ssize_t *cap, size_t item) {
+    Py_ssize_t n = *cap >= 512 ? *cap * 2 : 1024;
+    void *t = realloc(*items, (size_t)n * item);
+    if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
+    *items = t;
+    *cap = n;
+    return 0;
+}
+
 static int grow_slots(P *p) {
     Py_ssize_t n = p->nslots ? p->nslots * 2 : 1024;
     Slot *t = calloc((size_t)n, sizeof(Slot));
@@ -328,13 +338,7 @@ static int interned(P *p, int64_t *index) {
         j = (j + 1) & (p->nslots - 1);
     }
     /* first sight: a new entry (its str is made once the parse is done) */
-    if (p->nentries == p->entries_cap) {
-        Py_ssize_t cap = p->entries_cap ? p->entries_cap * 2 : 1024;
-        Entry *t = realloc(p->entries, (size_t)cap * sizeof(Entry));
-        if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
-        p->entries = t;
-        p->entries_cap = cap;
-    }
+    if (p->nentries == p->entries_cap && grow(p, (void **)&p->entries, &p->entries_cap, sizeof(Entry)) < 0) return -1;
     *index = p->nentries;
     p->entries[p->nentries].p = raw;
     p->entries[p->nentries].n = rawn;
@@ -559,30 +563,59 @@ static int dims(P *p, Rec *r, int slot) {
     }
 }
 
-static int args(P *p, Rec *r) {
+/* An object's '{': 1 where it is empty (its '}' read too), 0 where members follow, -1. */
+static int object_open(P *p, const char *what) {
     ws(p);
-    if (p->s >= p->end || *p->s != '{') GIVE_UP(p, "args not an object");
+    if (p->s >= p->end || *p->s != '{') GIVE_UP(p, what);
     p->s++;
     ws(p);
+    if (p->s < p->end && *p->s == '}') { p->s++; return 1; }
+    return 0;
+}
+
+/* A member's key and its ':'. *k: the key's index among names (-1: another key); a known
+ * key seen twice in the object gives up (which of the two msgspec keeps is not this
+ * decoder's to guess). */
+static int member_key(P *p, const Keys *index, const char *const *names, uint32_t *seen, int *k) {
+    const unsigned char *raw;
+    Py_ssize_t rawn;
+    int plain;
+    ws(p);
+    if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
+    if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+    if (!plain) GIVE_UP(p, "escaped key");
+    ws(p);
+    if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
+    p->s++;
+    ws(p);
+    *k = key_of(index, names, raw, rawn);
+    if (*k >= 0) {
+        if (*seen & (1U << *k)) GIVE_UP(p, "duplicate key");
+        *seen |= 1U << *k;
+    }
+    return 0;
+}
+
+/* After a member: 1 at ',' (another follows), 0 at the object's '}', -1. */
+static int member_end(P *p) {
+    ws(p);
+    if (p->s < p->end && *p->s == ',') { p->s++; return 1; }
     if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
+    GIVE_UP(p, "expected ',' or '}'");
+}
+
+static int args(P *p, Rec *r) {
+    int empty = object_open(p, "args not an object");
+    if (empty) return empty < 0 ? -1 : 0;
     uint32_t seen = 0;
-    while (1) {
+    for (int more = 1; more;) {
         const unsigned char *raw;
         Py_ssize_t rawn;
-        int plain;
-        ws(p);
-        if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
-        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
-        if (!plain) GIVE_UP(p, "escaped key");
-        ws(p);
-        if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
-        p->s++;
-        int k = key_of(&ARG_INDEX, ARG_NAMES, raw, rawn);
+        int plain, k;
+        if (member_key(p, &ARG_INDEX, ARG_NAMES, &seen, &k) < 0) return -1;
         if (k < 0) {
             if (value_skip(p, 2) < 0) return -1;
         } else {
-            if (seen & (1U << k)) GIVE_UP(p, "duplicate key");
-            seen |= 1U << k;
             const ArgKey *a = &ARG_KEYS[k];
             int64_t v;
             int present;
@@ -623,48 +656,29 @@ static int args(P *p, Rec *r) {
                 r->span_len[a->slot] = p->s - at;
             }
         }
-        ws(p);
-        if (p->s < p->end && *p->s == ',') { p->s++; continue; }
-        if (p->s < p->end && *p->s == '}') { p->s++; return 0; }
-        GIVE_UP(p, "expected ',' or '}'");
+        if ((more = member_end(p)) < 0) return -1;
     }
+    return 0;
 }
 
 static int event(P *p) {
-    if (p->n == p->cap) {
-        Py_ssize_t cap = p->cap ? p->cap * 2 : 4096;
-        Rec *t = realloc(p->recs, (size_t)cap * sizeof(Rec));
-        if (!t) { p->nomem = 1; GIVE_UP(p, "out of memory"); }
-        p->recs = t;
-        p->cap = cap;
-    }
+    if (p->n == p->cap && grow(p, (void **)&p->recs, &p->cap, sizeof(Rec)) < 0) return -1;
     Rec *r = &p->recs[p->n];
     memset(r, 0, sizeof(Rec));
     r->ts = NAN;
     for (int i = 0; i < N_SPANS; i++) { r->span_off[i] = -1; r->span_len[i] = -1; }
-    ws(p);
-    if (p->s >= p->end || *p->s != '{') GIVE_UP(p, "event not an object");
-    p->s++;
-    ws(p);
-    if (p->s < p->end && *p->s == '}') { p->s++; p->n++; return 0; }
+    int empty = object_open(p, "event not an object");
+    if (empty) {
+        if (empty < 0) return -1;
+        p->n++;
+        return 0;
+    }
     uint32_t seen = 0;
-    while (1) {
+    for (int more = 1; more;) {
         const unsigned char *raw;
         Py_ssize_t rawn;
-        int plain;
-        ws(p);
-        if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
-        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
-        if (!plain) GIVE_UP(p, "escaped key");
-        ws(p);
-        if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
-        p->s++;
-        ws(p);
-        int k = key_of(&EVENT_INDEX, EVENT_KEYS, raw, rawn);
-        if (k >= 0) {
-            if (seen & (1U << k)) GIVE_UP(p, "duplicate key");
-            seen |= 1U << k;
-        }
+        int plain, k;
+        if (member_key(p, &EVENT_INDEX, EVENT_KEYS, &seen, &k) < 0) return -1;
         int present, is_int, big;
         int64_t iv;
         double dv;
@@ -699,10 +713,7 @@ static int event(P *p) {
         default:
             if (value_skip(p, 1) < 0) return -1;
         }
-        ws(p);
-        if (p->s < p->end && *p->s == ',') { p->s++; continue; }
-        if (p->s < p->end && *p->s == '}') { p->s++; break; }
-        GIVE_UP(p, "expected ',' or '}'");
+        if ((more = member_end(p)) < 0) return -1;
     }
     p->n++;
     return 0;
