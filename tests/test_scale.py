@@ -729,6 +729,39 @@ def test_a_built_table_gives_the_heaps_freed_arrays_back(tmp_path):
     assert after <= 4
 
 
+_SLICES_REUSED = """
+import numpy as np
+from proflab import _heap
+_heap.fix_threshold()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
+def kept():  # what a freed 16 MiB block leaves in the process
+    base = rss()
+    b = np.ones(16 << 20, np.uint8)
+    del b
+    return rss() - base
+try:
+    with _heap.slices_reused():
+        inside = kept()
+        raise KeyError  # a read that fails
+except KeyError:
+    pass
+print(inside, kept())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings: Linux only")
+def test_slices_reuse_the_heap_while_read_and_give_it_back(tmp_path):
+    """While a trace's slices are read, a freed 16 MiB block stays in the heap for the next
+    slice; after the read, failed or not, the threshold is fixed again (a freed block leaves)
+    and the heap's free memory is given back."""
+    script = tmp_path / "slices.py"
+    script.write_text(_SLICES_REUSED)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=_env(), check=True)
+    inside, after = map(int, out.stdout.split())
+    assert inside >= 12 and after <= 2
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings: Linux only")
 def test_analysis_commands_give_freed_arrays_back_to_the_system(tmp_path):
     """numpy's arrays come from glibc's malloc, which keeps a freed array in its heap once it

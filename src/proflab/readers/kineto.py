@@ -37,6 +37,7 @@ import numpy as np
 import polars as pl
 from msgspec import Struct, field
 
+from proflab._heap import slices_reused
 from proflab.errors import (
     CorruptInput,
     EmptyTrace,
@@ -728,7 +729,8 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
 
     try:
         if isinstance(slicer, MappedSlicer) and helper and _threads_decode():
-            tables = _decoded_in_threads(slicer, slicer.plan(), spill)
+            with slices_reused():
+                tables = _decoded_in_threads(slicer, slicer.plan(), spill)
         elif isinstance(slicer, MappedSlicer):
             ranges = slicer.plan()
             with _Helper(path, ranges, helper) as shared:
@@ -744,7 +746,8 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
             else:
                 tables.extend(helped)
         elif helper and _threads_decode():
-            tables = _decoded_while_inflating(slicer, spill)
+            with slices_reused():
+                tables = _decoded_while_inflating(slicer, spill)
         else:
             for piece in slicer.pieces():
                 decoded(piece)
