@@ -69,8 +69,16 @@ def _run(tmp: Path, sleep_ms: float, launcher: list[str]) -> tuple[subprocess.Co
 
 @pytest.fixture(scope="module")
 def straggler(tmp_path_factory):
+    """The straggler's run; once more where its profiled window was disturbed (a loaded
+    machine can stretch the window's steps past the bare step, and the report then says the
+    lead is unconfirmed rather than name a straggler: honest, but not this test's subject)."""
     pytest.importorskip("torch")
-    return _run(tmp_path_factory.mktemp("straggler"), SLEEP_MS, [sys.executable, "-m", "torch.distributed.run"])
+    for _ in range(2):
+        done, run = _run(tmp_path_factory.mktemp("straggler"), SLEEP_MS, [sys.executable, "-m", "torch.distributed.run"])
+        li = _finding(json.loads((run / "analysis.json").read_text()), "load_imbalance")
+        if li is None or li["id"] != "load_imbalance_unconfirmed" or "disturbed" not in li["title"]:
+            break
+    return done, run
 
 
 @pytest.fixture(scope="module")
