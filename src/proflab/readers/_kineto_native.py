@@ -137,7 +137,8 @@ def _host(rows: _Rows, numbers: pl.DataFrame) -> dict[str, pl.Series]:
 
 
 def _external_id(numbers: pl.DataFrame) -> pl.Series:
-    """``External id``, or where absent the old spelling's (``kineto._or_old_ids``)."""
+    """``External id``, or where absent ``external id`` as PyTorch 1.8-1.9 spelled it (as
+    ``kineto._external_ids``: filling with an all-null column changes nothing)."""
     return numbers.get_column("external_id").fill_null(numbers.get_column("external_id_old"))
 
 

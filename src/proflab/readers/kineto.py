@@ -712,11 +712,12 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
 
 
 def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> tuple[_Doc, list[_Tables], int]:
-    """Decode the file slice by slice (see ``_slices``); a plain file's slices two at a time
-    by two threads where the compiled decoder is built (``_decoded_in_threads``), else a
-    large one is shared with a helper process (``_worker``), which decodes from the last
-    slice back while this one goes from the first on, until they meet. Raises NotSliceable (or a decode error) for the
-    caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
+    """Decode the file slice by slice (see ``_slices``). Where the compiled decoder is built,
+    two threads decode a plain file's slices (``_decoded_in_threads``), or one a compressed
+    file's while another decompresses (``_decoded_while_inflating``); else a large plain file
+    is shared with a helper process (``_worker``), which decodes from the last slice back
+    while this one goes from the first on, until they meet. Raises NotSliceable (or a decode
+    error) for the caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
     GPU tables are written to as ``cpu-N.arrow`` / ``gpu-N.arrow`` (N its index) instead of
     being kept (the tables returned have none). ``helper``: False decodes every slice here."""
     slicer = open_slicer(path, _CHUNK_BYTES)
@@ -1123,15 +1124,10 @@ def _ints(values: list[Any], dtype: pl.DataType = pl.Int64) -> pl.Series:
 def _external_ids(args: list) -> pl.Series:
     """``External id``, or ``external id`` as PyTorch 1.8-1.9 spelled it on runtime calls and kernels."""
     ids = pl.Series(list(map(attrgetter("external_id"), args)), dtype=pl.Int64)
-    return _or_old_ids(ids, lambda: pl.Series(list(map(attrgetter("external_id_old"), args)), dtype=pl.Int64))
-
-
-def _or_old_ids(ids: pl.Series, old: Callable[[], pl.Series]) -> pl.Series:
-    """``ids`` with its nulls taken from the old spelling's ids (``old()``), where it has any."""
     if ids.null_count():
-        before = old()
-        if before.null_count() < before.len():
-            return ids.fill_null(before)
+        old = list(map(attrgetter("external_id_old"), args))
+        if old.count(None) < len(old):
+            ids = ids.fill_null(pl.Series(old, dtype=pl.Int64))
     return ids
 
 
