@@ -522,13 +522,18 @@ static int micros(P *p, int nullable, double *out) {
 typedef struct { signed char index[MAX_KEY][4]; } Keys;
 static Keys ARG_INDEX, EVENT_INDEX;
 
-static void index_keys(Keys *k, const char *const *names, int n) {
+/* 0, or -1 where a key is too long or a fifth of one length (the module then does not load,
+ * and the reader decodes with msgspec): a key added to the tables never goes unmatched. */
+static int index_keys(Keys *k, const char *const *names, int n) {
     memset(k->index, -1, sizeof(k->index));
     for (int i = 0; i < n; i++) {
         size_t len = strlen(names[i]);
-        for (int j = 0; j < 4; j++)
-            if (k->index[len][j] < 0) { k->index[len][j] = (signed char)i; break; }
+        int j = 0;
+        while (len < MAX_KEY && j < 4 && k->index[len][j] >= 0) j++;
+        if (len >= MAX_KEY || j == 4) return -1;
+        k->index[len][j] = (signed char)i;
     }
+    return 0;
 }
 
 static inline int key_of(const Keys *k, const char *const *names, const unsigned char *raw, Py_ssize_t n) {
@@ -833,7 +838,9 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     if (!C_NUMERIC) return PyErr_NoMemory();
 #endif
     for (int i = 0; i < N_ARG_KEYS; i++) ARG_NAMES[i] = ARG_KEYS[i].key;
-    index_keys(&ARG_INDEX, ARG_NAMES, N_ARG_KEYS);
-    index_keys(&EVENT_INDEX, EVENT_KEYS, N_EVENT_KEYS);
+    if (index_keys(&ARG_INDEX, ARG_NAMES, N_ARG_KEYS) < 0 || index_keys(&EVENT_INDEX, EVENT_KEYS, N_EVENT_KEYS) < 0) {
+        PyErr_SetString(PyExc_ImportError, "_kscan: a key the decoder cannot index");
+        return NULL;
+    }
     return PyModule_Create(&MODULE);
 }
