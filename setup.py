@@ -1,7 +1,11 @@
-"""The one compiled part: the Kineto slice decoder (``proflab.readers._kscan``).
+"""The compiled parts: the Kineto slice decoder (``proflab.readers._kscan``) and the SQLite
+column reader of Nsight Systems exports (``proflab.readers._sqlscan``).
 
-It is optional: where no C compiler is at hand the install still succeeds and the reader
-decodes with msgspec alone (the same tables, slower on large traces)."""
+Both are optional: where no C compiler is at hand the install still succeeds, the Kineto
+reader decodes with msgspec alone and the export reader reads through the ADBC driver (the
+same tables, slower on large inputs)."""
+
+import sys
 
 from setuptools import Extension, setup
 
@@ -12,6 +16,13 @@ setup(
             ["src/proflab/readers/_kscan.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "proflab.readers._sqlscan",
+            ["src/proflab/readers/_sqlscan.c"],
+            extra_compile_args=["-O2"],
+            libraries=["dl"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
     ]
 )

@@ -56,6 +56,7 @@ from proflab.model.trace import (
 )
 from proflab.model.slicing import SliceSpec, ahead_condition, selected_steps, slice_trace, steps_bounds, window_bounds
 from proflab.readers import _progress as progress
+from proflab.readers import _sqlite_native as native
 from proflab.readers._export_rows import (
     EVENT_TABLES,
     SQLITE_MAGIC,
@@ -148,6 +149,8 @@ def _opened(path: Path) -> Iterator[_Ctx]:
         if "StringIds" not in tables and not any(t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_")) for t in tables):
             raise UnsupportedFormat(path, "SQLite database, but not an Nsight Systems export (no StringIds or CUPTI tables)")
         ctx = _Ctx(path, con, bulk, tables, lambda: adbc.connect(uri))
+        if native.available():
+            ctx.native = native.Connections(uri)
         try:
             yield ctx
         finally:
@@ -335,6 +338,7 @@ class _Ctx:
         self.path, self.con, self.bulk, self.tables = path, con, bulk, tables
         self._connect = connect  # opens another ADBC connection (for the reading threads)
         self._readers: list = []  # the reading threads' connections
+        self.native: native.Connections | None = None  # the compiled column reader's, where it is built
         self._local = threading.local()
         self._pool = None  # the reading threads, started at the first large table
         self.notes: list[str] = []
@@ -522,6 +526,8 @@ class _Ctx:
             except Exception:  # closing a connection of a failed read: nothing more to do
                 pass
         self._readers = []
+        if self.native is not None:
+            self.native.close()
 
     def _reader(self):
         """This thread's own ADBC connection (one statement at a time per connection)."""
@@ -543,14 +549,15 @@ class _Ctx:
         if missing:
             raise SchemaError(self.path, f"table {table} lacks column(s) {', '.join(missing)} (unsupported export version?)")
 
-    def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None) -> pl.DataFrame:
+    def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None, cut: tuple[bytes, ...] = ()) -> pl.DataFrame:
         """The rows of ``sql`` (one table, no joins) as typed columns, read through ADBC into
         Arrow without a Python object per value, ``_CHUNK_ROWS`` rows of the table at a time
         (by rowid range), each chunk finished before the next is read: what reading costs
         beyond the finished columns is one chunk, whatever the table's size. The columns are
         named and typed by ``schema`` (in order); ``finish`` turns them into their final form.
         The driver infers each column's type from its first batch, so text columns are
-        selected as ``coalesce(col, '')``."""
+        selected as ``coalesce(col, '')``. ``cut``: markers the compiled reader may cut text
+        at (``_sqlite_native``); ``finish`` must give the same frame whether it did or not."""
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ", 1)[1].split()[0]
         try:
@@ -560,44 +567,62 @@ class _Ctx:
         if top is None or top - low < _CHUNK_ROWS or (top - low) // _CHUNK_ROWS > _MAX_PIECES:
             # (one piece, too, where the rowids are far from dense: a damaged or hand-set id
             # of -2**63 made 3.5e13 pieces, and the list of their queries filled 24 GB)
-            done = finish(_detached(self._fetch_arrow(sql, schema, table)))
+            done = finish(_detached(self._fetch_arrow(sql, schema, table, cut=cut)))
             self._advance(table, self._planned.get(table, 0))
             return done
         glue = "AND" if " WHERE " in sql else "WHERE"
         # rowids can start at 0 (StringIds ids) or below
         pieces = [f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}" for lo in range(low - 1, top, _CHUNK_ROWS)]
         chunks = []
-        for i, df in enumerate(self._fetch_pieces(pieces, schema, table)):
+        for i, df in enumerate(self._fetch_pieces(pieces, schema, table, cut)):
             if df.height or not chunks:
                 chunks.append(finish(_detached(df)))
             self._advance(table, min(_CHUNK_ROWS, top - (low - 1) - i * _CHUNK_ROWS))
         return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
 
-    def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str):
+    def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str, cut: tuple[bytes, ...]):
         """Each piece's rows, in order. SQLite decodes rows with the GIL released, so
         ``_READ_THREADS`` threads, each on a connection of its own, read the next pieces while
         this thread finishes the last one; at most that many raw pieces are held at a time."""
         if len(pieces) < 2:
             for q in pieces:
-                yield self._fetch_arrow(q, schema, table)
+                yield self._fetch_arrow(q, schema, table, cut=cut)
             return
         if self._pool is None:  # one pool for the whole read: its threads keep their connections
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="proflab-nsys")
         pool = self._pool
-        ahead = [pool.submit(self._fetch_arrow, q, schema, table, True) for q in pieces[:_READ_THREADS]]
+        ahead = [pool.submit(self._fetch_arrow, q, schema, table, True, cut) for q in pieces[:_READ_THREADS]]
         try:
             for i in range(len(pieces)):
                 df = ahead.pop(0).result()
                 if i + _READ_THREADS < len(pieces):
-                    ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True))
+                    ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True, cut))
                 yield df
         finally:  # a failed piece or finish: pieces not yet begun are dropped (close_readers waits for the rest)
             for f in ahead:
                 f.cancel()
 
-    def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False) -> pl.DataFrame:
+    def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False,
+                     cut: tuple[bytes, ...] = ()) -> pl.DataFrame:
+        raw = self.native.frame(sql, schema, cut, _CHUNK_ROWS if threaded else 0) if self.native is not None else None
+        if raw is None:  # (the compiled reader gave up on the piece, or is not built)
+            raw = self._fetch_adbc(sql, schema, table, threaded)
+        if raw.width == 0 or raw.height == 0:
+            return pl.DataFrame(schema=schema)
+        for c, t in schema.items():
+            if t == pl.String and raw.schema[c] == pl.Binary:  # a BLOB where text belongs (a damaged export)
+                raw = raw.with_columns(self._text_of(raw.get_column(c)))
+        try:
+            return raw.cast(schema)  # type: ignore[arg-type]
+        except pl.exceptions.InvalidOperationError as e:  # a REAL or text where nsys writes integers
+            col = next((c for c in schema if f"'{c}'" in str(e)), None)
+            where = {None: "", "dur_ns": " columns start/end", "start_ns": " column start"}.get(col, f" column {col}")
+            raise SchemaError(self.path, f"unexpected value types in table {table}{where} (values out of range or not integers)") from e
+
+    def _fetch_adbc(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool) -> pl.DataFrame:
+        """The rows of ``sql`` through the ADBC driver, named as ``schema``."""
         from adbc_driver_sqlite.dbapi import DatabaseError
 
         cur = (self._reader() if threaded else self.bulk).cursor()
@@ -613,18 +638,7 @@ class _Ctx:
             raise
         finally:
             cur.close()
-        if raw.width == 0 or raw.height == 0:
-            return pl.DataFrame(schema=schema)
-        raw = raw.rename(dict(zip(raw.columns, schema, strict=True)))
-        for c, t in schema.items():
-            if t == pl.String and raw.schema[c] == pl.Binary:  # a BLOB where text belongs (a damaged export)
-                raw = raw.with_columns(self._text_of(raw.get_column(c)))
-        try:
-            return raw.cast(schema)  # type: ignore[arg-type]
-        except pl.exceptions.InvalidOperationError as e:  # a REAL or text where nsys writes integers
-            col = next((c for c in schema if f"'{c}'" in str(e)), None)
-            where = {None: "", "dur_ns": " columns start/end", "start_ns": " column start"}.get(col, f" column {col}")
-            raise SchemaError(self.path, f"unexpected value types in table {table}{where} (values out of range or not integers)") from e
+        return raw if raw.width == 0 else raw.rename(dict(zip(raw.columns, schema, strict=True)))
 
     def _text_of(self, values: pl.Series) -> pl.Series:
         """Bytes as text; what is not UTF-8 shows U+FFFD for each bad byte, and is counted for
@@ -868,6 +882,7 @@ class _Ctx:
                 "user_annotation",
                 correlated=False,
             ),
+            cut=_EMIT_NVTX_CUTS,  # (the same cut as _operator_only's, made while the text is read)
         )
         return df
 
@@ -961,6 +976,7 @@ class _Ctx:
 
 _EMIT_NVTX_KEYS = ("seq", "op_id", "sizes", "input_op_ids")
 _EMIT_NVTX_KEY = rf", (?:{'|'.join(_EMIT_NVTX_KEYS)}) = "
+_EMIT_NVTX_CUTS = tuple(f", {k} = ".encode() for k in _EMIT_NVTX_KEYS)
 
 
 def _detached(df: pl.DataFrame) -> pl.DataFrame:
