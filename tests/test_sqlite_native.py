@@ -85,7 +85,7 @@ def test_a_real_export_reads_as_through_the_driver(path, chunk, monkeypatch):
 
 def test_the_reader_is_what_reads_them(monkeypatch):
     """(Not a vacuous comparison: the compiled reader does read the event tables, and the
-    driver is not called for any piece of a real export.)"""
+    driver is not called for any piece of a real export.) Nothing it made outlives the trace."""
     path = next((p for p in EXPORTS if "mfu" in p.stem), None) or pytest.skip("no emit_nvtx export in the shared fixtures")
     calls = {"native": 0, "driver": 0}
     frame, adbc = native.Connections.frame, nsys_sqlite._Ctx._fetch_adbc
@@ -98,10 +98,19 @@ def test_the_reader_is_what_reads_them(monkeypatch):
         calls["driver"] += 1
         return adbc(self, *a, **k)
 
+    import gc
+
+    from proflab.readers import _sqlscan
+
     monkeypatch.setattr(native.Connections, "frame", counted_frame)
     monkeypatch.setattr(nsys_sqlite._Ctx, "_fetch_adbc", counted_adbc)
-    proflab.load(path, cache=False)
+    gc.collect()
+    before = _sqlscan.live()
+    trace = proflab.load(path, cache=False)
     assert calls["native"] >= 5 and calls["driver"] == 0, calls
+    del trace
+    gc.collect()
+    assert _sqlscan.live() == before  # (every array the reader made is released with the trace)
 
 
 def test_values_at_the_edges_of_their_types(tmp_path):
@@ -180,6 +189,57 @@ def test_emit_nvtx_text_is_cut_as_the_operator_only_rule_cuts_it(tmp_path_factor
     got = _read(p, "SELECT a, b FROM t ORDER BY a", {"a": pl.Int64, "b": pl.String}, _CUTS)
     expected = nsys_sqlite._operator_only(pl.Series(texts, dtype=pl.String))
     assert got["b"].to_list() == expected.to_list()
+
+
+def test_text_as_codes_into_its_distinct_texts(tmp_path):
+    """A coded column: a UInt32 code a row (null for NULL) into the distinct texts in the order
+    first met, cut before coding; 70,000 distinct texts (the table grown many times), texts
+    of one length that differ in one byte, and empty text are each their own."""
+    texts = [None, "b", "", "a, seq = 1", "a, seq = 2", "b", None, "a"] + [f"t{i:07d}" for i in range(70_000)] + ["t0000001", "t0000010"]
+    p = _db(tmp_path, list(enumerate(texts)))
+    got = _read_coded(p, "SELECT a, b FROM t ORDER BY a", _CUTS)
+    assert isinstance(got, native.Coded) and got.frame.schema == {"a": pl.Int64, "b": pl.UInt32}
+    distinct = got.texts["b"]
+    assert distinct.dtype == pl.String
+    assert distinct.head(4).to_list() == ["b", "", "a", "t0000000"]
+    assert distinct.len() == 3 + 70_000
+    assert distinct.gather(got.frame["b"]).to_list() == [None if t is None else t.split(", seq = ")[0] for t in texts]
+
+
+def test_a_coded_column_of_only_nulls(tmp_path):
+    p = _db(tmp_path, [(1, None), (2, None)])
+    got = _read_coded(p, "SELECT a, b FROM t")
+    assert got.texts["b"].len() == 0 and got.frame["b"].null_count() == 2
+
+
+def _read_coded(path: Path, sql: str, cut: tuple[bytes, ...] = ()):
+    cons = native.Connections(read_only_uri(path))
+    try:
+        return cons.frame(sql, {"a": pl.Int64, "b": pl.String}, cut, 0, ("b",))
+    finally:
+        cons.close()
+
+
+def test_a_column_dropped_frees_its_memory(tmp_path):
+    """Each column owns its memory (an Arrow array of its own, counted by the reader): the
+    text of a piece is freed once its column goes, not kept alive by the integer columns kept
+    from it (what ``_detached`` copies the driver's batches for), and nothing outlives them."""
+    import gc
+
+    from proflab.readers import _sqlscan
+
+    p = _db(tmp_path, [(i, "x" * 100) for i in range(1000)])
+    gc.collect()
+    before = _sqlscan.live()
+    got = _read(p, "SELECT a, b FROM t", {"a": pl.Int64, "b": pl.String})
+    kept = got.get_column("a")
+    assert _sqlscan.live() == before + 2
+    del got
+    gc.collect()
+    assert _sqlscan.live() == before + 1 and kept.sum() == sum(range(1000))
+    del kept
+    gc.collect()
+    assert _sqlscan.live() == before
 
 
 def test_cut_markers_must_share_one_ascii_first_byte(tmp_path):

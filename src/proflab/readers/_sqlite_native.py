@@ -2,9 +2,9 @@
 (``_sqlscan``): the same frame the ADBC driver gives (``nsys_sqlite._Ctx._fetch_arrow``),
 at about the cost of SQLite stepping through the rows.
 
-The reader steps through the query's rows in C without the GIL and hands the columns to
-polars as one Arrow record batch (the C data interface): no Python object per value, no
-type inference, no batches to join. It takes only integers (or NULL) in integer columns and
+The reader steps through the query's rows in C without the GIL and hands each column to
+polars as an Arrow array (the C data interface) that owns its memory: no Python object per
+value, no type inference, no batches to join, and a column dropped is memory freed. It takes only integers (or NULL) in integer columns and
 UTF-8 text (or NULL) in text columns; anything else, or any SQLite error, returns None and
 the caller reads the piece through ADBC, which has handled every odd export all along (and
 raises the precise error). ``PROFLAB_PURE_PYTHON=1`` turns this path off.
@@ -16,6 +16,7 @@ opens exports with the same SQLite as the rest of the reader.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -27,7 +28,7 @@ try:
 except ImportError:  # built without a C compiler: the ADBC driver reads it all
     _sqlscan = None
 
-__all__ = ["available", "Connections"]
+__all__ = ["available", "Coded", "Connections"]
 
 _VERSION = 1  # SQLSCAN_VERSION of the C source this module reads
 _bound: bool | None = None  # SQLite found and bound (None: not tried yet)
@@ -84,8 +85,19 @@ def _library_paths() -> list[str]:
     return paths
 
 
-class _Batch:
-    """The reader's record batch, as polars takes one (the Arrow PyCapsule interface)."""
+@dataclasses.dataclass(frozen=True)
+class Coded:
+    """A piece whose text columns named in ``texts`` came as UInt32 codes (null where the text
+    is NULL) into their distinct texts, in the order first met: the text of row i is
+    ``texts[column][frame[column][i]]``."""
+
+    frame: pl.DataFrame
+    texts: dict[str, pl.Series]
+
+
+class _Array:
+    """One column the reader made, as polars takes one (the Arrow PyCapsule interface): each
+    column owns its memory, freed when polars drops that column."""
 
     def __init__(self, schema, array) -> None:
         self._capsules = (schema, array)
@@ -117,24 +129,31 @@ class Connections:
                 self._all.append(con)
         return con
 
-    def frame(self, sql: str, schema: dict[str, pl.DataType], cut: tuple[bytes, ...] = (), rows: int = 0) -> pl.DataFrame | None:
+    def frame(self, sql: str, schema: dict[str, pl.DataType], cut: tuple[bytes, ...] = (), rows: int = 0,
+              coded: tuple[str, ...] = ()) -> pl.DataFrame | Coded | None:
         """The rows of ``sql`` as a frame with ``schema``'s names (integers as Int64, text as
         String, not yet cast), or None where the reader gives up. ``cut``: each text is kept
         up to the first of these markers in it (all starting with one ASCII byte). ``rows``:
-        how many rows to make room for at first (0: a guess; grown as needed)."""
+        how many rows to make room for at first (0: a guess; grown as needed). ``coded``:
+        text columns that come as codes into their distinct texts (``Coded``), where any row
+        was read: each distinct text is made once, not once a row."""
         if self.failed:
             return None
         con = self._mine()
         if con is None:
             return None
-        kinds = b"".join(b"t" if t == pl.String else b"i" for t in schema.values())
+        kinds = b"".join((b"d" if c in coded else b"t") if t == pl.String else b"i" for c, t in schema.items())
         got = _sqlscan.read(con, sql, kinds, tuple(schema), cut, rows)
         if isinstance(got, str):
             return None
-        rows, sc, ar = got
+        rows, columns, texts = got
         if rows == 0:
-            return pl.DataFrame(schema={c: pl.String if k == ord("t") else pl.Int64 for c, k in zip(schema, kinds)})
-        return pl.DataFrame(_Batch(sc, ar))
+            return pl.DataFrame(schema={c: pl.Int64 if k == ord("i") else pl.String for c, k in zip(schema, kinds)})
+        frame = pl.DataFrame([pl.Series(_Array(*c)) for c in columns])
+        if not texts:
+            return frame
+        names = [c for c, k in zip(schema, kinds) if k == ord("d")]
+        return Coded(frame, {c: pl.Series(_Array(*t)).rename(c) for c, t in zip(names, texts, strict=True)})
 
     def close(self) -> None:
         with self._guard:

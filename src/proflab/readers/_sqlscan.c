@@ -2,9 +2,10 @@
  * the GIL and without a Python object per value: what the Nsight Systems reader reads of an
  * export's event tables, a piece (a rowid range) at a time.
  *
- * Its columns are of two kinds only, as the reader asks: 'i' (64-bit integers) and 't'
- * (UTF-8 text). It accepts exactly an INTEGER or NULL in an 'i' column and valid UTF-8 TEXT
- * or NULL in a 't' column, and gives up on anything else (a REAL, a BLOB, text where an
+ * Its columns are of three kinds only, as the reader asks: 'i' (64-bit integers), 't' (UTF-8
+ * text) and 'd' (UTF-8 text as codes into the distinct texts of the result: a UInt32 column,
+ * and the texts in first-seen order returned beside the batch). It accepts exactly an
+ * INTEGER or NULL in an 'i' column and valid UTF-8 TEXT or NULL in a 't' or 'd' column, and gives up on anything else (a REAL, a BLOB, text where an
  * integer belongs, text that is not UTF-8, any SQLite error): giving up returns a short
  * reason (a str) and the caller reads the piece through the ADBC driver, as it always has,
  * which also produces the precise error or the repair. So this file only has to be right
@@ -17,17 +18,22 @@
  *   bind(path) -> str (SQLite's version) | raises OSError
  *   open(uri) -> connection (a capsule; read-only; one thread at a time) | str (the reason)
  *   read(connection, sql, kinds: bytes, names: tuple[str], cuts: tuple[bytes] = (), rows: int = 0)
- *       -> (n, schema capsule, array capsule) | str
+ *       -> (n, columns, texts) | str
+ *     columns: for each column, (schema capsule, array capsule) of an Arrow array of its own
+ *     texts: for each 'd' column in order, the same of its distinct texts, named "value"
+ *     (code i: text i)
  *     rows: how many rows to make room for at first (a rowid range's length; grown past it
  *     as needed)
  *     cuts: each text is kept up to the first of these markers (all starting with one byte),
  *     where one is in it: torch's emit_nvtx ranges carry the operator's name first, then
  *     ", seq = N, op_id = M, sizes = [...]", unique to each range.
  *   close(connection)
+ *   live() -> how many arrays read() made are not yet released
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,65 +94,50 @@ struct ArrowArray {
 
 /* One column while it is read, then the owner of its buffers once exported. */
 typedef struct {
-    char kind;          /* 'i' or 't' */
+    char kind;          /* 'i', 't' or 'd' */
     uint8_t *valid;     /* a bit a row (1: a value) */
     int64_t nulls;
-    int64_t *values;    /* 'i': the values; 't': the offsets (rows + 1) */
-    char *data;         /* 't': the text, back to back */
+    int64_t *values;    /* 'i': the values; 't': the offsets (rows + 1); 'd': the distinct texts' offsets */
+    char *data;         /* 't': the text, back to back; 'd': the distinct texts */
     int64_t data_len, data_cap;
+    uint32_t *codes;    /* 'd': a code a row */
+    uint32_t *slots;    /* 'd': the hash table (0: empty, else code + 1) */
+    uint32_t *hashes;   /* 'd': each distinct text's hash */
+    int64_t distinct, distinct_cap, slot_cap;
     const void *buffers[3];
 } Column;
 
-typedef struct {
-    int ncols;
-    Column *cols;
-    struct ArrowArray *children;  /* ncols */
-    struct ArrowArray **child_ptrs;
-    const void *buffers[1];
-} Batch;
+static void free_column(Column *col) {
+    free(col->valid);
+    free(col->values);
+    free(col->data);
+    free(col->codes);
+    free(col->slots);
+    free(col->hashes);
+    memset(col, 0, sizeof(*col));
+}
 
 static void free_columns(Column *cols, int ncols) {
     if (!cols) return;
-    for (int c = 0; c < ncols; c++) {
-        free(cols[c].valid);
-        free(cols[c].values);
-        free(cols[c].data);
-    }
+    for (int c = 0; c < ncols; c++) free_column(&cols[c]);
     free(cols);
 }
 
-static void release_child(struct ArrowArray *a) { a->release = NULL; } /* the parent owns the buffers */
+/* Each column is exported as an Arrow array of its own, which owns its buffers: polars
+ * frees a column's memory when that column goes, whatever other columns of the piece live
+ * on (a record batch's columns would all live as long as any one of them). */
+static long live_arrays; /* arrays exported and not yet released (live(): for the tests) */
 
-static void release_array(struct ArrowArray *a) {
-    Batch *b = a->private_data;
-    for (int c = 0; c < b->ncols; c++)
-        if (b->children[c].release) b->children[c].release(&b->children[c]);
-    free_columns(b->cols, b->ncols);
-    free(b->children);
-    free(b->child_ptrs);
-    free(b);
+static void release_column_array(struct ArrowArray *a) {
+    __atomic_sub_fetch(&live_arrays, 1, __ATOMIC_RELAXED); /* (polars may release from a thread of its own) */
+    Column *col = a->private_data;
+    free_column(col);
+    free(col);
     a->release = NULL;
 }
 
-typedef struct {
-    int ncols;
-    struct ArrowSchema *children;
-    struct ArrowSchema **child_ptrs;
-    char **names;
-} SchemaOwner;
-
-static void release_child_schema(struct ArrowSchema *s) { s->release = NULL; }
-
-static void release_schema(struct ArrowSchema *s) {
-    SchemaOwner *o = s->private_data;
-    for (int c = 0; c < o->ncols; c++) {
-        if (o->children[c].release) o->children[c].release(&o->children[c]);
-        free(o->names[c]);
-    }
-    free(o->children);
-    free(o->child_ptrs);
-    free(o->names);
-    free(o);
+static void release_column_schema(struct ArrowSchema *s) {
+    free((char *)s->name);
     s->release = NULL;
 }
 
@@ -211,12 +202,96 @@ static int utf8_ok(const unsigned char *s, int64_t n) {
     return 1;
 }
 
+static uint64_t hash_seed;
+
+/* A hash of s[0:n], seeded per process (the texts are the traced program's: no input can
+ * count on colliding). */
+static uint32_t hash_of(const unsigned char *s, int64_t n) {
+    uint64_t h = hash_seed ^ ((uint64_t)n * 0x9E3779B97F4A7C15ULL);
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 32;
+        s += 8;
+        n -= 8;
+    }
+    uint64_t w = 0;
+    memcpy(&w, s, (size_t)n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 29;
+    return (uint32_t)h;
+}
+
+static int place(Column *col, int64_t slot_cap) {
+    uint32_t *slots = calloc((size_t)slot_cap, sizeof(uint32_t));
+    if (!slots) return -1;
+    for (int64_t code = 0; code < col->distinct; code++) {
+        uint64_t i = col->hashes[code] & (uint64_t)(slot_cap - 1);
+        while (slots[i]) i = (i + 1) & (uint64_t)(slot_cap - 1);
+        slots[i] = (uint32_t)(code + 1);
+    }
+    free(col->slots);
+    col->slots = slots;
+    col->slot_cap = slot_cap;
+    return 0;
+}
+
+/* The code of s[0:n] among the column's distinct texts, added where it is new; -1: no memory,
+ * -2: more distinct texts than codes. */
+static int64_t code_of(Column *col, const unsigned char *s, int64_t n) {
+    if (!col->slots && place(col, 1 << 10) < 0) return -1;
+    uint32_t h = hash_of(s, n);
+    uint64_t mask = (uint64_t)(col->slot_cap - 1), i = h & mask;
+    for (; col->slots[i]; i = (i + 1) & mask) {
+        int64_t code = col->slots[i] - 1;
+        if (col->hashes[code] == h && col->values[code + 1] - col->values[code] == n &&
+            memcmp(col->data + col->values[code], s, (size_t)n) == 0)
+            return code;
+    }
+    int64_t code = col->distinct;
+    if (code >= UINT32_MAX - 1) return -2;
+    if (code + 1 >= col->distinct_cap) {
+        int64_t cap = col->distinct_cap ? col->distinct_cap * 2 : 1 << 10;
+        int64_t *off = realloc(col->values, (size_t)(cap + 1) * sizeof(int64_t));
+        if (!off) return -1;
+        col->values = off;
+        uint32_t *hs = realloc(col->hashes, (size_t)cap * sizeof(uint32_t));
+        if (!hs) return -1;
+        col->hashes = hs;
+        if (!col->distinct_cap) col->values[0] = 0;
+        col->distinct_cap = cap;
+    }
+    if (col->data_len + n > col->data_cap) {
+        int64_t want = col->data_cap ? col->data_cap * 2 : 1 << 16;
+        while (want < col->data_len + n) want *= 2;
+        char *d = realloc(col->data, (size_t)want);
+        if (!d) return -1;
+        col->data = d;
+        col->data_cap = want;
+    }
+    if (n) memcpy(col->data + col->data_len, s, (size_t)n);
+    col->data_len += n;
+    col->values[code + 1] = col->data_len;
+    col->hashes[code] = h;
+    col->slots[i] = (uint32_t)(code + 1);
+    col->distinct = code + 1;
+    if (col->distinct * 2 > col->slot_cap && place(col, col->slot_cap * 2) < 0) return -1;
+    return code;
+}
+
 static int grow_rows(Column *cols, int ncols, int64_t cap) {
     for (int c = 0; c < ncols; c++) {
         Column *col = &cols[c];
-        int64_t *v = realloc(col->values, (size_t)(cap + 1) * sizeof(int64_t));
-        if (!v) return -1;
-        col->values = v;
+        if (col->kind == 'd') {
+            uint32_t *k = realloc(col->codes, (size_t)cap * sizeof(uint32_t));
+            if (!k) return -1;
+            col->codes = k;
+        } else {
+            int64_t *v = realloc(col->values, (size_t)(cap + 1) * sizeof(int64_t));
+            if (!v) return -1;
+            col->values = v;
+        }
         uint8_t *m = realloc(col->valid, (size_t)(cap / 8 + 1));
         if (!m) return -1;
         col->valid = m;
@@ -264,7 +339,8 @@ static int step_rows(sqlite3 *db, sqlite3_stmt *st, Column *cols, int ncols, con
             cap = cap ? cap * 2 : first_cap;
             if (grow_rows(cols, ncols, cap) < 0) { out->nomem = 1; return -1; }
             if (n == 0)
-                for (int c = 0; c < ncols; c++) cols[c].values[0] = 0; /* a text column's first offset */
+                for (int c = 0; c < ncols; c++)
+                    if (cols[c].kind == 't') cols[c].values[0] = 0; /* a text column's first offset */
         }
         for (int c = 0; c < ncols; c++) {
             Column *col = &cols[c];
@@ -277,7 +353,8 @@ static int step_rows(sqlite3 *db, sqlite3_stmt *st, Column *cols, int ncols, con
                 col->valid[n >> 3] &= (uint8_t)~bit;
                 col->nulls++;
                 if (col->kind == 'i') col->values[n] = 0;
-                else col->values[n + 1] = col->data_len;
+                else if (col->kind == 't') col->values[n + 1] = col->data_len;
+                else col->codes[n] = 0;
                 continue;
             }
             col->valid[n >> 3] |= bit;
@@ -291,6 +368,13 @@ static int step_rows(sqlite3 *db, sqlite3_stmt *st, Column *cols, int ncols, con
                 if (!s && len) { out->nomem = 1; return -1; }
                 if (!utf8_ok(s, len)) { out->why = "text that is not UTF-8"; return -1; }
                 len = cut_at(s, len, cuts); /* (before a marker's first byte: a character boundary) */
+                if (col->kind == 'd') {
+                    int64_t code = code_of(col, s, len);
+                    if (code == -2) { out->why = "more distinct texts than 32-bit codes"; return -1; }
+                    if (code < 0) { out->nomem = 1; return -1; }
+                    col->codes[n] = (uint32_t)code;
+                    continue;
+                }
                 if (col->data_len + len > col->data_cap) {
                     int64_t want = col->data_cap ? col->data_cap * 2 : 1 << 20;
                     while (want < col->data_len + len) want *= 2;
@@ -377,91 +461,58 @@ static PyObject *do_close(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-/* The columns as one Arrow struct array (a record batch) and its schema, in capsules. */
-static PyObject *exported(Column *cols, int ncols, int64_t n, PyObject *names) {
+/* One column as an Arrow array of ``n`` rows and its schema: (schema capsule, array capsule).
+ * The column's buffers move into the array (``col`` is left empty), also where it fails. */
+static PyObject *exported(Column *col, int64_t n, PyObject *name) {
     struct ArrowSchema *schema = calloc(1, sizeof(*schema));
     struct ArrowArray *array = calloc(1, sizeof(*array));
-    SchemaOwner *so = calloc(1, sizeof(*so));
-    Batch *b = calloc(1, sizeof(*b));
-    if (!schema || !array || !so || !b) goto nomem;
-    so->ncols = b->ncols = ncols;
-    so->children = calloc((size_t)ncols, sizeof(struct ArrowSchema));
-    so->child_ptrs = calloc((size_t)ncols, sizeof(void *));
-    so->names = calloc((size_t)ncols, sizeof(char *));
-    b->children = calloc((size_t)ncols, sizeof(struct ArrowArray));
-    b->child_ptrs = calloc((size_t)ncols, sizeof(void *));
-    if (!so->children || !so->child_ptrs || !so->names || !b->children || !b->child_ptrs) goto nomem;
-    for (int c = 0; c < ncols; c++) {
-        const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, c));
-        if (!name || !(so->names[c] = strdup(name))) goto nomem;
-        Column *col = &cols[c];
-        struct ArrowSchema *cs = &so->children[c];
-        cs->format = col->kind == 'i' ? "l" : "U";
-        cs->name = so->names[c];
-        cs->flags = ARROW_FLAG_NULLABLE;
-        cs->release = release_child_schema;
-        so->child_ptrs[c] = cs;
-        struct ArrowArray *ca = &b->children[c];
-        ca->length = n;
-        ca->null_count = col->nulls;
-        if (!col->nulls) { free(col->valid); col->valid = NULL; }
-        col->buffers[0] = col->valid;
-        col->buffers[1] = col->values;
-        col->buffers[2] = col->data ? (const void *)col->data : (const void *)col->values; /* (no text: any valid pointer) */
-        ca->n_buffers = col->kind == 'i' ? 2 : 3;
-        ca->buffers = col->buffers;
-        ca->release = release_child;
-        b->child_ptrs[c] = ca;
+    Column *owned = malloc(sizeof(Column));
+    const char *utf8 = PyUnicode_AsUTF8(name);
+    char *copy = utf8 ? strdup(utf8) : NULL;
+    if (!schema || !array || !owned || !copy) {
+        free(schema);
+        free(array);
+        free(owned);
+        free(copy);
+        free_column(col);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    b->cols = cols;
-    b->buffers[0] = NULL;
-    schema->format = "+s";
-    schema->name = "";
-    schema->n_children = ncols;
-    schema->children = so->child_ptrs;
-    schema->release = release_schema;
-    schema->private_data = so;
+    *owned = *col;
+    memset(col, 0, sizeof(*col));
+    if (!owned->nulls) {
+        free(owned->valid);
+        owned->valid = NULL;
+    }
+    owned->buffers[0] = owned->valid;
+    owned->buffers[1] = owned->kind == 'd' ? (const void *)owned->codes : (const void *)owned->values;
+    owned->buffers[2] = owned->data ? (const void *)owned->data : (const void *)owned->values; /* (no text: any valid pointer) */
+    schema->format = owned->kind == 'i' ? "l" : owned->kind == 'd' ? "I" : "U";
+    schema->name = copy;
+    schema->flags = ARROW_FLAG_NULLABLE;
+    schema->release = release_column_schema;
     array->length = n;
-    array->n_buffers = 1;
-    array->buffers = b->buffers;
-    array->n_children = ncols;
-    array->children = b->child_ptrs;
-    array->release = release_array;
-    array->private_data = b;
+    array->null_count = owned->nulls;
+    array->n_buffers = owned->kind == 't' ? 3 : 2;
+    array->buffers = owned->buffers;
+    array->release = release_column_array;
+    array->private_data = owned;
+    __atomic_add_fetch(&live_arrays, 1, __ATOMIC_RELAXED);
     PyObject *sc = PyCapsule_New(schema, "arrow_schema", schema_capsule_free);
     if (!sc) {
-        release_schema(schema);
+        release_column_schema(schema);
         free(schema);
-        release_array(array);
+        release_column_array(array);
         free(array);
         return NULL;
     }
     PyObject *ac = PyCapsule_New(array, "arrow_array", array_capsule_free);
     if (!ac) {
         Py_DECREF(sc);
-        release_array(array);
+        release_column_array(array);
         free(array);
         return NULL;
     }
-    return Py_BuildValue("(LNN)", (long long)n, sc, ac);
-nomem:
-    if (so) {
-        if (so->names)
-            for (int c = 0; c < ncols; c++) free(so->names[c]);
-        free(so->names);
-        free(so->children);
-        free(so->child_ptrs);
-        free(so);
-    }
-    if (b) {
-        free(b->children);
-        free(b->child_ptrs);
-        free(b);
-    }
-    free(schema);
-    free(array);
-    free_columns(cols, ncols);
-    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    return Py_BuildValue("(NN)", sc, ac);
 }
 
 static PyObject *do_read(PyObject *self, PyObject *args) {
@@ -489,7 +540,7 @@ static PyObject *do_read(PyObject *self, PyObject *args) {
     if (!conn) return NULL;
     if (PyTuple_GET_SIZE(names) != ncols || ncols < 1 || ncols > 1000) return PyErr_Format(PyExc_ValueError, "one name a column");
     for (Py_ssize_t c = 0; c < ncols; c++) {
-        if (kinds[c] != 'i' && kinds[c] != 't') return PyErr_Format(PyExc_ValueError, "column kinds are 'i' or 't'");
+        if (kinds[c] != 'i' && kinds[c] != 't' && kinds[c] != 'd') return PyErr_Format(PyExc_ValueError, "column kinds are 'i', 't' or 'd'");
         if (!PyUnicode_Check(PyTuple_GET_ITEM(names, c))) return PyErr_Format(PyExc_TypeError, "column names are str");
     }
     if (!conn->db) return PyErr_Format(PyExc_RuntimeError, "connection closed");
@@ -521,12 +572,56 @@ static PyObject *do_read(PyObject *self, PyObject *args) {
     }
     if (n == 0) {
         free_columns(cols, (int)ncols);
-        return Py_BuildValue("(LOO)", 0LL, Py_None, Py_None);
+        return Py_BuildValue("(L()())", 0LL);
     }
-    return exported(cols, (int)ncols, n, names);
+    /* each column an array of its own; each 'd' column's distinct texts one more */
+    PyObject *columns = PyTuple_New(ncols), *texts = PyTuple_New(0), *value = PyUnicode_FromString("value");
+    if (!columns || !texts || !value) goto fail;
+    for (Py_ssize_t c = 0; c < ncols; c++) {
+        Column *col = &cols[c];
+        if (col->kind == 'd') {
+            free(col->slots);
+            free(col->hashes);
+            col->slots = col->hashes = NULL;
+            Column dc;
+            memset(&dc, 0, sizeof(dc));
+            dc.kind = 't';
+            dc.values = col->values ? col->values : calloc(1, sizeof(int64_t)); /* (no text at all: one offset, 0) */
+            dc.data = col->data;
+            col->values = NULL;
+            col->data = NULL;
+            if (!dc.values) {
+                free_column(&dc);
+                PyErr_NoMemory();
+                goto fail;
+            }
+            PyObject *distinct = exported(&dc, col->distinct, value);
+            if (!distinct) goto fail;
+            Py_ssize_t k = PyTuple_GET_SIZE(texts);
+            if (_PyTuple_Resize(&texts, k + 1) < 0) {
+                Py_DECREF(distinct);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(texts, k, distinct);
+        }
+        PyObject *one = exported(col, n, PyTuple_GET_ITEM(names, c));
+        if (!one) goto fail;
+        PyTuple_SET_ITEM(columns, c, one);
+    }
+    Py_DECREF(value);
+    free_columns(cols, (int)ncols); /* (emptied: their buffers are the arrays') */
+    return Py_BuildValue("(LNN)", (long long)n, columns, texts);
+fail:
+    Py_XDECREF(columns);
+    Py_XDECREF(texts);
+    Py_XDECREF(value);
+    free_columns(cols, (int)ncols);
+    return NULL;
 }
 
 static PyObject *version(PyObject *self, PyObject *unused) { return PyLong_FromLong(SQLSCAN_VERSION); }
+
+static PyObject *live(PyObject *self, PyObject *unused) { return PyLong_FromLong(__atomic_load_n(&live_arrays, __ATOMIC_RELAXED)); }
 
 static PyMethodDef METHODS[] = {
     {"bind", do_bind, METH_O, "Load SQLite's C interface from the library at this path; its version."},
@@ -534,9 +629,14 @@ static PyMethodDef METHODS[] = {
     {"read", do_read, METH_VARARGS, "(rows, schema capsule, array capsule) of a query; a str (the reason) where it gives up."},
     {"close", do_close, METH_O, "Close a connection."},
     {"version", version, METH_NOARGS, "The version of what read() returns."},
+    {"live", live, METH_NOARGS, "How many arrays read() made are not yet released."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_sqlscan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__sqlscan(void) { return PyModule_Create(&MODULE); }
+PyMODINIT_FUNC PyInit__sqlscan(void) {
+    int here;
+    hash_seed = ((uint64_t)(uintptr_t)&here * 0x9E3779B97F4A7C15ULL) ^ (uint64_t)(uintptr_t)&MODULE ^ (uint64_t)getpid();
+    return PyModule_Create(&MODULE);
+}

@@ -561,7 +561,8 @@ class _Ctx:
         if missing:
             raise SchemaError(self.path, f"table {table} lacks column(s) {', '.join(missing)} (unsupported export version?)")
 
-    def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None, cut: tuple[bytes, ...] = ()) -> pl.DataFrame:
+    def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None, cut: tuple[bytes, ...] = (),
+              coded: tuple[str, ...] = ()) -> pl.DataFrame:
         """The rows of ``sql`` (one table, no joins) as typed columns, read through ADBC into
         Arrow without a Python object per value, ``_CHUNK_ROWS`` rows of the table at a time
         (by rowid range), each chunk finished before the next is read: what reading costs
@@ -569,7 +570,9 @@ class _Ctx:
         named and typed by ``schema`` (in order); ``finish`` turns them into their final form.
         The driver infers each column's type from its first batch, so text columns are
         selected as ``coalesce(col, '')``. ``cut``: markers the compiled reader may cut text
-        at (``_sqlite_native``); ``finish`` must give the same frame whether it did or not."""
+        at, and ``coded``: text columns it may give as codes into their distinct texts
+        (``_sqlite_native.Coded``, the piece ``finish`` is then given); ``finish`` must give
+        the same frame whether it did either or not."""
         finish = finish or (lambda d: d)
         table = sql.split(" FROM ", 1)[1].split()[0]
         try:
@@ -579,48 +582,58 @@ class _Ctx:
         if top is None or top - low < _CHUNK_ROWS or (top - low) // _CHUNK_ROWS > _MAX_PIECES:
             # (one piece, too, where the rowids are far from dense: a damaged or hand-set id
             # of -2**63 made 3.5e13 pieces, and the list of their queries filled 24 GB)
-            done = finish(_detached(self._fetch_arrow(sql, schema, table, cut=cut)))
+            done = finish(self._fetch_arrow(sql, schema, table, cut=cut, coded=coded))
             self._advance(table, self._planned.get(table, 0))
             return done
         glue = "AND" if " WHERE " in sql else "WHERE"
         # rowids can start at 0 (StringIds ids) or below
         pieces = [f"{sql} {glue} rowid > {lo} AND rowid <= {lo + _CHUNK_ROWS}" for lo in range(low - 1, top, _CHUNK_ROWS)]
         chunks = []
-        for i, df in enumerate(self._fetch_pieces(pieces, schema, table, cut)):
-            if df.height or not chunks:
-                chunks.append(finish(_detached(df)))
+        for i, df in enumerate(self._fetch_pieces(pieces, schema, table, cut, coded)):
+            if (df.frame if isinstance(df, native.Coded) else df).height or not chunks:
+                chunks.append(finish(df))
             self._advance(table, min(_CHUNK_ROWS, top - (low - 1) - i * _CHUNK_ROWS))
         return pl.concat(chunks, rechunk=False) if len(chunks) > 1 else chunks[0]
 
-    def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str, cut: tuple[bytes, ...]):
+    def _fetch_pieces(self, pieces: list[str], schema: dict[str, pl.DataType], table: str, cut: tuple[bytes, ...],
+                      coded: tuple[str, ...]):
         """Each piece's rows, in order. SQLite decodes rows with the GIL released, so
         ``_READ_THREADS`` threads, each on a connection of its own, read the next pieces while
         this thread finishes the last one; at most that many raw pieces are held at a time."""
         if len(pieces) < 2:
             for q in pieces:
-                yield self._fetch_arrow(q, schema, table, cut=cut)
+                yield self._fetch_arrow(q, schema, table, cut=cut, coded=coded)
             return
         if self._pool is None:  # one pool for the whole read: its threads keep their connections
             from concurrent.futures import ThreadPoolExecutor
 
             self._pool = ThreadPoolExecutor(_READ_THREADS, thread_name_prefix="proflab-nsys")
         pool = self._pool
-        ahead = [pool.submit(self._fetch_arrow, q, schema, table, True, cut) for q in pieces[:_READ_THREADS]]
+        ahead = [pool.submit(self._fetch_arrow, q, schema, table, True, cut, coded) for q in pieces[:_READ_THREADS]]
         try:
             for i in range(len(pieces)):
                 df = ahead.pop(0).result()
                 if i + _READ_THREADS < len(pieces):
-                    ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True, cut))
+                    ahead.append(pool.submit(self._fetch_arrow, pieces[i + _READ_THREADS], schema, table, True, cut, coded))
                 yield df
         finally:  # a failed piece or finish: pieces not yet begun are dropped (close_readers waits for the rest)
             for f in ahead:
                 f.cancel()
 
     def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False,
-                     cut: tuple[bytes, ...] = ()) -> pl.DataFrame:
-        raw = self.native.frame(sql, schema, cut, _CHUNK_ROWS if threaded else 0) if self.native is not None else None
-        if raw is None:  # (the compiled reader gave up on the piece, or is not built)
-            raw = self._fetch_adbc(sql, schema, table, threaded)
+                     cut: tuple[bytes, ...] = (), coded: tuple[str, ...] = ()) -> pl.DataFrame | native.Coded:
+        raw = None
+        if self.native is not None:
+            raw = self.native.frame(sql, schema, cut, _CHUNK_ROWS if threaded else 0, coded)
+        if isinstance(raw, native.Coded):  # (its coded columns stay UInt32 codes)
+            return native.Coded(self._typed(raw.frame, {**schema, **dict.fromkeys(raw.texts, pl.UInt32)}, table), raw.texts)
+        if raw is not None:
+            return self._typed(raw, schema, table)
+        # (the compiled reader gave up on the piece, or is not built)
+        return _detached(self._typed(self._fetch_adbc(sql, schema, table, threaded), schema, table))
+
+    def _typed(self, raw: pl.DataFrame, schema: dict[str, pl.DataType], table: str) -> pl.DataFrame:
+        """A piece's frame cast to ``schema``; a value of another type is refused naming its column."""
         if raw.width == 0 or raw.height == 0:
             return pl.DataFrame(schema=schema)
         for c, t in schema.items():
@@ -738,6 +751,18 @@ class _Ctx:
         lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
         code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
         return code if per_row else text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
+
+    def distinct_codes(self, codes: pl.Series, distinct: pl.Series, clean: Clean | None = None) -> pl.Series:
+        """``text_codes`` of text read as codes into its distinct texts (``native.Coded``): each
+        distinct text cleaned and entered once, then one gather of integers for the rows."""
+        if distinct.len() == 0 or distinct.null_count() == distinct.len():
+            return pl.repeat(None, codes.len(), dtype=pl.UInt32, eager=True)
+        cleaned = distinct.rename("value") if clean is None else clean(distinct.rename("value")).rename("value")
+        names = cleaned.filter(cleaned != "").unique(maintain_order=True)
+        first = self._add_texts(names)
+        lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
+        code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
+        return code.gather(codes)
 
     def decode(self, df: pl.DataFrame) -> pl.DataFrame:
         """The merged frame's name codes replaced by their text: one gather from the small
@@ -875,20 +900,9 @@ class _Ctx:
             self.where("host", f"SELECT coalesce(n.text, ''), n.textId, {'n.domainId, ' if domains else ''}"
                        f"n.globalTid, n.start, n.end - n.start FROM {t} n WHERE n.end IS NOT NULL AND n.eventType IN {_NVTX_RANGES}"),
             {"name": pl.String, "name_id": pl.Int64, **domain, "global_tid": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64},
-            lambda df: self._host_frame(
-                self._nvtx_names(
-                    # text stored in the row wins over its textId
-                    df.with_columns(
-                        self.text_codes(df["name"].replace("", None), _operator_only)
-                        .fill_null(self.codes(df["name_id"], "nvtx", _operator_only))
-                        .alias("name")
-                    ),
-                    domains,
-                ),
-                "user_annotation",
-                correlated=False,
-            ),
+            lambda piece: self._host_frame(self._nvtx_names(self._range_names(piece), domains), "user_annotation", correlated=False),
             cut=_EMIT_NVTX_CUTS,  # (the same cut as _operator_only's, made while the text is read)
+            coded=("name",),
         )
         return df
 
@@ -923,6 +937,17 @@ class _Ctx:
             # (a damaged export's id that is not an integer names no range's domain)
             domains.update((k, v) for k, v in rows if type(k) is int and (v is None or isinstance(v, str)))
         return domains
+
+    def _range_names(self, piece: pl.DataFrame | native.Coded) -> pl.DataFrame:
+        """A piece of NVTX ranges with their names as dictionary codes: text stored in the row
+        wins over its textId; empty text is none."""
+        if isinstance(piece, native.Coded):
+            df = piece.frame
+            inline = self.distinct_codes(df.get_column("name"), piece.texts["name"].replace("", None), _operator_only)
+        else:
+            df = piece
+            inline = self.text_codes(df.get_column("name").replace("", None), _operator_only)
+        return df.with_columns(inline.fill_null(self.codes(df.get_column("name_id"), "nvtx", _operator_only)).alias("name"))
 
     def _coded_names(self, df: pl.DataFrame, keys: list[str], text: pl.Expr) -> pl.DataFrame:
         """``name`` as a code: ``text`` (an expression over ``keys``) is formatted once per
@@ -1022,7 +1047,7 @@ def _detached(df: pl.DataFrame) -> pl.DataFrame:
     freed as a whole, and polars takes integer columns over without a copy: kept in the
     finished chunk, they would keep the batch's text alive until the tables are merged. On a
     1014 MB export of emit_nvtx ranges (8.6 M texts) that held ~350 MiB more at the read's
-    peak (1,624 -> 1,155 MiB)."""
+    peak (1,624 -> 1,155 MiB). (The compiled reader's columns each own their memory.)"""
     if not any(t == pl.String for t in df.schema.values()):
         return df
     return df.with_columns(pl.col(c) + 0 for c, t in df.schema.items() if t.is_integer())
