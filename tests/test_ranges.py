@@ -79,3 +79,34 @@ def test_projection_read_in_pieces_equals_whole(monkeypatch):
     assert whole.height > 0
     monkeypatch.setattr(ranges_mod, "_PIECE_ROWS", 7)
     assert ranges_mod.range_projection(trace, ctx.launches).equals(whole)
+
+
+def _proflab_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name.startswith("proflab-")]
+
+
+def test_the_report_gets_the_projection_built_beside_the_host_only_spans():
+    """The report assembly builds the projection in a thread of its own while it builds the
+    host-only spans: the same ranges as built alone, and no thread left after."""
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    alone = Context(trace).range_table
+    report = proflab.analyze(trace)
+    assert [(r["name"], r["device"], r["gpu_ms"]) for r in report.ranges] == [
+        (r["name"], r["device"], round(r["gpu_ns"] / 1e6, 3)) for r in alone.head(len(report.ranges)).iter_rows(named=True)
+    ]
+    assert report.ranges and not _proflab_threads()
+
+
+def test_a_failure_of_the_projection_beside_the_spans_reaches_the_caller(monkeypatch):
+    """(A failure that no real input produces, made by replacing the projection: the error
+    raised in its thread is the caller's, once the spans beside it are done.)"""
+    def broken(trace, launches):
+        raise RuntimeError("projection failed")
+
+    monkeypatch.setattr("proflab.analysis.ranges.range_projection", broken)
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    with pytest.raises(RuntimeError, match="projection failed"):
+        proflab.analyze(trace)
+    assert not _proflab_threads()

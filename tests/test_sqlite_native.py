@@ -331,3 +331,50 @@ def test_turned_off_or_without_sqlite_or_stale_it_is_not_used(monkeypatch):
         importlib.reload(native)
     assert native.available()
     assert nsys_sqlite.native.available()
+
+
+def _proflab_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("proflab-")]
+
+
+def test_a_read_that_fails_before_the_nvtx_table_leaves_no_domain_scan_behind(tmp_path, monkeypatch):
+    """The NVTX domain scan starts with the read (in pieces here: 997 rows); a kernel table
+    without its correlation ids is refused first, naming the column, and the scan is waited
+    for: no thread left."""
+    src = next((p for p in EXPORTS if "mfu" in p.stem), None) or pytest.skip("no export with NVTX ranges in the shared fixtures")
+    p = tmp_path / "report.sqlite"
+    p.write_bytes(src.read_bytes())
+    con = sqlite3.connect(p)
+    con.execute("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL DROP COLUMN correlationId")
+    con.commit()
+    con.close()
+    monkeypatch.setattr(nsys_sqlite, "_CHUNK_ROWS", 997)
+    started = []
+    prefetch = nsys_sqlite._Ctx.prefetch_domains
+
+    def seen(self):
+        prefetch(self)
+        started.append(self._domain_pool is not None)
+
+    monkeypatch.setattr(nsys_sqlite._Ctx, "prefetch_domains", seen)
+    with pytest.raises(ProflabError, match="correlationId"):
+        proflab.load(p, cache=False)
+    assert started == [True] and not _proflab_threads()
+
+
+def test_a_failure_beside_the_host_tables_read_reaches_the_caller(monkeypatch):
+    """(A failure no real export produces, made by replacing the merge: the GPU tables'
+    merge runs beside the host tables' read, and its error is the caller's, with no thread
+    left.)"""
+    path = EXPORTS[0] if EXPORTS else pytest.skip("shared fixtures absent")
+    merge = nsys_sqlite.merge_by_start
+
+    def broken(parts):
+        if parts and "kind" in parts[0].columns:  # the GPU tables'
+            raise RuntimeError("merge failed")
+        return merge(parts)
+
+    monkeypatch.setattr(nsys_sqlite, "merge_by_start", broken)
+    with pytest.raises(RuntimeError, match="merge failed"):
+        proflab.load(path, cache=False)
+    assert not _proflab_threads()

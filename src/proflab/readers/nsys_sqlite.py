@@ -18,9 +18,11 @@ model's ``correlation`` is ``pid << 32 | correlationId`` so joins never cross pr
 ``globalTid`` packs the process and thread ids (pid in bits 24-47, tid in bits 0-23).
 
 Exports are large (several GB is a real case), so memory follows the events kept, not the
-file: tables are read through the ADBC SQLite driver straight into Arrow columns (no Python
-object per value), a million rows at a time, and only the columns the model needs are
-selected. Names travel as UInt32 codes into one small dictionary of texts: a StringIds id
+file: tables are read straight into Arrow columns (no Python object per value), half a
+million rows at a time, on two threads, and only the columns the model needs are selected.
+The compiled column reader (``_sqlite_native``) steps through SQLite's rows in C; where it is
+not built, or gives up on a piece (any value but an integer or UTF-8 text), the ADBC SQLite
+driver reads that piece. Names travel as UInt32 codes into one small dictionary of texts: a StringIds id
 becomes a code by an integer lookup, each string cleaned once when first met; text stored in
 a row (NVTX) and names built from enums (copies, memsets) enter it once per distinct value
 of each chunk. The per-table frames are merged into time order one column at a time, and only
