@@ -565,8 +565,8 @@ class _Ctx:
 
     def fetch(self, sql: str, schema: dict[str, pl.DataType], finish=None, cut: tuple[bytes, ...] = (),
               coded: tuple[str, ...] = ()) -> pl.DataFrame:
-        """The rows of ``sql`` (one table, no joins) as typed columns, read through ADBC into
-        Arrow without a Python object per value, ``_CHUNK_ROWS`` rows of the table at a time
+        """The rows of ``sql`` (one table, no joins) as typed columns, read into Arrow without a
+        Python object per value (``_fetch_arrow``), ``_CHUNK_ROWS`` rows of the table at a time
         (by rowid range), each chunk finished before the next is read: what reading costs
         beyond the finished columns is one chunk, whatever the table's size. The columns are
         named and typed by ``schema`` (in order); ``finish`` turns them into their final form.
@@ -625,7 +625,7 @@ class _Ctx:
     def _fetch_arrow(self, sql: str, schema: dict[str, pl.DataType], table: str, threaded: bool = False,
                      cut: tuple[bytes, ...] = (), coded: tuple[str, ...] = ()) -> pl.DataFrame | native.Coded:
         raw = None
-        if self.native is not None:
+        if self.native is not None:  # (a threaded read is of a piece: room for its rows at once)
             raw = self.native.frame(sql, schema, cut, _CHUNK_ROWS if threaded else 0, coded)
         if isinstance(raw, native.Coded):  # (its coded columns stay UInt32 codes)
             return native.Coded(self._typed(raw.frame, {**schema, **dict.fromkeys(raw.texts, pl.UInt32)}, table), raw.texts)
@@ -748,10 +748,7 @@ class _Ctx:
         distinct = None if per_row else text.drop_nulls().unique(maintain_order=True).rename("value")
         source = text.rename("value") if per_row else distinct
         cleaned = source if clean is None else clean(source).rename("value")
-        names = cleaned.filter(cleaned != "").unique(maintain_order=True)
-        first = self._add_texts(names)
-        lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
-        code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
+        code = self._entered(cleaned)
         return code if per_row else text.replace_strict(distinct, code, default=None, return_dtype=pl.UInt32)
 
     def distinct_codes(self, codes: pl.Series, distinct: pl.Series, clean: Clean | None = None) -> pl.Series:
@@ -760,11 +757,15 @@ class _Ctx:
         if distinct.len() == 0 or distinct.null_count() == distinct.len():
             return pl.repeat(None, codes.len(), dtype=pl.UInt32, eager=True)
         cleaned = distinct.rename("value") if clean is None else clean(distinct.rename("value")).rename("value")
+        return self._entered(cleaned).gather(codes)
+
+    def _entered(self, cleaned: pl.Series) -> pl.Series:
+        """A dictionary code for each of these texts (named "value"): each distinct text
+        enters the dictionary once, in the order first met; empty text gets none (null)."""
         names = cleaned.filter(cleaned != "").unique(maintain_order=True)
         first = self._add_texts(names)
         lookup = names.to_frame().with_columns(pl.int_range(first, first + names.len(), dtype=pl.UInt32).alias("code"))
-        code = cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
-        return code.gather(codes)
+        return cleaned.to_frame().join(lookup, on="value", how="left", maintain_order="left")["code"]
 
     def decode(self, df: pl.DataFrame) -> pl.DataFrame:
         """The merged frame's name codes replaced by their text: one gather from the small
