@@ -246,7 +246,7 @@ static int64_t code_of(Column *col, const unsigned char *s, int64_t n) {
     for (; col->slots[i]; i = (i + 1) & mask) {
         int64_t code = col->slots[i] - 1;
         if (col->hashes[code] == h && col->values[code + 1] - col->values[code] == n &&
-            memcmp(col->data + col->values[code], s, (size_t)n) == 0)
+            (n == 0 || memcmp(col->data + col->values[code], s, (size_t)n) == 0)) /* (no text yet: data is NULL) */
             return code;
     }
     int64_t code = col->distinct;
