@@ -49,6 +49,7 @@ def test_doctor_on_this_cpu_machine(tmp_path, capsys):
     for tool in ("ncu", "nsys"):
         if shutil.which(tool) is None:
             assert c[tool]["status"] == "missing" and "PATH" in c[tool]["fix"]
+    assert c["compiled readers"]["status"] in ("ok", "warning") and not c["compiled readers"]["required"]
     assert c["run folder"]["status"] == "ok" and c["run folder"]["required"]
     assert c["free disk"]["status"] in ("ok", "warning")
     assert not (tmp_path / "runs").exists()  # checked, not created
@@ -63,7 +64,7 @@ def test_doctor_terminal_is_one_line_per_check_as_a_subprocess(tmp_path):
     assert got.returncode == 1, got.stderr
     lines = got.stdout.splitlines()
     checks = [line for line in lines if line.split(" ", 1)[0] in ("ok", "MISSING", "WARNING")]
-    assert len(checks) == 13
+    assert len(checks) == 14
     assert any(line.startswith("MISSING  CUDA") for line in checks)
     assert "cannot profile GPU programs here" in lines[-1] and "(exit 1)" in lines[-1]
     assert not got.stderr.strip()
@@ -118,3 +119,24 @@ def test_doctor_json_follows_its_schema(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     jsonschema.validate(doc, schema)
     assert doc["can_profile"] == all(c["status"] == "ok" for c in doc["checks"] if c["required"])
+
+
+def test_doctor_says_whether_the_compiled_readers_are_in_use(monkeypatch):
+    """Built here (a C compiler at install): ok, naming the SQLite library the export reader
+    uses. Turned off, or a reader not built (a stand-in for an install without a compiler:
+    one cannot be made here without reinstalling), a warning with the fix; never required."""
+    from proflab.collect.doctor import READER_FIX, reader_check
+    from proflab.readers import _kineto_native, _sqlite_native
+
+    if not (_kineto_native.available() and _sqlite_native.available()):
+        pytest.skip("the compiled readers are not built in this install")
+    c = reader_check()
+    assert c.status == "ok" and f"SQLite {_sqlite_native.sqlite_version}" in c.detail and not c.required
+    monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")
+    c = reader_check()
+    assert c.status == "warning" and "PROFLAB_PURE_PYTHON" in c.detail and c.fix == "unset PROFLAB_PURE_PYTHON"
+    monkeypatch.delenv("PROFLAB_PURE_PYTHON")
+    monkeypatch.setattr(_sqlite_native, "_sqlscan", None)
+    c = reader_check()
+    assert c.status == "warning" and "SQLite column reader is not built" in c.detail and "Kineto" not in c.detail
+    assert c.fix == READER_FIX

@@ -7,7 +7,8 @@ found, and the fix when it is not ok. The checks never raise: a probe that fails
 ``required`` checks decide the exit status (:attr:`DoctorReport.can_profile`): profiling a
 program with torch.profiler works when torch imports, is built with CUDA, sees a GPU, its
 profiler can record CUDA activity (CUPTI), and the run folder can be written. The rest
-(NVML, GPM, ncu, nsys, the counter permission, free disk) are what the other commands need.
+(NVML, GPM, ncu, nsys, the counter permission, free disk) are what the other commands need;
+"compiled readers" says whether the fast readers of large traces and exports are in use.
 
 torch is probed in a separate interpreter (``python``: the one that will run the program;
 default this one), so a broken CUDA install cannot take proflab down, and proflab itself
@@ -225,6 +226,33 @@ def _nvml_checks() -> tuple[list[Check], dict[str, Any]]:
     return out, info
 
 
+READER_FIX = ("install proflab where a C compiler (gcc or clang) is at hand: `pip install --force-reinstall --no-deps "
+              "proflab`, or `pip install -e .` in a checkout")
+
+
+def reader_check() -> Check:
+    """Whether proflab's compiled readers are in use: the Kineto slice decoder and the SQLite
+    column reader of Nsight Systems exports. Without them the reports are the same, and
+    large inputs read slower (msgspec and the ADBC driver do it all)."""
+    name = "compiled readers"
+    if os.environ.get("PROFLAB_PURE_PYTHON", "") not in ("", "0"):
+        return Check(name, "warning", "turned off by PROFLAB_PURE_PYTHON: the same reports, slower on large traces and exports",
+                     "unset PROFLAB_PURE_PYTHON")
+    try:
+        from proflab.readers import _kineto_native, _sqlite_native
+    except Exception as e:  # (never raise: a broken install is a line of its own)
+        return Check(name, "warning", f"cannot tell ({type(e).__name__}: {e})", READER_FIX)
+    off = []
+    if not _kineto_native.available():
+        off.append("the Kineto slice decoder is not built (traces decode with msgspec)")
+    if not _sqlite_native.available():
+        off.append("the SQLite column reader is not built (exports read through the ADBC driver)" if _sqlite_native._sqlscan is None
+                   else "the SQLite column reader found no SQLite library (exports read through the ADBC driver)")
+    if off:
+        return Check(name, "warning", "; ".join(off) + ": the same reports, slower on large inputs", READER_FIX)
+    return Check(name, "ok", f"Kineto slices decoded and Nsight Systems exports read in C (SQLite {_sqlite_native.sqlite_version})")
+
+
 def _tool(name: str) -> tuple[Check, dict[str, Any]]:
     exe = shutil.which(name)
     use = {"ncu": "proflab kernels (the Nsight Compute deep dive)", "nsys": "proflab run --backend nsys"}[name]
@@ -318,6 +346,7 @@ def doctor(*, folder: str | Path = "proflab-runs", python: str | None = None, nc
     (default: this one). ``ncu_probe``: also profile one tiny kernel with ncu (a few seconds)."""
     python = python or sys.executable
     checks = [Check("python", "ok", f"{platform.python_version()} ({sys.executable}), {platform.system()} {platform.machine()}")]
+    checks.append(reader_check())
     t = _probe_torch(python)
     checks += _torch_checks(t)
     nv, info = _nvml_checks()

@@ -32,6 +32,7 @@ __all__ = ["available", "Coded", "Connections"]
 
 _VERSION = 1  # SQLSCAN_VERSION of the C source this module reads
 _bound: bool | None = None  # SQLite found and bound (None: not tried yet)
+sqlite_version: str | None = None  # the bound SQLite library's
 _lock = threading.Lock()
 
 
@@ -49,11 +50,12 @@ def available() -> bool:
 
 
 def _bind() -> bool:
+    global sqlite_version
     if _sqlscan.version() != _VERSION:  # a build of another version of the source (an install not rebuilt)
         return False
     for path in _library_paths():
         try:
-            _sqlscan.bind(path)
+            sqlite_version = _sqlscan.bind(path)
             return True
         except OSError:
             continue
