@@ -378,3 +378,18 @@ def test_a_failure_beside_the_host_tables_read_reaches_the_caller(monkeypatch):
     with pytest.raises(RuntimeError, match="merge failed"):
         proflab.load(path, cache=False)
     assert not _proflab_threads()
+
+
+def test_the_reader_benchmark_runs_on_a_real_export():
+    """``benchmarks/bench_export_reader.py`` on a real export: a row for each event table and
+    the whole read both ways (what it prints is measured there; here, that it runs)."""
+    import subprocess
+    import sys
+
+    path = next((p for p in EXPORTS if "mfu" in p.stem), None) or pytest.skip("no export with NVTX ranges in the shared fixtures")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_export_reader.py"
+    got = subprocess.run([sys.executable, str(script), "--export", str(path)], capture_output=True, text=True, timeout=600)
+    assert got.returncode == 0, got.stderr
+    out = got.stdout
+    assert "NVTX_EVENTS" in out and "CUPTI_ACTIVITY_KIND_KERNEL" in out and "the driver alone takes" in out
+    assert "compiled reader" in out and "ADBC driver alone" in out
