@@ -140,3 +140,8 @@ def test_doctor_says_whether_the_compiled_readers_are_in_use(monkeypatch):
     c = reader_check()
     assert c.status == "warning" and "SQLite column reader is not built" in c.detail and "Kineto" not in c.detail
     assert c.fix == READER_FIX
+    # built, but no SQLite library found: said so, not "not built"
+    monkeypatch.undo()
+    monkeypatch.setattr(_sqlite_native, "_bound", False)
+    c = reader_check()
+    assert c.status == "warning" and "found no SQLite library" in c.detail

@@ -243,11 +243,12 @@ def reader_check() -> Check:
     except Exception as e:  # (never raise: a broken install is a line of its own)
         return Check(name, "warning", f"cannot tell ({type(e).__name__}: {e})", READER_FIX)
     off = []
-    if not _kineto_native.available():
-        off.append("the Kineto slice decoder is not built (traces decode with msgspec)")
+    if not _kineto_native.available():  # (a build of another version of the source is set aside as none)
+        off.append("the Kineto slice decoder is not built, or was built from another version (traces decode with msgspec)")
     if not _sqlite_native.available():
-        off.append("the SQLite column reader is not built (exports read through the ADBC driver)" if _sqlite_native._sqlscan is None
-                   else "the SQLite column reader found no SQLite library (exports read through the ADBC driver)")
+        built = _sqlite_native._sqlscan is not None and _sqlite_native._sqlscan.version() == _sqlite_native._VERSION
+        off.append(("the SQLite column reader found no SQLite library" if built else
+                    "the SQLite column reader is not built, or was built from another version") + " (exports read through the ADBC driver)")
     if off:
         return Check(name, "warning", "; ".join(off) + ": the same reports, slower on large inputs", READER_FIX)
     return Check(name, "ok", f"Kineto slices decoded and Nsight Systems exports read in C (SQLite {_sqlite_native.sqlite_version})")

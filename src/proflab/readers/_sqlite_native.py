@@ -4,8 +4,9 @@ at about the cost of SQLite stepping through the rows.
 
 The reader steps through the query's rows in C without the GIL and hands each column to
 polars as an Arrow array (the C data interface) that owns its memory: no Python object per
-value, no type inference, no batches to join, and a column dropped is memory freed. It takes only integers (or NULL) in integer columns and
-UTF-8 text (or NULL) in text columns; anything else, or any SQLite error, returns None and
+value, no type inference, no batches to join, and a column dropped is memory freed. It
+takes only integers (or NULL) in integer columns and UTF-8 text (or NULL) in text columns
+(``Coded``: text as codes into its distinct texts); anything else, or any SQLite error, returns None and
 the caller reads the piece through ADBC, which has handled every odd export all along (and
 raises the precise error). ``PROFLAB_PURE_PYTHON=1`` turns this path off.
 
