@@ -246,6 +246,29 @@ def test_damaged_events_never_read_differently(index):
     _agrees(payload)
 
 
+def test_records_are_handed_over_without_a_copy_and_freed_with_the_tables():
+    """The parse's own buffer becomes the records (read-only, no copy); it is freed once the
+    slice's tables are built, and at once where the decoder gives up."""
+    from proflab.readers import _kscan
+
+    payload = _slices_of(DATA / "kineto" / "train_loop.pt.trace.json.gz", 1 << 20)[0]
+    before = _kscan.live()
+    count, records, strings = _kscan.scan(payload)
+    assert _kscan.live() == before + 1 and count > 1000 and strings[0] == ""
+    view = memoryview(records)
+    assert view.readonly and view.nbytes == count * native.RECORD.itemsize
+    with pytest.raises(TypeError):
+        view[0] = 0
+    rec = native.scan(payload)[0]
+    assert rec.size == count and rec.tobytes() == view.tobytes()
+    del view, records, rec
+    assert _kscan.live() == before
+    tables = native.tables(payload)
+    assert tables is not None and tables.cpu.height > 1000 and _kscan.live() == before
+    for broken in (b"[{\"ph\": 1}]", b"[{\"ts\": 1.5}, {", b"[" + b"{\"name\": \"x\"}," * 5000 + b"{\"name\": 2}]"):
+        assert isinstance(_kscan.scan(broken), str) and _kscan.live() == before
+
+
 def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
     """A whole read in many slices: two threads with the compiled decoder, one thread with
     it, and the msgspec decode alone give the same trace."""

@@ -49,7 +49,7 @@ RECORD = np.dtype(
 )  # fmt: skip
 _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 _OP, _GPU, _FRAME = 1, 2, 3
-_VERSION = 1  # KSCAN_VERSION of the C source this module reads
+_VERSION = 2  # KSCAN_VERSION of the C source this module reads
 
 if _kscan is not None and _kscan.layout() != (_VERSION, RECORD.itemsize, len(_INTS), len(_SPANS)):
     _kscan = None  # a build of another version of the source (an install not rebuilt): not used

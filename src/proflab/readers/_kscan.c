@@ -10,7 +10,8 @@
  * then also produces the precise error or the tolerant decode. So this file only has to be
  * right about what it accepts; everything odd takes the path that has always handled it.
  *
- * scan(buffer) -> (count, records: bytes, strings: list[str]) | reason: str
+ * scan(buffer) -> (count, records: Records (a read-only buffer), strings: list[str]) | reason: str
+ * live() -> how many records scan() made are not yet freed
  *
  * The parse runs without the GIL (plain C memory, no Python object until it is done), so
  * two threads decode two slices at once; the strings are made after it.
@@ -39,7 +40,7 @@
 static locale_t C_NUMERIC; /* strtod in the "C" locale, whatever the program set */
 #endif
 
-#define KSCAN_VERSION 1 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
+#define KSCAN_VERSION 2 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
 #define N_INTS 20
 #define N_SPANS 5
 #define MAX_DEPTH 64
@@ -786,9 +787,48 @@ static Py_ssize_t braces(const unsigned char *s, const unsigned char *e) {
     return n;
 }
 
+/* The records of one slice, handed to Python without a copy: the buffer the parse wrote (its
+ * heap block is taken again by the next slice's parse, so its pages are not faulted in
+ * afresh), freed with the object. */
+typedef struct {
+    PyObject_HEAD
+    Rec *recs;
+    Py_ssize_t n;
+} Records;
+
+static int records_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Records *r = (Records *)self;
+    return PyBuffer_FillInfo(view, self, r->recs, r->n * (Py_ssize_t)sizeof(Rec), 1, flags);
+}
+
+static long live_records; /* Records not yet freed (live(): for the tests; the GIL guards it) */
+
+static void records_dealloc(PyObject *self) {
+    free(((Records *)self)->recs);
+    live_records--;
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyBufferProcs RECORDS_BUFFER = {records_getbuffer, NULL};
+
+static PyTypeObject RECORDS_TYPE = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "proflab.readers._kscan.Records",
+    .tp_basicsize = sizeof(Records),
+    .tp_dealloc = records_dealloc,
+    .tp_as_buffer = &RECORDS_BUFFER,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A slice's records (read-only buffer).",
+};
+
 static PyObject *scan(PyObject *self, PyObject *arg) {
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    Records *out = PyObject_New(Records, &RECORDS_TYPE);
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    out->recs = NULL;
+    out->n = 0;
+    live_records++;
     P p;
     memset(&p, 0, sizeof(p));
     p.base = p.s = (const unsigned char *)view.buf;
@@ -800,18 +840,18 @@ static PyObject *scan(PyObject *self, PyObject *arg) {
     p.recs = malloc((size_t)p.cap * sizeof(Rec));
     int ok = p.recs ? parse(&p) == 0 : (p.nomem = 1, 0);
     PyEval_RestoreThread(p.thread);
+    out->recs = p.recs;  /* (freed with out, whatever happens below) */
+    out->n = p.n;
     PyObject *result = NULL;
     if (p.nomem) {
         PyErr_NoMemory();
     } else if (ok) {
         PyObject *list = strings(&p);
         if (list) {
-            PyObject *recs = PyBytes_FromStringAndSize((const char *)p.recs, p.n * (Py_ssize_t)sizeof(Rec));
-            if (recs) result = Py_BuildValue("(nNO)", p.n, recs, list);
-            Py_DECREF(list);
+            result = Py_BuildValue("(nON)", p.n, (PyObject *)out, list);
         }
     }
-    free(p.recs);
+    Py_DECREF(out);
     if (!result && !PyErr_Occurred()) result = PyUnicode_FromString(p.why ? p.why : "unknown");
     free(p.slots);
     free(p.entries);
@@ -824,8 +864,11 @@ static PyObject *layout(PyObject *self, PyObject *unused) {
     return Py_BuildValue("(inii)", KSCAN_VERSION, (Py_ssize_t)sizeof(Rec), N_INTS, N_SPANS);
 }
 
+static PyObject *live(PyObject *self, PyObject *unused) { return PyLong_FromLong(live_records); }
+
 static PyMethodDef METHODS[] = {
     {"scan", scan, METH_O, "Decode a JSON array of Kineto events into records; a str (the reason) where it gives up."},
+    {"live", live, METH_NOARGS, "How many records scan() made are not yet freed."},
     {"layout", layout, METH_NOARGS, "(version, record size, integer args, raw spans)"},
     {NULL, NULL, 0, NULL},
 };
@@ -842,5 +885,6 @@ PyMODINIT_FUNC PyInit__kscan(void) {
         PyErr_SetString(PyExc_ImportError, "_kscan: a key the decoder cannot index");
         return NULL;
     }
+    if (PyType_Ready(&RECORDS_TYPE) < 0) return NULL;
     return PyModule_Create(&MODULE);
 }
