@@ -13,6 +13,7 @@ import pytest
 
 import proflab
 from proflab.analysis import Context
+from proflab.report.assemble import report_for
 
 KINETO = Path(__file__).parent / "data" / "kineto"
 NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
@@ -97,6 +98,30 @@ def test_the_report_gets_the_projection_built_beside_the_host_only_spans():
         (r["name"], r["device"], round(r["gpu_ns"] / 1e6, 3)) for r in alone.head(len(report.ranges)).iter_rows(named=True)
     ]
     assert report.ranges and not _proflab_threads()
+
+
+def test_the_frames_index_built_beside_the_spans_is_the_one_built_alone():
+    """The Python frames' index is built in a thread beside the spans too: the same frames,
+    parents and hot kernels' source lines as in a context that builds it alone."""
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    alone = Context(trace)
+    ctx = Context(trace)
+    report_for(ctx)
+    assert ctx.frames.frames.height > 10_000 and ctx.frames.frames.equals(alone.frames.frames)
+    assert (ctx.frames.parent_row == alone.frames.parent_row).all()
+    assert ctx.hot_kernels(None).equals(alone.hot_kernels(None)) and not _proflab_threads()
+
+
+def test_a_failure_of_the_frames_index_beside_the_spans_reaches_the_caller(monkeypatch):
+    """(Made by replacing the index, as above: its error is the caller's, no thread left.)"""
+    def broken(self, trace):
+        raise RuntimeError("frames failed")
+
+    monkeypatch.setattr("proflab.analysis.source.FrameIndex.__init__", broken)
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    with pytest.raises(RuntimeError, match="frames failed"):
+        proflab.analyze(trace)
+    assert not _proflab_threads()
 
 
 def test_a_failure_of_the_projection_beside_the_spans_reaches_the_caller(monkeypatch):
