@@ -167,6 +167,12 @@ def test_merged_text_is_gathered_through_a_dictionary():
     want = pl.concat([a, b]).gather(order)
     got = gather_text([a, b], order)
     assert got.name == "name" and got.to_list() == want.to_list()
+    # mostly null (gathered as it is, not through the dictionary): the same text
+    sparse = [pl.Series("dims", [None] * 9 + ["[[8, 16]]"]), pl.Series("dims", [None, "[]", None, None])]
+    order = pl.Series([13, 9, 0, 10, 5, 11, 1, 2, 3, 4, 6, 7, 8, 12], dtype=pl.UInt32)
+    got = gather_text(sparse, order)
+    assert got.name == "dims" and got.to_list() == pl.concat(sparse).gather(order).to_list()
+    assert got.to_list()[1] == "[[8, 16]]" and got.to_list()[5] == "[]" and got.null_count() == 12
 
 
 def test_a_tables_rowid_bounds_are_two_seeks_not_a_scan(tmp_path):
