@@ -164,6 +164,22 @@ def test_values_taken_or_given_up(events, outcome):
     assert _agrees(_payload(events)) == outcome
 
 
+def test_keys_matched_at_the_end_of_a_slice_and_keys_that_only_begin_alike():
+    """A key is matched by its first eight bytes as one word, read byte by byte where fewer
+    than eight remain in the slice: keys in the slice's last bytes are still found, and keys
+    that share a known key's first eight bytes (or are a known key's first bytes) are not it."""
+    for key, value in (("ts", "1"), ("id", "1"), ("ph", '"X"'), ("dur", "2"), ("tid", "3"), ("name", '"k"'), ("cat", '"kernel"')):
+        text = f'[{{"ph":"X","cat":"kernel","{key}":{value}}}]'.encode() if key not in ("ph", "cat") else f'[{{"{key}":{value}}}]'.encode()
+        assert _agrees(text) == "same", text
+    assert _agrees(b'[{"args":{"device":1}}]') == "same"
+    assert _agrees(b'[{"args":{"correlation":7,"External id":2}}]') == "same"
+    alike = _event(cat="kernel", args={"correlation": 7, "correlatio": "x", "correlationX": "y", "External idx": "z",
+                                       "registers per threa": "w", "Python parent": 1.5, "gri": "v", "": 0})  # fmt: skip
+    assert _agrees(_payload([alike])) == "same"
+    tables = native.tables(_payload([alike]))
+    assert tables.gpu.get_column("correlation").to_list() == [7] and tables.gpu.get_column("registers").to_list() == [None]
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -518,10 +518,28 @@ static int micros(P *p, int nullable, double *out) {
     return 0;
 }
 
-/* Keys of each length (at most 4 of a length here), found by length and then compared. */
+/* Keys of each length (at most 4 of a length here), found by length and then compared: the
+ * first eight bytes as one word (a key's first word is kept beside its index), the rest
+ * byte by byte (only keys longer than 8 bytes have a rest). */
 #define MAX_KEY 32
-typedef struct { signed char index[MAX_KEY][4]; } Keys;
+typedef struct {
+    signed char index[MAX_KEY][4];
+    uint64_t head[MAX_KEY][4];
+} Keys;
 static Keys ARG_INDEX, EVENT_INDEX;
+
+/* The first min(n, 8) bytes at s as a word, zero above them. `room`: bytes readable at s
+ * (a word is loaded at once where 8 are, else byte by byte). */
+static inline uint64_t head_word(const unsigned char *s, Py_ssize_t n, Py_ssize_t room) {
+    uint64_t w = 0;
+    if (room >= 8) {
+        memcpy(&w, s, 8);
+        if (n < 8) w &= (1ULL << (8 * n)) - 1;  /* (little-endian: the first byte is lowest) */
+    } else {
+        for (Py_ssize_t i = 0; i < n && i < 8; i++) w |= (uint64_t)s[i] << (8 * i);
+    }
+    return w;
+}
 
 /* 0, or -1 where a key is too long or a fifth of one length (the module then does not load,
  * and the reader decodes with msgspec): a key added to the tables never goes unmatched. */
@@ -533,16 +551,22 @@ static int index_keys(Keys *k, const char *const *names, int n) {
         while (len < MAX_KEY && j < 4 && k->index[len][j] >= 0) j++;
         if (len >= MAX_KEY || j == 4) return -1;
         k->index[len][j] = (signed char)i;
+        k->head[len][j] = head_word((const unsigned char *)names[i], (Py_ssize_t)len, 0);
     }
     return 0;
 }
 
-static inline int key_of(const Keys *k, const char *const *names, const unsigned char *raw, Py_ssize_t n) {
+/* The index among names of the n-byte key at raw (room: bytes readable there), or -1. */
+static inline int key_of(const Keys *k, const char *const *names, const unsigned char *raw, Py_ssize_t n, Py_ssize_t room) {
     if (n >= MAX_KEY) return -1;
+    uint64_t w = head_word(raw, n, room);
     for (int j = 0; j < 4; j++) {
         int i = k->index[n][j];
         if (i < 0) return -1;
-        if (memcmp(raw, names[i], (size_t)n) == 0) return i;
+        if (k->head[n][j] != w) continue;
+        Py_ssize_t b = 8;
+        while (b < n && raw[b] == (unsigned char)names[i][b]) b++;
+        if (b >= n) return i;
     }
     return -1;
 }
@@ -594,7 +618,7 @@ static int member_key(P *p, const Keys *index, const char *const *names, uint32_
     if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
     p->s++;
     ws(p);
-    *k = key_of(index, names, raw, rawn);
+    *k = key_of(index, names, raw, rawn, p->end - raw);
     if (*k >= 0) {
         if (*seen & (1U << *k)) GIVE_UP(p, "duplicate key");
         *seen |= 1U << *k;
