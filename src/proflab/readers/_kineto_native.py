@@ -49,7 +49,7 @@ RECORD = np.dtype(
 )  # fmt: skip
 _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 _OP, _GPU, _FRAME = 1, 2, 3
-_VERSION = 2  # KSCAN_VERSION of the C source this module reads
+_VERSION = 3  # KSCAN_VERSION of the C source this module reads
 
 if _kscan is not None and _kscan.layout() != (_VERSION, RECORD.itemsize, len(_INTS), len(_SPANS)):
     _kscan = None  # a build of another version of the source (an install not rebuilt): not used
@@ -122,7 +122,8 @@ class _Rows:
         return codes.gather(self.column(name))
 
     def raw(self, payload, name: str) -> Callable[[int], memoryview | None]:
-        """Row i's raw JSON value of an arg (``Input type``...), None where absent."""
+        """Row i's raw JSON value of an arg (a collective's name, dtype, group), None where
+        absent. (Not the input shapes: their text is interned, ``_shape_column``.)"""
         slot, view = _SPAN[name], memoryview(payload)
         off, n = self.rec["span_off"][self.index, slot], self.rec["span_len"][self.index, slot]
 
@@ -227,8 +228,8 @@ def _cpu_table(rows: _Rows, payload) -> pl.DataFrame:
     i64 = pl.Int64
     n = rows.numbers({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, pid=i64, tid=i64)
     host = _host(rows, n)
-    types, dims = rows.raw(payload, "input_types"), rows.raw(payload, "input_dims")
-    input_types, input_dims = _k._shapes(host["name"], lambda i: (types(i), dims(i)))
+    picked = _k.shape_ops(host["name"])
+    input_types, input_dims = _shape_column(rows, picked, "input_types", _k._dtypes), _shape_column(rows, picked, "input_dims", _k._dims)
     return _k._cpu_frame(
         rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
         host,
@@ -238,6 +239,21 @@ def _cpu_table(rows: _Rows, payload) -> pl.DataFrame:
         input_types,
         input_dims,
     )
+
+
+def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[bytes], str | None]) -> pl.Series:
+    """An input-shape column of the operators ``picked`` (the rest null): the decoder interns
+    each value's JSON text among the strings (``span_off``: its index), so each distinct value
+    is decoded once, as the typed path decodes each once (``kineto._shapes``), and the rows
+    take theirs by one gather."""
+    slot = _SPAN[name]
+    at = rows.index[picked]
+    present = rows.rec["span_len"][at, slot] >= 0
+    distinct, inverse = np.unique(rows.rec["span_off"][at[present], slot], return_inverse=True)
+    values = pl.Series([decode(rows.strings[i].encode()) for i in distinct.tolist()] + [None], dtype=pl.String)
+    which = np.full(rows.size, distinct.size, dtype=np.int64)  # (the None after the values)
+    which[picked[present]] = inverse
+    return values.gather(which)
 
 
 def _frame_table(rows: _Rows) -> pl.DataFrame:

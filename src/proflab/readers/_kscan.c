@@ -21,8 +21,10 @@
  *   pid, tid                 int64  (absent: 0; a string's index where bit 62 / 63 of valid is set)
  *   ts, dur                  double (ts absent or null: NaN; dur absent: 0.0)
  *   ints[N_INTS]             int64  the integer args (see INT_KEYS), valid where bit i of `valid`
- *   span_off[N_SPANS]        int64  byte offset of a raw arg value in the buffer (-1: absent)
- *   span_len[N_SPANS]        int64
+ *   span_off[N_SPANS]        int64  byte offset of a raw arg value in the buffer (-1: absent); for the
+ *                                   input shapes (INPUT_TYPES, INPUT_DIMS), the index in strings of the
+ *                                   value's JSON text instead
+ *   span_len[N_SPANS]        int64  the value's bytes (-1: absent)
  *   valid                    uint64
  */
 #define PY_SSIZE_T_CLEAN
@@ -40,7 +42,7 @@
 static locale_t C_NUMERIC; /* strtod in the "C" locale, whatever the program set */
 #endif
 
-#define KSCAN_VERSION 2 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
+#define KSCAN_VERSION 3 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
 #define N_INTS 20
 #define N_SPANS 5
 #define MAX_DEPTH 64
@@ -104,6 +106,7 @@ typedef struct {
     Py_ssize_t n;
     uint64_t h;
     int64_t index;
+    int verbatim;
 } Slot;
 
 typedef struct {
@@ -134,6 +137,21 @@ static inline void ws(P *p) {
     const unsigned char *s = p->s, *e = p->end;
     while (s < e && *s <= ' ' && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++;
     p->s = s;
+}
+
+/* Whether n bytes at a and b are the same (inline: most are a few dozen bytes). */
+static inline int same(const unsigned char *a, const unsigned char *b, Py_ssize_t n) {
+    if (n > 64) return memcmp(a, b, (size_t)n) == 0;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) return 0;
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i]) return 0;
+    return 1;
 }
 
 static uint64_t hash(const unsigned char *s, Py_ssize_t n) {
@@ -323,6 +341,34 @@ static int grow_slots(P *p) {
     return 0;
 }
 
+/* The index in p->strings of the n bytes at raw (added on first sight). `escaped`: they are
+ * a JSON string's content with escapes (decoded when the str is made); `verbatim`: they are
+ * a raw JSON value, kept as its text (an operator's input shapes). The two kinds never share
+ * an entry, whatever their bytes. */
+static int intern_bytes(P *p, const unsigned char *raw, Py_ssize_t rawn, int escaped, int verbatim, int64_t *index) {
+    uint64_t h = hash(raw, rawn) ^ (verbatim ? 0x9E3779B97F4A7C15ULL : 0);
+    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(p->nslots - 1));
+    while (p->slots[j].p) {
+        Slot *sl = &p->slots[j];
+        if (sl->h == h && sl->n == rawn && sl->verbatim == verbatim && same(sl->p, raw, rawn)) { *index = sl->index; return 0; }
+        j = (j + 1) & (p->nslots - 1);
+    }
+    /* first sight: a new entry (its str is made once the parse is done) */
+    if (p->nentries == p->entries_cap && grow(p, (void **)&p->entries, &p->entries_cap, sizeof(Entry)) < 0) return -1;
+    *index = p->nentries;
+    p->entries[p->nentries].p = raw;
+    p->entries[p->nentries].n = rawn;
+    p->entries[p->nentries].escaped = escaped;
+    p->nentries++;
+    p->slots[j].p = raw;
+    p->slots[j].n = rawn;
+    p->slots[j].h = h;
+    p->slots[j].verbatim = verbatim;
+    p->slots[j].index = *index;
+    if (p->nentries * 2 > p->nslots && grow_slots(p) < 0) return -1;
+    return 0;
+}
+
 /* The index of the string at p->s in p->strings (added on first sight). */
 static int interned(P *p, int64_t *index) {
     const unsigned char *raw;
@@ -331,26 +377,7 @@ static int interned(P *p, int64_t *index) {
     if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a string");
     if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
     if (rawn == 0) { *index = 0; return 0; }
-    uint64_t h = hash(raw, rawn);
-    Py_ssize_t j = (Py_ssize_t)(h & (uint64_t)(p->nslots - 1));
-    while (p->slots[j].p) {
-        Slot *sl = &p->slots[j];
-        if (sl->h == h && sl->n == rawn && memcmp(sl->p, raw, (size_t)rawn) == 0) { *index = sl->index; return 0; }
-        j = (j + 1) & (p->nslots - 1);
-    }
-    /* first sight: a new entry (its str is made once the parse is done) */
-    if (p->nentries == p->entries_cap && grow(p, (void **)&p->entries, &p->entries_cap, sizeof(Entry)) < 0) return -1;
-    *index = p->nentries;
-    p->entries[p->nentries].p = raw;
-    p->entries[p->nentries].n = rawn;
-    p->entries[p->nentries].escaped = !plain;
-    p->nentries++;
-    p->slots[j].p = raw;
-    p->slots[j].n = rawn;
-    p->slots[j].h = h;
-    p->slots[j].index = *index;
-    if (p->nentries * 2 > p->nslots && grow_slots(p) < 0) return -1;
-    return 0;
+    return intern_bytes(p, raw, rawn, !plain, 0, index);
 }
 
 /* A JSON number. *is_int: no fraction nor exponent; then *iv holds it (*big: past int64).
@@ -664,9 +691,9 @@ static int args(P *p, Rec *r) {
             case 3:
                 if (dims(p, r, I_BLOCK_X) < 0) return -1;
                 break;
-            case 4:
+            case 4:  /* the value's JSON text, interned: a model's operators repeat a few shapes */
                 if (value_skip(p, 2) < 0) return -1;
-                r->span_off[a->slot] = at - p->base;
+                if (intern_bytes(p, at, p->s - at, 0, 1, &r->span_off[a->slot]) < 0) return -1;
                 r->span_len[a->slot] = p->s - at;
                 break;
             default:  /* 5: str | null; 6: str | int | null */

@@ -1231,18 +1231,24 @@ def _cpu_frame(cat: pl.Series, host: dict[str, pl.Series], external_id: pl.Serie
 def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl.Series, pl.Series]:
     """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``);
     ``raw(i)``: operator i's ``Input type`` and ``Input Dims`` as JSON (empty where absent).
-    The names are picked by polars: a Python test of every operator's name cost 7 % of a read."""
-    picked = (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true()
+    The names are picked by polars (``shape_ops``)."""
+    picked = shape_ops(names)
     types: list[str | None] = [None] * len(names)
     dims: list[str | None] = [None] * len(names)
     seen: dict[tuple, str | None] = {}  # a model's GEMMs repeat a few shapes: each decoded once
-    for i in picked.to_list():
+    for i in picked.tolist():
         input_types, input_dims = raw(i)
         if input_types:
             types[i] = _decoded_once(seen, input_types, _dtypes)
         if input_dims:
             dims[i] = _decoded_once(seen, input_dims, _dims)
     return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String)
+
+
+def shape_ops(names: pl.Series) -> np.ndarray:
+    """Rows of the operators whose input shapes are kept (GEMMs and convolutions), by polars:
+    a Python test of every operator's name cost 7 % of a read."""
+    return (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true().to_numpy()
 
 
 def _decoded_once(seen: dict, raw, decode: Callable[[Any], str | None]) -> str | None:
