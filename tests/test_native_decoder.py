@@ -189,6 +189,31 @@ def test_input_shapes_are_decoded_once_per_distinct_text_as_the_typed_path_does(
     assert cpu.get_column("name").to_list()[5] == "[[2, 3], [3, 4]]"
 
 
+def test_what_gpu_names_tell_is_found_once_per_name_and_read_per_row():
+    """A copy's direction and memory kinds, and communication kernels, are found once per
+    distinct name of a slice (``kineto.name_facts``) and applied with each row's kind: the
+    same name as a copy and as a kernel, CUDA's and ROCm's copy names, a name that does not
+    parse, NCCL kernels and a kernel named like a copy read as the typed decode reads them."""
+    events = [
+        _event(cat="gpu_memcpy", name="Memcpy HtoD (Pinned -> Device)"),
+        _event(cat="gpu_memcpy", name="Memcpy DtoH (Device -> Pageable)"),
+        _event(cat="gpu_memcpy", name="Memcpy HtoD (Pinned -> Device)"),
+        _event(cat="kernel", name="Memcpy HtoD (Pinned -> Device)"),  # a kernel so named: no copy kind
+        _event(cat="gpu_memcpy", name="CopyHostToDevice"),
+        _event(cat="kernel", name="CopyHostToDevice"),
+        _event(cat="gpu_memcpy", name="hipMemcpyDtoH"),
+        _event(cat="gpu_memcpy", name="Memcpy ??? (odd)"),
+        _event(cat="gpu_memset", name="Memset (Device)"),
+        _event(cat="kernel", name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+        _event(cat="gpu_memcpy", name="ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"),
+    ]
+    assert _agrees(_payload(events)) == "same"
+    gpu = native.tables(_payload(events)).gpu
+    assert gpu.get_column("copy_kind").to_list() == ["HtoD", "DtoH", "HtoD", None, "HtoD", None, "DtoH", "unknown", None, None, "unknown"]
+    assert gpu.get_column("src_kind").to_list()[:4] == ["Pinned", "Device", "Pinned", "Pinned"]
+    assert gpu.get_column("is_comm").to_list() == [False] * 9 + [True, False]
+
+
 def test_keys_matched_at_the_end_of_a_slice_and_keys_that_only_begin_alike():
     """A key is matched by its first eight bytes as one word, read byte by byte where fewer
     than eight remain in the slice: keys in the slice's last bytes are still found, and keys

@@ -12,6 +12,7 @@ handled it all along. ``PROFLAB_PURE_PYTHON=1`` turns this path off.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -88,14 +89,10 @@ class _Rows:
         not carry one) and the columns ``more`` (``pid`` or ``tid``) as ``dtype``: one polars
         select over the records' columns, not one call per column."""
         raw = {"ts": self.column("ts"), "dur": self.column("dur")}
-        exprs = [
-            ns_of(pl.col("ts").fill_nan(None)).alias("start_ns"),  # a null or absent ts is NaN in the records
-            ns_of(pl.col("dur")).clip(lower_bound=0).alias("dur_ns"),
-        ]
-        for name, dtype in ints.items():
+        for name in ints:
             slot = _SLOT[name]
             raw[name], raw[f"{name}?"] = self.rec["ints"][self.index, slot], self.has(slot)
-            exprs.append(pl.when(pl.col(f"{name}?")).then(pl.col(name)).cast(dtype).alias(name))
+        exprs = list(_number_exprs(tuple(ints.items())))
         for name, dtype in more.items():
             if self.has(_TEXT[name]).any() or (dtype == pl.Int32 and not self._fits_i32(name)):
                 exprs.append(pl.lit(self._ids_as_text(name, dtype)).alias(name))
@@ -131,6 +128,18 @@ class _Rows:
             return view[off[i] : off[i] + n[i]] if n[i] >= 0 else None
 
         return raw
+
+
+@functools.cache
+def _number_exprs(ints: tuple[tuple[str, pl.DataType], ...]) -> tuple[pl.Expr, ...]:
+    """``_Rows.numbers``' expressions for the start, the duration and the integer args
+    ``ints``, built once for each set of args (a slice makes a few dozen polars calls, whose
+    Python side is most of what a slice's tables cost beyond the parse)."""
+    return (
+        ns_of(pl.col("ts").fill_nan(None)).alias("start_ns"),  # a null or absent ts is NaN in the records
+        ns_of(pl.col("dur")).clip(lower_bound=0).alias("dur_ns"),
+        *(pl.when(pl.col(f"{name}?")).then(pl.col(name)).cast(dtype).alias(name) for name, dtype in ints),
+    )
 
 
 def _host(rows: _Rows, numbers: pl.DataFrame) -> dict[str, pl.Series]:
@@ -218,7 +227,9 @@ def _gpu_table(rows: _Rows) -> pl.DataFrame:
             **{f"{d}_{axis}": n.get_column(f"{d}_{axis}") for d in ("grid", "block") for axis in "xyz"},
             "registers": n.get_column("registers"),
             "shared_mem_bytes": n.get_column("shared_memory"),
-        }
+        },
+        # what the names tell, found once per distinct string of the slice
+        _k.name_facts(rows.text)[rows.column("name")],
     )
 
 
@@ -228,7 +239,8 @@ def _cpu_table(rows: _Rows, payload) -> pl.DataFrame:
     i64 = pl.Int64
     n = rows.numbers({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, pid=i64, tid=i64)
     host = _host(rows, n)
-    picked = _k.shape_ops(host["name"])
+    # (the names' test once per distinct string of the slice, not once per operator)
+    picked = np.flatnonzero(_k.shape_ops_mask(rows.text)[rows.column("name")])
     input_types, input_dims = _shape_column(rows, picked, "input_types", _k._dtypes), _shape_column(rows, picked, "input_dims", _k._dims)
     return _k._cpu_frame(
         rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
@@ -266,7 +278,10 @@ def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:
     (few), rebuilt as the decoder's structs for the usual builder."""
     calls = cpu_ops.get_column("name").eq("record_param_comms").arg_true().to_numpy() if cpu_ops.height else np.zeros(0, np.int64)
     index = ops.index[calls]
-    comm = _Rows(ops.rec, index[ops.rec["span_len"][index, _SPAN["collective"]] >= 0], ops.strings, ops.text)
+    index = index[ops.rec["span_len"][index, _SPAN["collective"]] >= 0]
+    if not index.size:  # (most slices: no polars call for an empty table)
+        return _k._comm_table([])
+    comm = _Rows(ops.rec, index, ops.strings, ops.text)
     raws = {name: comm.raw(payload, name) for name in ("collective", "dtype", "pg_name")}
     n = comm.numbers({name: pl.Int64 for name in ("external_id", "external_id_old", "in_nelems", "out_nelems", "group_size")})
     ints = {name: n.get_column(name).to_list() for name in n.columns if name not in ("start_ns", "dur_ns")}

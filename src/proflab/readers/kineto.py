@@ -644,6 +644,8 @@ def _timed(df: pl.DataFrame, problems: Counter | None) -> pl.DataFrame:
     the timeline, so it is dropped and counted for the notes, never placed at time 0. So is
     one whose end the int64 ns clock cannot hold (a start and a duration that each fit, but
     not their sum, which would wrap to a time before the trace began)."""
+    if not df.height:
+        return df
     start, dur = pl.col("start_ns"), pl.col("dur_ns")
     past = ((dur > 0) & (start > _I64_MAX - dur)) | ((dur < 0) & (start < _I64_MIN - dur)) if "dur_ns" in df.columns else pl.lit(False)
     n, far = df.select(start.null_count(), past.sum()).row(0)
@@ -1152,28 +1154,44 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _gpu_frame(columns: dict[str, pl.Series]) -> pl.DataFrame:
+def _gpu_frame(columns: dict[str, pl.Series], facts: pl.DataFrame | None = None) -> pl.DataFrame:
     """The GPU table from its columns as read (kind and name, the args'), its copies'
-    directions and communication kernels told from the names."""
+    directions and communication kernels told from the names. ``facts``: ``name_facts`` of
+    each row's name where the caller has them (the compiled decoder's: found once per
+    distinct name of a slice and gathered), else found here from every row's."""
     df = pl.DataFrame(columns)
-    copy = pl.col("name").str.extract_groups(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
-    # ROCm names its copies after the direction ("CopyHostToDevice", "hipMemcpyDtoH"...)
-    amd = pl.col("name").str.extract(r"(?i)(HostToDevice|DeviceToHost|DeviceToDevice|HostToHost|PeerToPeer|HtoD|DtoH|DtoD|HtoH)")
-    amd_kind = amd.replace_strict(
-        ["HostToDevice", "DeviceToHost", "DeviceToDevice", "HostToHost", "PeerToPeer", "HtoD", "DtoH", "DtoD", "HtoH"],
-        ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoD", "DtoH", "DtoD", "HtoH"],
-        default=None,
-    )
+    df = df.with_columns((name_facts(df.get_column("name")) if facts is None else facts).get_columns())
+    memcpy = pl.col("kind") == "memcpy"
     df = df.with_columns(
-        _enum(copy.struct.field("1").fill_null(pl.when(pl.col("kind") == "memcpy").then(amd_kind)), COPY_KINDS).alias("copy_kind"),
-        _enum(copy.struct.field("2"), MEMORY_KINDS).alias("src_kind"),
-        _enum(copy.struct.field("3"), MEMORY_KINDS).alias("dst_kind"),
-        (pl.col("kind") == "kernel").and_(pl.col("name").str.contains(COMM_KERNEL_PATTERN)).alias("is_comm"),
+        _enum(pl.col("_copy").fill_null(pl.when(memcpy).then(pl.col("_amd"))), COPY_KINDS).alias("copy_kind"),
+        _enum(pl.col("_src"), MEMORY_KINDS).alias("src_kind"),
+        _enum(pl.col("_dst"), MEMORY_KINDS).alias("dst_kind"),
+        (pl.col("kind") == "kernel").and_(pl.col("_comm")).alias("is_comm"),
     ).with_columns(
         # a memcpy whose name did not parse still is a memcpy, of unknown direction
-        pl.when(pl.col("kind") == "memcpy").then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
+        pl.when(memcpy).then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
     )
     return counts_only(df.select(list(GPU_SCHEMA)))
+
+
+def name_facts(names: pl.Series) -> pl.DataFrame:
+    """What a GPU activity's name tells of it, whatever its kind: a copy's direction and
+    memory kinds (CUDA's ``Memcpy HtoD (Pinned -> Device)``; ROCm names its copies after the
+    direction, "CopyHostToDevice", "hipMemcpyDtoH"...: ``_amd``), and whether it names a
+    communication kernel (``_comm``). A row per name."""
+    copy = pl.col("name").str.extract_groups(r"^Memcpy (\w+) \((\w+) -> (\w+)\)")
+    amd = pl.col("name").str.extract(r"(?i)(HostToDevice|DeviceToHost|DeviceToDevice|HostToHost|PeerToPeer|HtoD|DtoH|DtoD|HtoH)")
+    return names.rename("name").to_frame().select(
+        copy.struct.field("1").alias("_copy"),
+        copy.struct.field("2").alias("_src"),
+        copy.struct.field("3").alias("_dst"),
+        amd.replace_strict(
+            ["HostToDevice", "DeviceToHost", "DeviceToDevice", "HostToHost", "PeerToPeer", "HtoD", "DtoH", "DtoD", "HtoH"],
+            ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "HtoD", "DtoH", "DtoD", "HtoH"],
+            default=None,
+        ).alias("_amd"),
+        pl.col("name").str.contains(COMM_KERNEL_PATTERN).alias("_comm"),
+    )
 
 
 def _enum(expr: pl.Expr, values: list[str]) -> pl.Expr:
@@ -1248,7 +1266,12 @@ def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl
 def shape_ops(names: pl.Series) -> np.ndarray:
     """Rows of the operators whose input shapes are kept (GEMMs and convolutions), by polars:
     a Python test of every operator's name cost 7 % of a read."""
-    return (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).arg_true().to_numpy()
+    return np.flatnonzero(shape_ops_mask(names))
+
+
+def shape_ops_mask(names: pl.Series) -> np.ndarray:
+    """Whether each name is an operator whose input shapes are kept (``shape_ops``)."""
+    return (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).fill_null(False).to_numpy()
 
 
 def _decoded_once(seen: dict, raw, decode: Callable[[Any], str | None]) -> str | None:
