@@ -220,7 +220,12 @@ _COUNTS = ("bytes", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z
 
 def counts_only(gpu: pl.DataFrame) -> pl.DataFrame:
     """``gpu`` (a reader's GPU rows) with negative sizes and launch dimensions as nulls."""
-    return gpu.with_columns(pl.when(pl.col(c) >= 0).then(pl.col(c)).alias(c) for c in _COUNTS if c in gpu.columns)
+    return gpu.with_columns(count_only(c) for c in _COUNTS if c in gpu.columns)
+
+
+def count_only(column: str) -> pl.Expr:
+    """A GPU column as ``counts_only`` keeps it: null where negative, for a column of ``_COUNTS``."""
+    return pl.when(pl.col(column) >= 0).then(pl.col(column)).alias(column) if column in _COUNTS else pl.col(column)
 
 
 def steps_from_annotations(cpu: pl.DataFrame) -> pl.DataFrame:

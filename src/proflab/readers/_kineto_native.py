@@ -88,18 +88,23 @@ class _Rows:
         """The start and duration in ns, the integer args ``ints`` (null where the event did
         not carry one) and the columns ``more`` (``pid`` or ``tid``) as ``dtype``: one polars
         select over the records' columns, not one call per column."""
+        return self.numbers_lazy(ints, {}, **more).collect()
+
+    def numbers_lazy(self, ints: dict[str, pl.DataType], keep: dict[str, pl.Series], **more: pl.DataType) -> pl.LazyFrame:
+        """``numbers`` and the columns ``keep`` as they are, not yet computed: a table's
+        columns from them in the same query (one polars call for the table)."""
         raw = {"ts": self.column("ts"), "dur": self.column("dur")}
         for name in ints:
             slot = _SLOT[name]
             raw[name], raw[f"{name}?"] = self.rec["ints"][self.index, slot], self.has(slot)
-        exprs = list(_number_exprs(tuple(ints.items())))
+        exprs = [*_number_exprs(tuple(ints.items())), *map(pl.col, keep)]
         for name, dtype in more.items():
             if self.has(_TEXT[name]).any() or (dtype == pl.Int32 and not self._fits_i32(name)):
                 exprs.append(pl.lit(self._ids_as_text(name, dtype)).alias(name))
             else:
                 raw[name] = self.column(name)
                 exprs.append(pl.col(name).cast(dtype))
-        return pl.DataFrame(raw).select(exprs)
+        return pl.DataFrame({**raw, **keep}).lazy().select(exprs)
 
     def _fits_i32(self, name: str) -> bool:
         values = self.column(name)
@@ -142,14 +147,9 @@ def _number_exprs(ints: tuple[tuple[str, pl.DataType], ...]) -> tuple[pl.Expr, .
     )
 
 
-def _host(rows: _Rows, numbers: pl.DataFrame) -> dict[str, pl.Series]:
-    return {"name": rows.strs("name"), **{c: numbers.get_column(c) for c in ("pid", "tid", "start_ns", "dur_ns")}}
-
-
-def _external_id(numbers: pl.DataFrame) -> pl.Series:
-    """``External id``, or where absent ``external id`` as PyTorch 1.8-1.9 spelled it (as
-    ``kineto._external_ids``: filling with an all-null column changes nothing)."""
-    return numbers.get_column("external_id").fill_null(numbers.get_column("external_id_old"))
+# ``External id``, or where absent ``external id`` as PyTorch 1.8-1.9 spelled it (as
+# ``kineto._external_ids``: filling with an all-null column changes nothing)
+_EXTERNAL_ID = pl.col("external_id").fill_null(pl.col("external_id_old"))
 
 
 def tables(payload) -> _k._Tables | None:
@@ -173,7 +173,7 @@ def tables(payload) -> _k._Tables | None:
     if gpu.height and gpu.get_column("correlation").null_count() and counts.keys() & _k._FLOW_CATS:
         return None  # launches linked by flow events: the usual path does that
     ops, frames = rows((of_kind == _OP) & x), rows((of_kind == _FRAME) & x)
-    cpu_ops = _cpu_table(ops, payload)
+    cpu_ops = _cpu_table(ops)
     cpu = pl.concat([cpu_ops, _frame_table(frames)]) if frames.size else cpu_ops
     comms = _comm_table(ops, cpu_ops, payload)
     problems: Counter = Counter()  # (events without a start, or ending past the clock's range)
@@ -205,52 +205,55 @@ def _codes(strings: list[str], mapping: dict[str, str], dtype: pl.DataType) -> p
 
 
 def _gpu_table(rows: _Rows) -> pl.DataFrame:
+    """The slice's GPU activity: its records' numbers, names and kinds and what the names tell
+    (``kineto.name_facts``, found once per distinct string of the slice and gathered), made
+    into the GPU table's columns (``kineto.gpu_columns``) in one polars query."""
     if not rows.size:
         return pl.DataFrame(schema=_k.GPU_SCHEMA)
     i32, i64 = pl.Int32, pl.Int64
-    n = rows.numbers(
+    facts = _k.name_facts(rows.text)[rows.column("name")]
+    keep = {"kind": rows.coded("cat", _codes(rows.strings, _k._GPU_CATS, _k.GPU_SCHEMA["kind"])), "name": rows.strs("name"),
+            **{c: facts.get_column(c) for c in facts.columns}}  # fmt: skip
+    n = rows.numbers_lazy(
         {"device": i32, "stream": i64, "correlation": i64, "external_id": i64, "external_id_old": i64, "bytes": i64,
          "registers": i32, "shared_memory": i64, **{f"{d}_{axis}": i32 for d in ("grid", "block") for axis in "xyz"}},
-        pid=i32, tid=i64,
+        keep, pid=i32, tid=i64,
     )  # fmt: skip
-    return _k._gpu_frame(
-        {
-            "kind": rows.coded("cat", _codes(rows.strings, _k._GPU_CATS, _k.GPU_SCHEMA["kind"])),
-            "name": rows.strs("name"),
-            "device": n.get_column("device").fill_null(n.get_column("pid")),
-            "stream": n.get_column("stream").fill_null(n.get_column("tid")),
-            "start_ns": n.get_column("start_ns"),
-            "dur_ns": n.get_column("dur_ns"),
-            "correlation": n.get_column("correlation"),
-            "external_id": _external_id(n),
-            "bytes": n.get_column("bytes"),
-            **{f"{d}_{axis}": n.get_column(f"{d}_{axis}") for d in ("grid", "block") for axis in "xyz"},
-            "registers": n.get_column("registers"),
-            "shared_mem_bytes": n.get_column("shared_memory"),
-        },
-        # what the names tell, found once per distinct string of the slice
-        _k.name_facts(rows.text)[rows.column("name")],
+    return n.select(_gpu_read()).select(_k.gpu_columns()).collect()
+
+
+@functools.cache
+def _gpu_read() -> tuple[pl.Expr, ...]:
+    """The GPU table's columns as read, from ``_Rows.numbers``' (the device and stream where
+    the args do not say: the event's pid and tid; ``External id`` as ``_external_id``)."""
+    return (
+        pl.col("kind"),
+        pl.col("name"),
+        pl.col("device").fill_null(pl.col("pid")),
+        pl.col("stream").fill_null(pl.col("tid")),
+        pl.col("start_ns", "dur_ns", "correlation"),
+        _EXTERNAL_ID,
+        pl.col("bytes", *(f"{d}_{axis}" for d in ("grid", "block") for axis in "xyz"), "registers"),
+        pl.col("shared_memory").alias("shared_mem_bytes"),
+        pl.col("_copy", "_src", "_dst", "_amd", "_comm"),
     )
 
 
-def _cpu_table(rows: _Rows, payload) -> pl.DataFrame:
+def _cpu_table(rows: _Rows) -> pl.DataFrame:
+    """The slice's operators, annotations and runtime calls, in one polars query."""
     if not rows.size:
         return pl.DataFrame(schema=_k.CPU_SCHEMA)
     i64 = pl.Int64
-    n = rows.numbers({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, pid=i64, tid=i64)
-    host = _host(rows, n)
     # (the names' test once per distinct string of the slice, not once per operator)
     picked = np.flatnonzero(_k.shape_ops_mask(rows.text)[rows.column("name")])
-    input_types, input_dims = _shape_column(rows, picked, "input_types", _k._dtypes), _shape_column(rows, picked, "input_dims", _k._dims)
-    return _k._cpu_frame(
-        rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
-        host,
-        _external_id(n),
-        n.get_column("correlation"),
-        n.get_column("sequence"),
-        input_types,
-        input_dims,
-    )
+    keep = {
+        "cat": rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
+        "name": rows.strs("name"),
+        "input_types": _shape_column(rows, picked, "input_types", _k._dtypes),
+        "input_dims": _shape_column(rows, picked, "input_dims", _k._dims),
+    }
+    n = rows.numbers_lazy({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, keep, pid=i64, tid=i64)
+    return n.with_columns(_EXTERNAL_ID).select(_k.cpu_columns("python_id", "python_parent_id")).collect()
 
 
 def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[bytes], str | None]) -> pl.Series:
@@ -269,8 +272,9 @@ def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[
 
 
 def _frame_table(rows: _Rows) -> pl.DataFrame:
-    n = rows.numbers({"python_id": pl.Int64, "python_parent_id": pl.Int64}, pid=pl.Int64, tid=pl.Int64)
-    return _k._frame_frame(_host(rows, n), n.get_column("python_id"), n.get_column("python_parent_id"))
+    """The slice's Python frames, in one polars query."""
+    n = rows.numbers_lazy({"python_id": pl.Int64, "python_parent_id": pl.Int64}, {"name": rows.strs("name")}, pid=pl.Int64, tid=pl.Int64)
+    return n.with_columns(_k.frame_cat()).select(_k.cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")).collect()
 
 
 def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:

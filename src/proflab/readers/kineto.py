@@ -16,6 +16,7 @@ and the trace's notes say what was done. Only a file that is not a trace is refu
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -56,7 +57,7 @@ from proflab.model.trace import (
     NextWork,
     Trace,
     TraceMeta,
-    counts_only,
+    count_only,
     steps_from_annotations,
 )
 from proflab.model.slicing import SliceSpec
@@ -1157,21 +1158,28 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
 def _gpu_frame(columns: dict[str, pl.Series], facts: pl.DataFrame | None = None) -> pl.DataFrame:
     """The GPU table from its columns as read (kind and name, the args'), its copies'
     directions and communication kernels told from the names. ``facts``: ``name_facts`` of
-    each row's name where the caller has them (the compiled decoder's: found once per
-    distinct name of a slice and gathered), else found here from every row's."""
+    each row's name where the caller has them, else found here from every row's."""
     df = pl.DataFrame(columns)
-    df = df.with_columns((name_facts(df.get_column("name")) if facts is None else facts).get_columns())
+    facts = name_facts(df.get_column("name")) if facts is None else facts
+    return df.hstack(facts.get_columns()).select(gpu_columns())
+
+
+@functools.cache
+def gpu_columns() -> tuple[pl.Expr, ...]:
+    """The GPU table's columns (``GPU_SCHEMA``, in order) from its columns as read and the
+    ``name_facts`` of each row's name: a copy's direction (a memcpy's only: unknown where its
+    name does not tell), memory kinds, communication kernels, and counts as ``counts_only``
+    keeps them. Built once: one select, whatever reads the table."""
     memcpy = pl.col("kind") == "memcpy"
-    df = df.with_columns(
-        _enum(pl.col("_copy").fill_null(pl.when(memcpy).then(pl.col("_amd"))), COPY_KINDS).alias("copy_kind"),
-        _enum(pl.col("_src"), MEMORY_KINDS).alias("src_kind"),
-        _enum(pl.col("_dst"), MEMORY_KINDS).alias("dst_kind"),
-        (pl.col("kind") == "kernel").and_(pl.col("_comm")).alias("is_comm"),
-    ).with_columns(
+    copy = _enum(pl.col("_copy").fill_null(pl.when(memcpy).then(pl.col("_amd"))), COPY_KINDS)
+    derived = {
         # a memcpy whose name did not parse still is a memcpy, of unknown direction
-        pl.when(memcpy).then(pl.col("copy_kind").fill_null("unknown")).alias("copy_kind"),
-    )
-    return counts_only(df.select(list(GPU_SCHEMA)))
+        "copy_kind": pl.when(memcpy).then(copy.fill_null("unknown")).alias("copy_kind"),
+        "src_kind": _enum(pl.col("_src"), MEMORY_KINDS).alias("src_kind"),
+        "dst_kind": _enum(pl.col("_dst"), MEMORY_KINDS).alias("dst_kind"),
+        "is_comm": (pl.col("kind") == "kernel").and_(pl.col("_comm")).alias("is_comm"),
+    }
+    return tuple(derived.get(c, count_only(c)) for c in GPU_SCHEMA)
 
 
 def name_facts(names: pl.Series) -> pl.DataFrame:
@@ -1243,7 +1251,14 @@ def _cpu_frame(cat: pl.Series, host: dict[str, pl.Series], external_id: pl.Serie
             "input_types": types,
             "input_dims": dims,
         }
-    ).with_columns(_nulls("python_id", "python_parent_id")).select(list(CPU_SCHEMA))
+    ).select(cpu_columns("python_id", "python_parent_id"))
+
+
+@functools.cache
+def cpu_columns(*absent: str) -> tuple[pl.Expr, ...]:
+    """The host table's columns (``CPU_SCHEMA``, in order), those ``absent`` a broadcast null
+    each (no memory per row): one select, built once."""
+    return tuple(pl.lit(None, dtype=CPU_SCHEMA[c]).alias(c) if c in absent else pl.col(c) for c in CPU_SCHEMA)
 
 
 def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl.Series, pl.Series]:
@@ -1302,11 +1317,6 @@ def _comm_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _nulls(*names: str) -> list[pl.Expr]:
-    """Columns these rows never fill: one broadcast null each, no memory per row."""
-    return [pl.lit(None, dtype=CPU_SCHEMA[n]).alias(n) for n in names]
-
-
 # Operators whose input dtypes tell whether their GEMMs can use tensor cores.
 _DTYPE_OPS = frozenset(
     f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_addmm_activation", "einsum")
@@ -1345,14 +1355,14 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
 
 def _frame_frame(host: dict[str, pl.Series], python_id: pl.Series, python_parent_id: pl.Series) -> pl.DataFrame:
     """The host table's Python-frame rows from their columns."""
-    return pl.DataFrame(
-        {
-            "cat": pl.Series(["python_function"] * python_id.len(), dtype=CPU_SCHEMA["cat"]),
-            **host,
-            "python_id": python_id,
-            "python_parent_id": python_parent_id,
-        }
-    ).with_columns(_nulls("external_id", "correlation", "sequence", "input_types", "input_dims")).select(list(CPU_SCHEMA))
+    return pl.DataFrame({**host, "python_id": python_id, "python_parent_id": python_parent_id}).select(
+        frame_cat(), *cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")[1:]
+    )
+
+
+def frame_cat() -> pl.Expr:
+    """The category of Python frames' rows, broadcast."""
+    return pl.lit("python_function", dtype=CPU_SCHEMA["cat"]).alias("cat")
 
 
 # deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them
