@@ -64,6 +64,8 @@ class FrameIndex:
         self.starts = self.frames["start_ns"].to_numpy()
         self.ends = self.frames["end_ns"].to_numpy()
         self.is_user = self.frames["is_user"].to_numpy()
+        # what lookups read of the frames beside these arrays (the ids served the parents)
+        self.frames = self.frames.select("tid", "start_ns", "row", "name")
 
     def __bool__(self) -> bool:
         return self.frames.height > 0

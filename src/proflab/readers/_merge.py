@@ -39,8 +39,9 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
         rows = sum(p.height for p in parts)
         size = max(1, _GATHER_BYTES // (8 * rows))
         for group in (other[i : i + size] for i in range(0, len(other), size)):
-            # a few columns at once, which polars gathers in parallel
-            gathered = pl.concat([p.select(group) for p in parts]).select(pl.all().gather(order))
+            # a few columns at once, which polars gathers in parallel, from the parts' own
+            # chunks (no concatenated copy of the group beside what is gathered)
+            gathered = pl.concat([p.select(group) for p in parts], rechunk=False).select(pl.all().gather(order))
             columns.update(gathered.to_dict())
             parts = [p.drop(group) for p in parts]
         merged = pl.DataFrame([columns[n] for n in names])
