@@ -664,46 +664,31 @@ def _return_freed_memory(keep_ms: int = 0) -> None:
 # Freed pages kept this long are taken again by the next table built instead of being returned
 # and faulted in anew: the whole analysis of an Nsight Systems export 13-19 % faster (0.5 to
 # 2.1 GB H100 exports and 0.7 to 1.5 GB T4 ones: 1,048 MB, 10.3 -> 8.5 s, system time 4.6 ->
-# 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 766 -> 848-873 MiB); a
-# Kineto trace's 15-31 % faster (bench_scaling.py's realistic shapes, 163 MB to 1.5 GB: 1,509 MB
-# 10.1 -> 7.0 s), its peak from 16 % lower to 13 % higher (507 MB: 319 -> 360 MiB; 1,509 MB:
-# 630 -> 637 MiB), within 0.4 x the trace + 300 MB at every size.
+# 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 766 -> 848-873 MiB).
 _KEEP_FREED_MS = 100
 _KEPT_PEAK = 1.2  # at most this times the peak of returning them at once (the estimate's)
 
 
 def _kept_freed_ms(args: argparse.Namespace) -> int:
     """How long polars' allocator keeps freed pages for this command: ``_KEEP_FREED_MS`` where
-    every input is an Nsight Systems export or a Kineto trace whose whole analysis, estimated
-    before polars starts (from an export's tables' rows, ``readers._export_rows``; from a
-    Kineto trace's size, ``readers._kineto_size``), leaves the room under the memory budget
-    that kept pages may take (``_KEPT_PEAK``); else 0. Folders and run directories are not
-    looked into."""
+    every input is an Nsight Systems export whose whole analysis, estimated from its tables'
+    rows before polars starts (``readers._export_rows``), leaves the room under the memory
+    budget that kept pages may take (``_KEPT_PEAK``); else 0. Folders and run directories are
+    not looked into, and a Kineto trace returns them at once: kept (any keep time, 10 ms as
+    100: the pages wait for the allocator's background thread, which the reading threads
+    leave behind), the 514 MB benchmark trace took 10-15 % less time but peaked at 430-490
+    MiB against 365-381, past its bound of 0.4 x its size + 300 MB (482 MiB) in some runs."""
     if getattr(args, "func", None) not in (cmd_analyze, cmd_sql, cmd_compare, cmd_report):
         return 0
+    from proflab.readers._export_rows import whole_bytes
+
     paths = args.paths if args.func is not cmd_sql else [args.trace]
     budget = args.memory_budget
     for p in paths:
-        need = _whole_need(Path(p)) if p is not None and os.path.isfile(p) else None
-        if need is None or (budget is not None and need * _KEPT_PEAK > budget):
+        whole = whole_bytes(Path(p)) if p is not None and os.path.isfile(p) else None
+        if whole is None or (budget is not None and whole[1] * _KEPT_PEAK > budget):
             return 0
     return _KEEP_FREED_MS
-
-
-def _whole_need(path: Path) -> int | None:
-    """The estimated peak (bytes) of reading and analysing ``path`` whole, without polars; None
-    where it is neither an export that opens nor a file the Kineto reader would take."""
-    from proflab.readers import _export_rows, _kineto_size
-
-    if _export_rows.sniff(path):
-        whole = _export_rows.whole_bytes(path)
-        return None if whole is None else whole[1]
-    if path.suffix == ".nsys-rep" or not _kineto_size.looks_like_kineto(path):
-        return None
-    try:
-        return _kineto_size.need(path)
-    except OSError:
-        return None
 
 
 def _one_blas_thread() -> None:
