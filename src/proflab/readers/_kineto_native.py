@@ -225,7 +225,7 @@ def _gpu_table(rows: _Rows) -> pl.DataFrame:
 @functools.cache
 def _gpu_read() -> tuple[pl.Expr, ...]:
     """The GPU table's columns as read, from ``_Rows.numbers``' (the device and stream where
-    the args do not say: the event's pid and tid; ``External id`` as ``_external_id``)."""
+    the args do not say: the event's pid and tid; ``External id`` as ``_EXTERNAL_ID``)."""
     return (
         pl.col("kind"),
         pl.col("name"),
@@ -273,8 +273,10 @@ def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[
 
 def _frame_table(rows: _Rows) -> pl.DataFrame:
     """The slice's Python frames, in one polars query."""
-    n = rows.numbers_lazy({"python_id": pl.Int64, "python_parent_id": pl.Int64}, {"name": rows.strs("name")}, pid=pl.Int64, tid=pl.Int64)
-    return n.with_columns(_k.frame_cat()).select(_k.cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")).collect()
+    i64 = pl.Int64
+    n = rows.numbers_lazy({"python_id": i64, "python_parent_id": i64}, {"name": rows.strs("name")}, pid=i64, tid=i64)
+    absent = ("external_id", "correlation", "sequence", "input_types", "input_dims")
+    return n.with_columns(_k.frame_cat()).select(_k.cpu_columns(*absent)).collect()
 
 
 def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:
