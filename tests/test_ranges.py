@@ -112,26 +112,19 @@ def test_the_frames_index_built_beside_the_spans_is_the_one_built_alone():
     assert ctx.hot_kernels(None).equals(alone.hot_kernels(None)) and not _proflab_threads()
 
 
-def test_a_failure_of_the_frames_index_beside_the_spans_reaches_the_caller(monkeypatch):
-    """(Made by replacing the index, as above: its error is the caller's, no thread left.)"""
-    def broken(self, trace):
-        raise RuntimeError("frames failed")
+@pytest.mark.parametrize(
+    ("target", "what"),
+    [("proflab.analysis.ranges.range_projection", "projection"), ("proflab.analysis.source.FrameIndex.__init__", "frames' index")],
+)
+def test_a_failure_beside_the_spans_reaches_the_caller(monkeypatch, target, what):
+    """(Failures that no real input produces, made by replacing the projection or the frames'
+    index: the error raised in its thread is the caller's, once the spans beside it are done,
+    and no thread is left.)"""
+    def broken(*args):
+        raise RuntimeError(f"{what} failed")
 
-    monkeypatch.setattr("proflab.analysis.source.FrameIndex.__init__", broken)
+    monkeypatch.setattr(target, broken)
     trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
-    with pytest.raises(RuntimeError, match="frames failed"):
-        proflab.analyze(trace)
-    assert not _proflab_threads()
-
-
-def test_a_failure_of_the_projection_beside_the_spans_reaches_the_caller(monkeypatch):
-    """(A failure that no real input produces, made by replacing the projection: the error
-    raised in its thread is the caller's, once the spans beside it are done.)"""
-    def broken(trace, launches):
-        raise RuntimeError("projection failed")
-
-    monkeypatch.setattr("proflab.analysis.ranges.range_projection", broken)
-    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
-    with pytest.raises(RuntimeError, match="projection failed"):
+    with pytest.raises(RuntimeError, match=f"{what} failed"):
         proflab.analyze(trace)
     assert not _proflab_threads()
