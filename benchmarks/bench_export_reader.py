@@ -22,13 +22,13 @@ import argparse
 import os
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))  # (gen_nsys, bench_nsys_large)
 DEFAULT_SOURCE = HERE.parent.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
 
 READ = "import sys, proflab; t = proflab.load(sys.argv[1], cache=False); print(t.gpu.height + t.cpu.height)"
@@ -104,15 +104,13 @@ def per_table(path: Path) -> list[tuple[str, int, float, float, float]]:
 
 
 def run_child(argv: list[str], env: dict) -> tuple[float, float, float]:
-    """(wall s, CPU s, peak RSS MiB) of one child process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status):
-        sys.stderr.write(proc.stderr.read().decode(errors="replace"))
+    """(wall s, CPU s, peak RSS MiB) of one child process (``bench_nsys_large.run_child``)."""
+    from bench_nsys_large import run_child as run
+
+    wall, rss, status, cpu = run(argv, os.devnull, env)
+    if status:
         raise SystemExit(f"the read failed: {argv}")
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+    return wall, cpu, rss
 
 
 def whole_reads(path: Path, repeats: int) -> dict[str, tuple[float, float, float]]:
@@ -143,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
             if not args.source.exists():
                 print(f"no source export at {args.source}; pass --source or --export", file=sys.stderr)
                 return 2
-            sys.path.insert(0, str(HERE))
             from gen_nsys import scale
 
             big = Path(tmp) / "big.sqlite"

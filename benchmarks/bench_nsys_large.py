@@ -85,11 +85,11 @@ RSS_TARGET = 1.5e9  # bytes
 TIME_TARGET = 3.0  # x the baseline
 
 
-def run_child(argv: list[str], out: Path) -> tuple[float, float, int, float]:
-    """(wall s, peak RSS MiB, exit status, CPU s) of one child process."""
+def run_child(argv: list[str], out: Path | str, env: dict[str, str] | None = None) -> tuple[float, float, int, float]:
+    """(wall s, peak RSS MiB, exit status, CPU s) of one child process, its stdout to ``out``."""
     t0 = time.perf_counter()
     with open(out, "wb") as f:
-        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(argv, stdout=f, stderr=subprocess.PIPE, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)

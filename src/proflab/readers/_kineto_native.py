@@ -245,7 +245,7 @@ def _cpu_table(rows: _Rows) -> pl.DataFrame:
         return pl.DataFrame(schema=_k.CPU_SCHEMA)
     i64 = pl.Int64
     # (the names' test once per distinct string of the slice, not once per operator)
-    picked = np.flatnonzero(_k.shape_ops_mask(rows.text)[rows.column("name")])
+    picked = np.flatnonzero(_k.shape_ops(rows.text)[rows.column("name")])
     keep = {
         "cat": rows.coded("cat", _codes(rows.strings, _k._CPU_CATS, _k.CPU_SCHEMA["cat"])),
         "name": rows.strs("name"),
@@ -275,8 +275,7 @@ def _frame_table(rows: _Rows) -> pl.DataFrame:
     """The slice's Python frames, in one polars query."""
     i64 = pl.Int64
     n = rows.numbers_lazy({"python_id": i64, "python_parent_id": i64}, {"name": rows.strs("name")}, pid=i64, tid=i64)
-    absent = ("external_id", "correlation", "sequence", "input_types", "input_dims")
-    return n.with_columns(_k.frame_cat()).select(_k.cpu_columns(*absent)).collect()
+    return n.select(_k.frame_columns()).collect()
 
 
 def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:

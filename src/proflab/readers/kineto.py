@@ -1176,13 +1176,11 @@ def _gpu_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-def _gpu_frame(columns: dict[str, pl.Series], facts: pl.DataFrame | None = None) -> pl.DataFrame:
+def _gpu_frame(columns: dict[str, pl.Series]) -> pl.DataFrame:
     """The GPU table from its columns as read (kind and name, the args'), its copies'
-    directions and communication kernels told from the names. ``facts``: ``name_facts`` of
-    each row's name where the caller has them, else found here from every row's."""
+    directions and communication kernels told from the names (``gpu_columns``)."""
     df = pl.DataFrame(columns)
-    facts = name_facts(df.get_column("name")) if facts is None else facts
-    return df.hstack(facts.get_columns()).select(gpu_columns())
+    return df.hstack(name_facts(df.get_column("name")).get_columns()).select(gpu_columns())
 
 
 @functools.cache
@@ -1286,7 +1284,7 @@ def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl
     """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``);
     ``raw(i)``: operator i's ``Input type`` and ``Input Dims`` as JSON (empty where absent).
     The names are picked by polars (``shape_ops``)."""
-    picked = shape_ops(names)
+    picked = np.flatnonzero(shape_ops(names))
     types: list[str | None] = [None] * len(names)
     dims: list[str | None] = [None] * len(names)
     seen: dict[tuple, str | None] = {}  # a model's GEMMs repeat a few shapes: each decoded once
@@ -1300,13 +1298,8 @@ def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl
 
 
 def shape_ops(names: pl.Series) -> np.ndarray:
-    """Rows of the operators whose input shapes are kept (GEMMs and convolutions), by polars:
-    a Python test of every operator's name cost 7 % of a read."""
-    return np.flatnonzero(shape_ops_mask(names))
-
-
-def shape_ops_mask(names: pl.Series) -> np.ndarray:
-    """Whether each name is an operator whose input shapes are kept (``shape_ops``)."""
+    """Whether each name is an operator whose input shapes are kept (GEMMs and convolutions),
+    by polars: a Python test of every operator's name cost 7 % of a read."""
     return (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).fill_null(False).to_numpy()
 
 
@@ -1376,14 +1369,15 @@ def _frame_table(evs: list[_Event]) -> pl.DataFrame:
 
 def _frame_frame(host: dict[str, pl.Series], python_id: pl.Series, python_parent_id: pl.Series) -> pl.DataFrame:
     """The host table's Python-frame rows from their columns."""
-    return pl.DataFrame({**host, "python_id": python_id, "python_parent_id": python_parent_id}).select(
-        frame_cat(), *cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")[1:]
-    )
+    return pl.DataFrame({**host, "python_id": python_id, "python_parent_id": python_parent_id}).select(frame_columns())
 
 
-def frame_cat() -> pl.Expr:
-    """The category of Python frames' rows, broadcast."""
-    return pl.lit("python_function", dtype=CPU_SCHEMA["cat"]).alias("cat")
+@functools.cache
+def frame_columns() -> tuple[pl.Expr, ...]:
+    """The host table's columns for Python frames' rows (``cpu_columns``): their category
+    broadcast, the operators' columns null."""
+    absent = cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")
+    return (pl.lit("python_function", dtype=CPU_SCHEMA["cat"]).alias("cat"), *(e for c, e in zip(CPU_SCHEMA, absent) if c != "cat"))
 
 
 # deviceProperties keys, with the names PyTorch 1.8's computeProperties used for some of them
