@@ -254,6 +254,38 @@ def test_console_script(tmp_path, cpu_trace):
     assert r.returncode == 0 and "analyze" in r.stdout
 
 
+def _ending(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    """A process that does ``body`` (``P``: a path in ``tmp_path``), then ends as the command does."""
+    code = f"import atexit, sys, threading, time\nfrom proflab.cli import _end\nP = {str(tmp_path / 'mark')!r}\n{body}"
+    return _run([sys.executable, "-c", code], tmp_path)
+
+
+def test_end_runs_atexit_functions_and_flushes_output(tmp_path):
+    r = _ending(tmp_path, "atexit.register(lambda: open(P, 'w').write('ran'))\n"
+                          "sys.stdout.write('x' * 100_000 + ' no newline'); sys.stderr.write('err, no newline')\n_end(3)")
+    assert r.returncode == 3
+    assert r.stdout == "x" * 100_000 + " no newline" and r.stderr == "err, no newline"
+    assert (tmp_path / "mark").read_text() == "ran"
+
+
+def test_end_waits_for_a_thread_that_is_not_a_daemon(tmp_path):
+    # a thread still working: the usual exit, which waits for it (and then its status)
+    r = _ending(tmp_path, "def late():\n    time.sleep(0.5)\n    open(P, 'w').write('done')\n"
+                          "threading.Thread(target=late).start()\n_end(None)")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "mark").read_text() == "done"
+
+
+def test_end_with_the_reader_gone(tmp_path, cpu_trace):
+    # `proflab sql T ... | head -c 1`: the pipe closes before the output (megabytes) is written
+    proc = subprocess.Popen([sys.executable, "-m", "proflab", "sql", str(cpu_trace), "SELECT range AS n FROM range(300000)",
+                             "-f", "csv"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.read(1) == b"n"
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 1) and "Traceback" not in err and "Exception ignored" not in err
+
+
 @pytest.mark.parametrize(
     "inherited, expected",
     [

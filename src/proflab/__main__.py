@@ -1,5 +1,3 @@
-import sys
+from proflab.cli import entry
 
-from proflab.cli import main
-
-sys.exit(main())
+entry()

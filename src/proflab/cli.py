@@ -1,5 +1,6 @@
 """The ``proflab`` command. ``main(argv) -> int``: one function per subcommand; every
-ProflabError becomes one line on stderr and exit status 2."""
+ProflabError becomes one line on stderr and exit status 2. ``entry()``: the command itself
+(the console script and ``python -m proflab``), which ends the process once ``main`` is done."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from proflab import __version__
 from proflab._io import atomic_path
 from proflab.errors import ProflabError, UsageError
 
-__all__ = ["main"]
+__all__ = ["main", "entry"]
 
 SQL_FORMATS = ("table", "csv", "json", "parquet")
 _SQL_SUFFIX = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".pq": "parquet", ".txt": "table"}
@@ -714,6 +715,38 @@ def _map_large_blocks() -> None:
 # what polars 1.x puts first (1.37: "dirty_decay_ms:500,muzzy_decay_ms:1000"; earlier 1.x: -1),
 # with POLARS_THP=1 its transparent-huge-page options, then "," and the setting it found
 _POLARS_MALLOC_DEFAULT = re.compile(r"^dirty_decay_ms:500,muzzy_decay_ms:-?\d+(?:,thp:always,metadata_thp:always)?(?:,|$)")
+
+
+def entry() -> None:
+    """The ``proflab`` command: :func:`main` over ``sys.argv``, then the process ends without
+    tearing the interpreter down (:func:`_end`)."""
+    _end(main())
+
+
+def _end(status: int | None) -> None:
+    """End the process with ``status`` once the command is done: what ``sys.exit`` does, less
+    the interpreter's teardown of every module (polars, numpy and the rest: 80-95 ms of every
+    command on 2 cores, 0.84 s in all for a small trace's analysis). The atexit functions still
+    run (temporary folders, helper processes, logging) and stdout and stderr are flushed; the
+    usual exit where a thread that is not a daemon is still running, or atexit is not what
+    CPython's is."""
+    import threading
+
+    run_exit_functions = getattr(__import__("atexit"), "_run_exitfuncs", None)
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if others or run_exit_functions is None:
+        sys.exit(status)
+    run_exit_functions()
+    code = 0 if status is None else status
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader went away (`| head`), or it was closed
+            pass
+        except OSError:
+            code = code or 1
+    os._exit(code & 0xFF if isinstance(code, int) else 1)
 
 
 def main(argv: list[str] | None = None) -> int:
