@@ -578,6 +578,24 @@ def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     assert _kept_ms("sql") == 0
 
 
+@pytest.mark.parametrize("need_gb, budget_gb, chosen, kept", [
+    (1.0, None, False, True),  # no budget
+    (1.0, 1.5, False, True),  # whole, with the room
+    (1.3, 1.5, False, False),  # whole, near the budget
+    (1.5, 1.5, False, False),  # whole, at the budget
+    (1.56, 1.5, False, True),  # a part the budget plans: it fills 80 % of what is left beyond the fixed cost
+    (4.0, 1.5, False, True),
+    (4.0, 1.5, True, False),  # --steps / --window: read as chosen, whatever its size
+    (4.0, 0.96, False, True),  # six times the fixed cost: the least budget whose part leaves the room
+    (4.0, 0.9, False, False),
+    (4.0, 0.1, False, False),  # below the fixed cost: refused
+])
+def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, budget_gb, chosen, kept):
+    from proflab import cli
+
+    assert cli._room_for_kept(int(need_gb * 1e9), None if budget_gb is None else int(budget_gb * 1e9), chosen) is kept
+
+
 @pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])
 def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expected):
     """The setting is made after the command line is read and before polars loads: a fresh

@@ -12,7 +12,7 @@ import sqlite3
 import urllib.parse
 from pathlib import Path
 
-__all__ = ["SQLITE_MAGIC", "EVENT_TABLES", "GPU_TABLES", "COST_FIXED", "COST_GPU", "COST_HOST", "sniff", "table_rows",
+__all__ = ["SQLITE_MAGIC", "EVENT_TABLES", "GPU_TABLES", "COST_FIXED", "COST_GPU", "COST_HOST", "PART_MARGIN", "sniff", "table_rows",
            "event_table_rows", "rowid_bounds", "read_only_uri", "estimate", "whole_bytes"]  # fmt: skip
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -38,6 +38,9 @@ GPU_TABLES = EVENT_TABLES[:3]
 COST_FIXED = 160_000_000
 COST_GPU = 454
 COST_HOST = 33
+# of the budget (less the fixed part) a part read for the budget is planned to fill: small
+# parts cost more an event (``readers.budget``)
+PART_MARGIN = 0.8
 
 
 def sniff(path: Path) -> bool:

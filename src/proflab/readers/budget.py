@@ -34,6 +34,7 @@ from proflab.model.slicing import SliceSpec
 
 # an export's whole-read estimate, known without polars (the CLI sizes polars' allocator by it)
 from proflab.readers._export_rows import COST_FIXED, COST_GPU, COST_HOST, estimate, whole_bytes
+from proflab.readers._export_rows import PART_MARGIN as _MARGIN
 from proflab.readers._export_rows import GPU_TABLES as _GPU
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
@@ -42,7 +43,6 @@ __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXE
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
 
-_MARGIN = 0.8  # of the budget (less the fixed part) a part is planned to fill: small parts cost more an event
 _SAMPLES = 4096  # rows of each table whose start places its events in time
 _UNLIKE_POINTS = 5.0  # a kernel's share of kernel time differing more: the part is not like the whole
 _UNLIKE_STEP = 0.1  # the part's median step this much (a fraction) off the whole's: not alike
