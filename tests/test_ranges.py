@@ -128,3 +128,30 @@ def test_a_failure_beside_the_spans_reaches_the_caller(monkeypatch, target, what
     with pytest.raises(RuntimeError, match=f"{what} failed"):
         proflab.analyze(trace)
     assert not _proflab_threads()
+
+
+def test_frames_parents_found_by_search_are_those_a_join_finds():
+    """Kineto numbers Python frames as it records them (ids rising with start order), so each
+    frame's parent row is found by a search of the ids; frames whose ids do not rise (here the
+    same frames in reverse) are joined. Both give each frame its parent's row, -1 where the
+    parent is not among the frames."""
+    import numpy as np
+    import polars as pl
+
+    from proflab.analysis.source import FrameIndex, _parent_rows
+
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    cols = ["tid", "start_ns", "python_id", "python_parent_id", "name"]
+    frames = trace.cpu.filter(pl.col("cat") == "python_function").select(cols).with_row_index("row")
+    assert frames.height > 10_000 and bool((np.diff(frames["python_id"].to_numpy()) > 0).all())
+    searched = _parent_rows(frames)
+    back = frames.reverse().drop("row").with_row_index("row")
+    joined = _parent_rows(back)
+    n = frames.height
+    # the same parent, counted from the other end
+    assert np.array_equal(searched, np.where(joined[::-1] >= 0, n - 1 - joined[::-1], -1))
+    assert (searched >= 0).sum() > n // 2 and (searched == -1).any()
+    ids, parents = frames["python_id"].to_numpy(), frames["python_parent_id"].to_numpy()
+    found = searched >= 0
+    assert np.array_equal(ids[searched[found]], parents[found])
+    assert np.array_equal(FrameIndex(trace).parent_row, searched)

@@ -27,6 +27,25 @@ _FRAME = r"^.+\.py\(\d+\): "
 _MAX_DEPTH = 256
 
 
+def _parent_rows(frames: pl.DataFrame) -> np.ndarray:
+    """Each frame's parent's row (-1: none recorded, or not among the frames). Kineto numbers
+    frames in the order it records them, so the ids are one rising run: a search of each
+    parent id among them (the 514 MB trace's 578 k frames: 5 ms where a join took 57); else
+    a join."""
+    ids = frames.get_column("python_id")
+    if ids.null_count() == 0 and ids.len() and bool((np.diff(v := ids.to_numpy()) > 0).all()):
+        want = frames.get_column("python_parent_id").fill_null(v[0] - 1).to_numpy()
+        i = np.minimum(np.searchsorted(v, want), v.size - 1)
+        return np.where(v[i] == want, i, -1).astype(np.int64)
+    parent = (
+        frames.select("row", "python_parent_id")
+        .join(frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
+              on="python_parent_id", how="left")
+        .sort("row")["parent_row"]
+    )  # fmt: skip
+    return parent.fill_null(-1).cast(pl.Int64).to_numpy()
+
+
 class FrameIndex:
     """The Python frames of a trace, indexed once for any number of :meth:`lookup` calls."""
 
@@ -43,24 +62,16 @@ class FrameIndex:
                 "python_parent_id",
                 "name",
             )
-            .sort("start_ns")
-            .with_row_index("row")
             .collect()
         )
+        if not self.frames.get_column("start_ns").is_sorted():  # (in start order as the host table is, or sorted)
+            self.frames = self.frames.sort("start_ns")
+        self.frames = self.frames.with_row_index("row")
         # the patterns once per distinct name (hundreds), not per frame (hundreds of thousands)
         names = self.frames.get_column("name").unique()
         user = names.filter(names.str.contains(_FRAME) & ~names.str.contains(_NOT_USER))
         self.frames = self.frames.with_columns(pl.col("name").is_in(user.implode()).alias("is_user"))
-        parent = (
-            self.frames.select("row", "python_parent_id")
-            .join(
-                self.frames.select(pl.col("python_id").alias("python_parent_id"), pl.col("row").alias("parent_row")),
-                on="python_parent_id",
-                how="left",
-            )
-            .sort("row")["parent_row"]
-        )
-        self.parent_row = parent.fill_null(-1).cast(pl.Int64).to_numpy()
+        self.parent_row = _parent_rows(self.frames)
         self.starts = self.frames["start_ns"].to_numpy()
         self.ends = self.frames["end_ns"].to_numpy()
         self.is_user = self.frames["is_user"].to_numpy()
