@@ -9,6 +9,7 @@ generated export in ``test_nsys_scale.py``."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import re
@@ -549,33 +550,51 @@ def test_no_room_to_decode_a_kineto_trace_to_disk_is_one_line(monkeypatch, capsy
 # -- polars' allocator, sized by the estimate before polars starts ------------------------------
 
 
-def _kept_ms(*argv: str) -> int:
+def _setting(*argv: str) -> str:
     from proflab import cli
 
-    return cli._kept_freed_ms(cli._parser().parse_args(list(argv)))
+    return cli._allocator_setting(cli._parser().parse_args(list(argv)))
 
 
 def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
-    """An export whose estimated whole analysis leaves the budget the room kept pages may take
-    (``cli._KEPT_PEAK``) runs with them kept a while; one that comes near the budget, a
-    Kineto trace (kept, its peak passed its bound), a folder or a missing file returns them at once."""
+    """An export or a Kineto trace whose estimated whole analysis leaves the budget the room
+    kept pages may take (``cli._KEPT_PEAK``) runs with them kept a while (each kind its own
+    setting); one that comes near the budget, inputs of both kinds, a folder, a missing file
+    or one neither reader would take returns them at once."""
     from proflab import cli
 
     need = limits.estimate(nsys_sqlite.table_rows(H100))
     kineto = Path(__file__).resolve().parent / "data" / "kineto" / "train_loop.pt.trace.json.gz"
     room = str(int(need * cli._KEPT_PEAK) + 1)
     near = str(int(need * cli._KEPT_PEAK) - 1)
-    assert _kept_ms("analyze", str(H100)) == cli._KEEP_FREED_MS > 0
-    assert _kept_ms("analyze", str(H100), "--memory-budget", room) == cli._KEEP_FREED_MS
-    assert _kept_ms("analyze", str(H100), "--memory-budget", near) == 0
-    assert _kept_ms("analyze", str(H100), "--memory-budget", "none") == cli._KEEP_FREED_MS
+    kept, at_once = cli._EXPORT_KEPT, cli._AT_ONCE
+    assert kept.startswith("dirty_decay_ms:100,") and at_once.startswith("dirty_decay_ms:0,")
+    assert _setting("analyze", str(H100)) == kept
+    assert _setting("analyze", str(H100), "--memory-budget", room) == kept
+    assert _setting("analyze", str(H100), "--memory-budget", near) == at_once
+    assert _setting("analyze", str(H100), "--memory-budget", "none") == kept
     for argv in (["sql", str(H100), "select 1"], ["compare", str(H100), str(H100)], ["report", str(H100)]):
-        assert _kept_ms(*argv) == cli._KEEP_FREED_MS, argv
-    assert _kept_ms("compare", str(H100), str(kineto)) == 0
-    assert _kept_ms("analyze", str(kineto)) == 0
-    assert _kept_ms("analyze", str(H100.parent)) == 0
-    assert _kept_ms("analyze", str(tmp_path / "gone.sqlite")) == 0
-    assert _kept_ms("sql") == 0
+        assert _setting(*argv) == kept, argv
+    assert _setting("analyze", str(H100.parent)) == at_once
+    assert _setting("analyze", str(tmp_path / "gone.sqlite")) == at_once
+    assert _setting("sql") == at_once
+    # a Kineto trace, by its size (a gzip one's from its trailer): 10 ms in one arena
+    kineto_need = limits.kineto_need(kineto)
+    json_bytes = len(gzip.decompress(kineto.read_bytes()))  # (read alone: a gzip trace is not shared)
+    assert kineto_need == limits.KINETO_FIXED + limits.KINETO_ALONE_EVENT * (json_bytes // 300)
+    assert _setting("analyze", str(kineto)) == cli._KINETO_KEPT == "dirty_decay_ms:10,muzzy_decay_ms:0,narenas:1"
+    assert _setting("compare", str(kineto), str(kineto)) == cli._KINETO_KEPT
+    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * cli._KEPT_PEAK) + 1)) == cli._KINETO_KEPT
+    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * cli._KEPT_PEAK) - 1)) == at_once
+    # a Kineto trace over the budget is read in a part at once (its parts' room is an export's)
+    assert _setting("analyze", str(kineto), "--memory-budget", str(kineto_need - 1)) == at_once
+    assert _setting("compare", str(H100), str(kineto)) == at_once  # two kinds
+    # files neither reader takes: no estimate, pages returned at once
+    (tmp_path / "notes.txt").write_text("not a trace\n")
+    (tmp_path / "x.nsys-rep").write_bytes(b"{" + b" " * 100)
+    for name in ("notes.txt", "x.nsys-rep"):
+        assert _setting("analyze", str(tmp_path / name)) == at_once, name
+        assert _setting("compare", str(kineto), str(tmp_path / name)) == at_once, name
 
 
 @pytest.mark.parametrize("need_gb, budget_gb, chosen, kept", [
@@ -593,7 +612,11 @@ def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
 def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, budget_gb, chosen, kept):
     from proflab import cli
 
-    assert cli._room_for_kept(int(need_gb * 1e9), None if budget_gb is None else int(budget_gb * 1e9), chosen) is kept
+    need, budget = int(need_gb * 1e9), None if budget_gb is None else int(budget_gb * 1e9)
+    assert cli._room_for_kept(need, budget, chosen) is kept
+    # a Kineto trace's part (decoded to disk, then read back) is not planned as an export's
+    whole = budget is None or need * cli._KEPT_PEAK <= budget
+    assert cli._room_for_kept(need, budget, chosen, part=False) is whole
 
 
 @pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])

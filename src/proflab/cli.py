@@ -641,13 +641,13 @@ def _format_arg(p) -> None:
     p.add_argument("-f", "--format", choices=("term", "json", "md"), help="output format (default: term, or from -o suffix)")
 
 
-def _return_freed_memory(keep_ms: int = 0) -> None:
+def _return_freed_memory(setting: str | None = None) -> None:
     """Polars' allocator (jemalloc) keeps freed pages for 10 s by default; a read builds and
     drops a table per slice, so a large trace held up to twice its tables in freed pages
-    (500 MB trace: 386 -> 187 MiB after reading). Return them within ``keep_ms`` (0: at once,
-    ~3 % more CPU time on a Kineto trace; see ``_kept_freed_ms`` for when they are kept a
-    while). Only when polars is not loaded yet (the setting is read when it starts), and never
-    over the user's own setting; the reader's helper process inherits it.
+    (500 MB trace: 386 -> 187 MiB after reading). Return them at once (``_AT_ONCE``: ~3 % more
+    CPU time on a Kineto trace), or as ``setting`` says (``_allocator_setting``: kept a while
+    where the budget has room). Only when polars is not loaded yet (the setting is read when
+    it starts), and never over the user's own setting; the reader's helper process inherits it.
 
     Polars (1.x) writes its own default into the environment when it is imported, followed by
     any setting it found there, so a process started from one that had imported polars (a test
@@ -659,55 +659,86 @@ def _return_freed_memory(keep_ms: int = 0) -> None:
 
     inherited = os.environ.get("_RJEM_MALLOC_CONF")
     own = _POLARS_MALLOC_DEFAULT.sub("", inherited) if inherited is not None else ""
-    set_own("_RJEM_MALLOC_CONF", own or f"dirty_decay_ms:{keep_ms},muzzy_decay_ms:0")
+    set_own("_RJEM_MALLOC_CONF", own or setting or _AT_ONCE)
 
 
-# Freed pages kept this long are taken again by the next table built instead of being returned
-# and faulted in anew: the whole analysis of an Nsight Systems export 13-19 % faster (0.5 to
-# 2.1 GB H100 exports and 0.7 to 1.5 GB T4 ones: 1,048 MB, 10.3 -> 8.5 s, system time 4.6 ->
-# 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 766 -> 848-873 MiB).
-_KEEP_FREED_MS = 100
+_AT_ONCE = "dirty_decay_ms:0,muzzy_decay_ms:0"
+# Freed pages kept a while are taken again by the next table built instead of being returned
+# and faulted in anew. An Nsight Systems export's, 100 ms: its whole analysis 13-19 % faster
+# (0.5 to 2.1 GB H100 exports and 0.7 to 1.5 GB T4 ones: 1,048 MB, 10.3 -> 8.5 s, system time
+# 4.6 -> 2.7 s), its peak from 5 % lower to 14 % higher (the 521 MB export: 766 -> 848-873 MiB).
+_EXPORT_KEPT = "dirty_decay_ms:100,muzzy_decay_ms:0"
+# A Kineto trace's, 10 ms and one arena for all threads. The slices are decoded on two threads,
+# each with an arena of its own, which nothing uses once the decode is done: their freed pages
+# waited there, however short the keep time, for the allocator's background thread (kept 100
+# ms, the 514 MB benchmark trace peaked at 430-490 MiB, past its bound of 0.4 x its size + 300
+# MB, 482 MiB). In one arena the tables built next take them, and the work of every thread
+# returns those kept past 10 ms; with the merge no longer copying its parts (``_merge``) the
+# 514 MB trace takes 2.85 -> 2.39 s (median of six, interleaved), its peak 359 -> 369-375 MiB.
+# bench_scaling.py's realistic shapes, one run each (before that merge change): 65 MB 0.98 ->
+# 0.77 s, 163 MB 1.17 -> 1.08 s, 507 MB 2.21 -> 2.00 s, 1,509 MB 7.52 -> 5.81 s; peaks 188 ->
+# 190, 212 -> 224, 293 -> 325, 636 -> 638 MiB; with it, kept, 189, 223, 356 and 640 MiB: within
+# the bound at every size.
+_KINETO_KEPT = "dirty_decay_ms:10,muzzy_decay_ms:0,narenas:1"
 _KEPT_PEAK = 1.2  # at most this times the peak of returning them at once (the estimate's)
 
 
-def _kept_freed_ms(args: argparse.Namespace) -> int:
-    """How long polars' allocator keeps freed pages for this command: ``_KEEP_FREED_MS`` where
-    every input is an Nsight Systems export whose analysis leaves the room under the memory
-    budget that kept pages may take (``_KEPT_PEAK``), else 0: a whole read estimated from its
-    tables' rows before polars starts (``readers._export_rows``) well under the budget, or
-    an export over it, read in a part the budget plans (no ``--steps`` / ``--window``): the
-    part fills ``PART_MARGIN`` of what the budget leaves beyond the fixed cost, which leaves
-    the room whenever the budget is at least six times the fixed cost (960 MB). The 1048 MB
-    export within the default budget (a part of 77 % of its events): 13.6-14.7 -> 12.3-13.2 s,
-    1,135 -> 1,226-1,233 MiB. Folders and run directories are not looked into, and a Kineto
-    trace returns them at once: kept (any keep time, 10 ms as 100: the pages wait for the
-    allocator's background thread, which the reading threads leave behind), the 514 MB
-    benchmark trace took 10-15 % less time but peaked at 430-490 MiB against 365-381, past its
-    bound of 0.4 x its size + 300 MB (482 MiB) in some runs."""
+def _allocator_setting(args: argparse.Namespace) -> str:
+    """Polars' allocator setting for this command: freed pages kept a while (``_EXPORT_KEPT``,
+    ``_KINETO_KEPT``) where every input is an Nsight Systems export, or every one a Kineto
+    trace, whose analysis leaves the room under the memory budget that kept pages may take
+    (``_room_for_kept``: estimated before polars starts, from an export's tables' rows,
+    ``readers._export_rows``, and from a Kineto trace's size, ``readers._kineto_size``);
+    else returned at once (``_AT_ONCE``): inputs of both kinds, folders and run directories
+    (not looked into), files neither reader takes."""
     if getattr(args, "func", None) not in (cmd_analyze, cmd_sql, cmd_compare, cmd_report):
-        return 0
-    from proflab.readers._export_rows import whole_bytes
-
+        return _AT_ONCE
     paths = args.paths if args.func is not cmd_sql else [args.trace]
     budget = args.memory_budget
     chosen = getattr(args, "steps", None) is not None or getattr(args, "window", None) is not None
+    kinds = set()
     for p in paths:
-        whole = whole_bytes(Path(p)) if p is not None and os.path.isfile(p) else None
-        if whole is None or not _room_for_kept(whole[1], budget, chosen):
-            return 0
-    return _KEEP_FREED_MS
+        got = _whole_need(Path(p)) if p is not None and os.path.isfile(p) else None
+        if got is None or not _room_for_kept(got[1], budget, chosen, part=got[0] == "export"):
+            return _AT_ONCE
+        kinds.add(got[0])
+    if kinds == {"export"}:
+        return _EXPORT_KEPT
+    return _KINETO_KEPT if kinds == {"kineto"} else _AT_ONCE
 
 
-def _room_for_kept(need: int, budget: int | None, chosen: bool) -> bool:
-    """Whether kept freed pages fit the budget (``_kept_freed_ms``): ``need``, the estimated
+def _room_for_kept(need: int, budget: int | None, chosen: bool, part: bool = True) -> bool:
+    """Whether kept freed pages fit the budget (``_allocator_setting``): ``need``, the estimated
     peak of a whole read; ``chosen``, a part the user chose (read as chosen, whatever the
-    budget)."""
+    budget). A whole read fits where ``need`` times ``_KEPT_PEAK`` does; with ``part`` (an
+    export), so does one over the budget, read in a part the budget plans (no ``--steps`` /
+    ``--window``): the part fills ``PART_MARGIN`` of what the budget leaves beyond the fixed
+    cost, which leaves the room whenever the budget is at least six times the fixed cost (960
+    MB). The 1048 MB export within the default budget (a part of 77 % of its events):
+    13.6-14.7 -> 12.3-13.2 s, 1,135 -> 1,226-1,233 MiB."""
     from proflab.readers._export_rows import COST_FIXED, PART_MARGIN
 
     if budget is None or need * _KEPT_PEAK <= budget:
         return True
-    part = COST_FIXED + PART_MARGIN * (budget - COST_FIXED)  # the peak a part is planned to
-    return not chosen and need > budget > COST_FIXED and part * _KEPT_PEAK <= budget
+    planned = COST_FIXED + PART_MARGIN * (budget - COST_FIXED)  # the peak a part is planned to
+    return part and not chosen and need > budget > COST_FIXED and planned * _KEPT_PEAK <= budget
+
+
+def _whole_need(path: Path) -> tuple[str, int] | None:
+    """("export" or "kineto", the estimated peak in bytes of reading and analysing ``path``
+    whole), without polars; None where it is neither an export that opens nor a file the
+    Kineto reader would take."""
+    from proflab.readers import _export_rows, _kineto_size
+
+    if _export_rows.sniff(path):
+        whole = _export_rows.whole_bytes(path)
+        return None if whole is None else ("export", whole[1])
+    if path.suffix == ".nsys-rep" or not _kineto_size.looks_like_kineto(path):
+        return None
+    try:
+        return "kineto", _kineto_size.need(path)
+    except OSError:
+        return None
 
 
 def _one_blas_thread() -> None:
@@ -777,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, trailing = argv[:i], argv[i + 1 :]
     args = parser.parse_args(argv)
     args.trailing = trailing
-    _return_freed_memory(_kept_freed_ms(args))
+    _return_freed_memory(_allocator_setting(args))
     if getattr(args, "func", None) in (cmd_analyze, cmd_sql, cmd_compare, cmd_report, cmd_baseline):
         _one_blas_thread()
         _map_large_blocks()

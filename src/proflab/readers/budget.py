@@ -32,10 +32,12 @@ import polars as pl
 from proflab.errors import UsageError
 from proflab.model.slicing import SliceSpec
 
-# an export's whole-read estimate, known without polars (the CLI sizes polars' allocator by it)
+# the whole-read estimates, known without polars (the CLI sizes polars' allocator by them)
+from proflab.readers import _kineto_size
 from proflab.readers._export_rows import COST_FIXED, COST_GPU, COST_HOST, estimate, whole_bytes
 from proflab.readers._export_rows import PART_MARGIN as _MARGIN
 from proflab.readers._export_rows import GPU_TABLES as _GPU
+from proflab.readers._kineto_size import KINETO_ALONE_EVENT, KINETO_EVENT, KINETO_FIXED
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
            "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
@@ -415,14 +417,6 @@ def _time_in(ctx, table: str, lo: int, hi: int, by: str | None = None) -> dict |
 
 # -- Kineto traces ------------------------------------------------------------------------------
 
-# Peak RSS of a whole read and analysis of a Kineto trace, the reader and its helper process
-# together (bench_scaling.py's realistic shapes, 2 cores: 65 MB to 1.5 GB), per event decoded
-# and fixed: within the bound of 0.4 x the trace's bytes + 300 MB the whole path holds to.
-KINETO_FIXED = 250_000_000
-KINETO_EVENT = 150
-# Read in one process (one core, or a trace under 12 slices), a whole read and analysis
-# costs 320 bytes an event (the 514 MB trace: 684 MB).
-KINETO_ALONE_EVENT = 330
 # A part read (``kineto._read_spilled``): the slices decoded one at a time to disk peak at
 # 186 MB (the 514 MB benchmark trace, a part of one event), 318 MB with the helper process
 # decoding beside (so it runs only where the budget holds both); reading the part back and
@@ -430,30 +424,9 @@ KINETO_ALONE_EVENT = 330
 KINETO_PART_FIXED = 190_000_000
 KINETO_PART_EVENT = 400
 KINETO_HELPER = 140_000_000
-_KINETO_BYTES_PER_EVENT = 300  # of JSON, at the fewest seen (real and generated traces: 300-350)
 
 
 def kineto_need(path, events: int | None = None) -> int:
-    """The estimated peak (bytes) of reading and analysing a Kineto trace whole: from its
-    ``events`` where they are counted, else from its size; and by whether a helper process
-    decodes half of it (a plain file of 12 slices or more, on two or more cores). A gzip
-    file's uncompressed size is read from its trailer (modulo 4 GiB there: taken as at least
-    4x the compressed bytes, less than Kineto's JSON compresses)."""
-    import os
-
-    size, gz = os.stat(path).st_size, False
-    try:
-        with open(path, "rb") as f:
-            if f.read(2) == b"\x1f\x8b" and size >= 18:
-                f.seek(-4, os.SEEK_END)
-                raw, gz = int.from_bytes(f.read(4), "little"), True
-                while raw < 4 * size:
-                    raw += 1 << 32
-                size = raw
-    except OSError:
-        pass
-    from proflab.readers import kineto
-
-    shared = not gz and size >= kineto.HELPER_FROM_BYTES and kineto.helper_allowed()
-    events = size // _KINETO_BYTES_PER_EVENT if events is None else events
-    return KINETO_FIXED + (KINETO_EVENT if shared else KINETO_ALONE_EVENT) * events
+    """The estimated peak (bytes) of reading and analysing a Kineto trace whole
+    (``_kineto_size.need``: from its ``events`` where counted, else its size)."""
+    return _kineto_size.need(path, events)

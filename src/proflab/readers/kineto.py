@@ -63,6 +63,7 @@ from proflab.model.trace import (
 from proflab.model.slicing import SliceSpec
 from proflab.readers import _progress as progress
 from proflab.readers import _tolerant
+from proflab.readers._kineto_size import HELPER_FROM_SLICES, SLICE_BYTES, helper_allowed
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
@@ -689,10 +690,7 @@ def _link_by_flows(events: list, gpu_evs: list, gpu: pl.DataFrame, ops: list, cp
     return gpu, cpu
 
 
-# Slices of 16 MiB: each process holds one slice's decoded events at a time, and 32 MiB ones
-# held twice that. The two processes reading a 514 MB trace peaked at 484-490 MiB together
-# (bound 482), now 396-404, in the same time (2.80-3.18 s against 2.90-3.24, alternating).
-_CHUNK_BYTES = 16 << 20
+_CHUNK_BYTES = SLICE_BYTES  # (why 16 MiB: ``_kineto_size``)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
 
 
@@ -869,25 +867,6 @@ def _spilled(t: _Tables, folder: Path, index: int) -> _Tables:
     return t._replace(gpu=None, cpu=None)
 
 
-# A trace of at least this many slices (192 MiB) is shared with a helper process on a
-# machine with two or more cores. A second interpreter with polars costs ~110 MiB more at
-# once, against a memory bound (0.4 x the trace + 300 MB, the two processes' RSS together)
-# that grows with the trace (measured when each had a fixed half): a 170 MB trace read alone
-# peaks at 210 MiB in 1.38 s, with the helper at 318 MiB (bound 351, too close to share it)
-# in 1.18 s; a 261 MB one 216 MiB in 1.82 s alone, 315 MiB (bound 386) in 1.56 s with it.
-_HELPER_FROM_SLICES = 12
-HELPER_FROM_BYTES = _HELPER_FROM_SLICES * _CHUNK_BYTES  # (a plain file; a gzip one is decoded in one process)
-
-
-def helper_allowed() -> bool:
-    """A second reader on multi-core machines (a thread with the compiled decoder, else a
-    helper process); PROFLAB_READ_PROCESSES=1 reads in one."""
-    if os.environ.get("PROFLAB_READ_PROCESSES", "").strip() == "1":
-        return False
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cores >= 2
-
-
 class _Helper:
     """Runs ``proflab.readers._worker`` over the slices this process has not claimed (see its
     module doc for how the two share them). Without a helper (a small trace, one core, or a
@@ -899,7 +878,7 @@ class _Helper:
         self.mine = 0  # slices this process claimed
         self.proc: subprocess.Popen | None = None
         self.tmp: tempfile.TemporaryDirectory | None = None
-        if self.slices < _HELPER_FROM_SLICES or not allowed or not helper_allowed():
+        if self.slices < HELPER_FROM_SLICES or not allowed or not helper_allowed():
             return
         self.tmp = tempfile.TemporaryDirectory(prefix="proflab-read-")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
