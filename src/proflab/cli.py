@@ -779,9 +779,10 @@ def _end(status: int | None) -> None:
     run (temporary folders, helper processes, logging) and stdout and stderr are flushed; the
     usual exit where a thread that is not a daemon is still running, or atexit is not what
     CPython's is."""
+    import atexit
     import threading
 
-    run_exit_functions = getattr(__import__("atexit"), "_run_exitfuncs", None)
+    run_exit_functions = getattr(atexit, "_run_exitfuncs", None)
     others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
     if others or run_exit_functions is None:
         sys.exit(status)
