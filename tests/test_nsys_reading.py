@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from hypothesis import given
@@ -55,6 +56,21 @@ def test_merge_of_one_sorted_part_and_of_nothing():
     assert one["name"].to_list() == ["x0", "x1", "x2"]
     none = merge_by_start([_cpu([], "x"), _cpu([], "y")])
     assert none.height == 0 and none.schema == pl.Schema(CPU_SCHEMA)
+
+
+def test_merge_of_parts_in_chunks_is_that_of_the_same_parts_whole():
+    """Parts whose columns come in several chunks (as polars' streaming engine gives a table)
+    merge to what the same parts in one chunk each merge to; the parts given are not changed."""
+    rng = np.random.default_rng(7)
+    parts = [_cpu(rng.integers(0, 10_000, 500).tolist(), f"p{k}_", tid=rng.integers(1, 4, 500).tolist(),
+                  python_id=[None if i % 3 else i for i in range(500)]) for k in range(5)]
+    chunked = [pl.concat([p.slice(0, 100), p.slice(100, 250), p.slice(350)], rechunk=False) for p in parts]
+    assert all(c.get_column("tid").n_chunks() == 3 for c in chunked)
+    kept = [c.clone() for c in chunked]
+    merged = merge_by_start(list(chunked))
+    assert merged.equals(merge_by_start([p.rechunk() for p in parts]))
+    assert merged.height == 2_500 and merged["start_ns"].is_sorted()
+    assert all(c.equals(k) and c.get_column("tid").n_chunks() == 3 for c, k in zip(chunked, kept, strict=True))
 
 
 _piece = st.sampled_from(["aten::addmm", "forward, layer 3", ", seq = 4", ", op_id = 99", ", sizes = [[2, 3]]",
