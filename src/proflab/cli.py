@@ -787,7 +787,7 @@ def _end(status: int | None) -> None:
     if others or run_exit_functions is None:
         sys.exit(status)
     run_exit_functions()
-    code = 0 if status is None else status
+    code = status or 0
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -796,7 +796,7 @@ def _end(status: int | None) -> None:
             pass
         except OSError:
             code = code or 1
-    os._exit(code & 0xFF if isinstance(code, int) else 1)
+    os._exit(code & 0xFF)
 
 
 def main(argv: list[str] | None = None) -> int:
