@@ -242,6 +242,47 @@ def test_escapes_and_whitespace(text):
     assert _agrees(text) == "same"
 
 
+# Text whose special bytes (quote, backslash, control character, non-ASCII) fall on either side
+# of the 16 bytes the decoder looks at at once, and white space of every kind and length.
+_TEXT = st.text(st.sampled_from(["a", "Z", "0", " ", ":", "é", "€", "😀", '"', "\\", "\n", "\t", "\x01", "\x7f"]), max_size=40)
+_GAP = st.text(st.sampled_from([" ", "\n", "\r", "\t"]), max_size=40)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(_TEXT, _TEXT, _GAP, _GAP), min_size=1, max_size=4), st.booleans())
+def test_text_and_white_space_of_any_length_read_as_the_typed_decode_reads_them(events, at_end):
+    """Names, categories, unknown keys and white space around every token: the same tables
+    as the typed decode wherever the decoder accepts the slice, which it must do whenever
+    no key needs an escape. ``at_end``: no padding after the array, so the last values end
+    fewer than 16 bytes before the slice does."""
+    parts = []
+    for name, key, gap, gap2 in events:
+        k = json.dumps(key, ensure_ascii=False)
+        parts.append(
+            f'{gap}{{{gap2}"ph"{gap}:{gap2}"X",{gap}"cat":{gap2}"cpu_op"{gap},{k}:{gap2}{json.dumps(name, ensure_ascii=False)},'
+            f'{gap2}"name"{gap}:{json.dumps(name, ensure_ascii=False)}{gap},"ts":{gap2}1.5{gap}}}{gap2}'
+        )
+    payload = ("[" + ",".join(parts) + "]" + ("" if at_end else " " * 20)).encode()
+    plain_keys = all(json.dumps(key, ensure_ascii=False) == f'"{key}"' for _, key, _, _ in events)
+    known = {"ph", "cat", "name", "ts", "pid", "tid", "dur", "args", "id"}
+    outcome = _agrees(payload)
+    if plain_keys and not any(key in known for _, key, _, _ in events):
+        assert outcome == "same", payload
+
+
+@pytest.mark.parametrize("where", range(10, 22))
+@pytest.mark.parametrize("byte", [b"\x01", b"\xff", b"\xed\xa0\x80", b"\\x", b'"'])
+def test_a_bad_byte_either_side_of_sixteen_is_never_read_past(where, byte):
+    """A raw control character, bytes that are not UTF-8 or a bad escape at each place around
+    the 16 bytes looked at at once, in a name and in a key: given up on (or, for a quote that
+    ends the name early, the same reading as the typed decode's or given up on)."""
+    name = b"n" * where + byte + b"tail"
+    for text in (b'[{"ph": "X", "cat": "cpu_op", "name": "' + name + b'", "ts": 1}]',
+                 b'[{"ph": "X", "cat": "cpu_op", "' + name + b'": 1, "ts": 1}]'):  # fmt: skip
+        outcome = _agrees(text)
+        if byte != b'"':
+            assert outcome == "gave up", text
+
 @pytest.mark.parametrize(
     "text",
     [

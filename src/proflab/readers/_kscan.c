@@ -33,6 +33,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #if defined(__GLIBC__) || defined(__APPLE__)
 #include <locale.h>
 #ifdef __APPLE__
@@ -135,6 +138,17 @@ typedef struct {
 
 static inline void ws(P *p) {
     const unsigned char *s = p->s, *e = p->end;
+    if (s < e && *s > ' ') return;  /* (most calls: no white space) */
+#ifdef __SSE2__
+    while (s + 16 <= e) {  /* a line's end and indent (Kineto's layout) at once */
+        __m128i v = _mm_loadu_si128((const __m128i *)s);
+        __m128i w = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                 _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        unsigned other = ~(unsigned)_mm_movemask_epi8(w) & 0xFFFFu;
+        if (other) { p->s = s + __builtin_ctz(other); return; }
+        s += 16;
+    }
+#endif
     while (s < e && *s <= ' ' && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++;
     p->s = s;
 }
@@ -174,6 +188,36 @@ static uint64_t hash(const unsigned char *s, Py_ssize_t n) {
 static inline uint64_t special(uint64_t w) {
     uint64_t q = w ^ (ONES * '"'), b = w ^ (ONES * '\\');
     return (((q - ONES) & ~q) | ((b - ONES) & ~b) | (w - ONES * 0x20) | w) & HIGHS;
+}
+
+#ifdef __SSE2__
+/* A bit per byte of the 16 at s that is a quote, a backslash, a control character or not
+ * ASCII (the signed compare takes bytes of 0x80 and up as below 0x20). */
+static inline unsigned specials16(const unsigned char *s) {
+    __m128i v = _mm_loadu_si128((const __m128i *)s);
+    __m128i q = _mm_cmpeq_epi8(v, _mm_set1_epi8('"')), b = _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'));
+    return (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_or_si128(q, b), _mm_cmplt_epi8(v, _mm_set1_epi8(0x20))));
+}
+#endif
+
+/* A string at p->s that closes within the next 16 bytes with nothing special before its
+ * closing quote (most keys and names): its bytes, and p->s past it; 0 (p->s unmoved) for any
+ * other, which string() then reads. */
+static inline int short_plain(P *p, const unsigned char **raw, Py_ssize_t *rawn) {
+#ifdef __SSE2__
+    const unsigned char *q = p->s + 1;
+    if (p->end - q < 16) return 0;
+    unsigned m = specials16(q);
+    if (!m) return 0;
+    int n = __builtin_ctz(m);
+    if (q[n] != '"') return 0;
+    *raw = q;
+    *rawn = n;
+    p->s = q + n + 1;
+    return 1;
+#else
+    return 0;
+#endif
 }
 
 /* Valid UTF-8 as Python's strict decoder takes it: no overlong forms, no surrogates, <= U+10FFFF. */
@@ -227,6 +271,16 @@ static int string(P *p, const unsigned char **raw, Py_ssize_t *rawn, int *plain,
     const unsigned char *s = p->s + 1, *e = p->end, *start = s;
     int escaped = 0, high = 0;
     while (1) {
+#ifdef __SSE2__
+        while (s + 16 <= e) {  /* sixteen at a time: the first byte that is special (specials16) */
+            unsigned m = specials16(s);
+            if (!m) { s += 16; continue; }
+            s += __builtin_ctz(m);
+            if (*s < 0x80) break;
+            high = 1;
+            s++;
+        }
+#endif
         while (s + 8 <= e) {  /* eight plain bytes at a time (little-endian: the first is lowest) */
             uint64_t w, m;
             memcpy(&w, s, 8);
@@ -375,7 +429,8 @@ static int interned(P *p, int64_t *index) {
     Py_ssize_t rawn;
     int plain;
     if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a string");
-    if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+    if (short_plain(p, &raw, &rawn)) plain = 1;
+    else if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
     if (rawn == 0) { *index = 0; return 0; }
     return intern_bytes(p, raw, rawn, !plain, 0, index);
 }
@@ -639,8 +694,10 @@ static int member_key(P *p, const Keys *index, const char *const *names, uint32_
     int plain;
     ws(p);
     if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
-    if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
-    if (!plain) GIVE_UP(p, "escaped key");
+    if (!short_plain(p, &raw, &rawn)) {
+        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+        if (!plain) GIVE_UP(p, "escaped key");
+    }
     ws(p);
     if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
     p->s++;
@@ -718,12 +775,12 @@ static int args(P *p, Rec *r) {
     return 0;
 }
 
+static Rec BLANK; /* a record before its event is read: ts NaN, no spans (set at import) */
+
 static int event(P *p) {
     if (p->n == p->cap && grow(p, (void **)&p->recs, &p->cap, sizeof(Rec)) < 0) return -1;
     Rec *r = &p->recs[p->n];
-    memset(r, 0, sizeof(Rec));
-    r->ts = NAN;
-    for (int i = 0; i < N_SPANS; i++) { r->span_off[i] = -1; r->span_len[i] = -1; }
+    *r = BLANK;
     int empty = object_open(p, "event not an object");
     if (empty) {
         if (empty < 0) return -1;
@@ -932,6 +989,9 @@ PyMODINIT_FUNC PyInit__kscan(void) {
     if (!C_NUMERIC) return PyErr_NoMemory();
 #endif
     for (int i = 0; i < N_ARG_KEYS; i++) ARG_NAMES[i] = ARG_KEYS[i].key;
+    memset(&BLANK, 0, sizeof(BLANK));
+    BLANK.ts = NAN;
+    for (int i = 0; i < N_SPANS; i++) { BLANK.span_off[i] = -1; BLANK.span_len[i] = -1; }
     if (index_keys(&ARG_INDEX, ARG_NAMES, N_ARG_KEYS) < 0 || index_keys(&EVENT_INDEX, EVENT_KEYS, N_EVENT_KEYS) < 0) {
         PyErr_SetString(PyExc_ImportError, "_kscan: a key the decoder cannot index");
         return NULL;
