@@ -104,3 +104,21 @@ def test_matches_brute_force_a_few_events_at_a_time(events, launches, chunk):
         got = host_only_spans(trace, lt)
     assert set(got.iter_rows()) == _reference(events, launches)
     assert got.equals(host_only_spans(trace, lt))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    keys=st.lists(st.integers(-5, 40), max_size=30),
+    s=st.lists(st.integers(-10, 50), max_size=40),
+    ordered=st.booleans(),
+)
+def test_launches_found_by_searching_them_among_the_events(keys, s, ordered):
+    """The first launch at or after each event's start, found by searching the launches among
+    the starts (starts in order, fewer launches in their range than starts) or, where that does
+    not hold, the starts among the launches: the same places either way, ties included."""
+    import numpy as np
+
+    k = np.sort(np.array(keys + [np.iinfo(np.int64).max], dtype=np.int64))
+    starts = np.array(sorted(s) if ordered else s, dtype=np.int64)
+    got = observer._first_at_or_after(k, starts)
+    assert got.tolist() == np.searchsorted(k, starts, side="left").tolist()

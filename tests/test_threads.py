@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 import polars as pl
 
 import proflab
@@ -71,13 +72,17 @@ def test_range_energy_skips_launches_of_no_thread():
     assert rows and rows[0]["name"].startswith("Optimizer.step#")
 
 
-def test_thread_order_is_a_stable_grouping_by_thread(monkeypatch):
+@pytest.mark.parametrize("copies", [64, 2])
+def test_thread_order_is_a_stable_grouping_by_thread(monkeypatch, copies):
     """The order host-only spans walk events in: by thread band, each band's rows in their own
     order, the same as numpy's stable argsort of the ranks, across chunk boundaries (small
-    chunks here, so a band's rows span many) and with the band of no known thread last."""
+    chunks here, so a band's rows span many) and with the band of no known thread last; with
+    each chunk's bands copied as runs, and (``copies`` 2: more threads in a chunk than that)
+    every row scattered to its place."""
     import proflab.analysis.threads as threads
 
     monkeypatch.setattr(threads, "_ORDER_STEP", 7)
+    monkeypatch.setattr(threads, "_BAND_COPIES", copies)
     rng = np.random.default_rng(3)
     picks = rng.choice(4, size=1000, p=[0.6, 0.2, 0.15, 0.05])
     tids = pl.Series([(5, 17, 4242, None)[i] for i in picks], dtype=pl.Int64)

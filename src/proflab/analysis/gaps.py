@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from proflab.analysis.calls import IS_CALL, call_names
 from proflab.analysis.intervals import IntervalSet
 from proflab.model import Trace
 
@@ -157,13 +158,11 @@ def blocking_calls(trace: Trace) -> pl.DataFrame:
         .get_column("correlation")
         .drop_nulls()
     )
+    syncs = call_names(trace.cpu, _SYNC_CALL)
     # one filter over the host table (select first, so only these columns are copied), no join
     return (
         trace.cpu.select("cat", "correlation", "name", "tid", "start_ns", "dur_ns", "external_id")
-        .filter(
-            pl.col("cat").is_in(["cuda_runtime", "cuda_driver"])
-            & (pl.col("name").str.contains(_SYNC_CALL) | pl.col("correlation").is_in(pageable.implode()))
-        )
+        .filter(IS_CALL & (pl.col("name").is_in(syncs.implode()) | pl.col("correlation").is_in(pageable.implode())))
         .select(
             "tid",
             pl.col("name").alias("sync_name"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from proflab.analysis.calls import IS_CALL, call_names
 from proflab.model import Trace
 
 __all__ = ["LaunchStats", "LaunchSamples", "launch_stats", "launch_samples", "stats_of", "digest", "combined", "SHORT_KERNEL_NS"]
@@ -52,7 +53,7 @@ def launch_samples(trace: Trace, kernel_rows: pl.DataFrame) -> LaunchSamples:
     k = kernel_rows
     calls = (
         trace.cpu.select("cat", "name", "start_ns", "dur_ns")
-        .filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_LAUNCH_CALL))
+        .filter(IS_CALL & pl.col("name").is_in(call_names(trace.cpu, _LAUNCH_CALL).implode()))
         .select("start_ns", "dur_ns")
     )
     delay = (k["start_ns"] - k["launch_start_ns"]).drop_nulls() if k.height else pl.Series([], dtype=pl.Int64)

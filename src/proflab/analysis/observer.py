@@ -272,7 +272,7 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame |
         # as a range's GPU work is counted (analysis.ranges). The event launched nothing if
         # the first launch at or after its start is at or past its end: one search, of the
         # starts, which are in order (searching the ends too: 0.97 s in all, not 0.74-0.77)
-        quiet.append(at[keys[np.searchsorted(keys, s, side="left")] >= e])
+        quiet.append(at[keys[_first_at_or_after(keys, s)] >= e])
         np.maximum.accumulate(e, out=e)
         if reach is not None:
             np.maximum(e, reach, out=e)
@@ -344,13 +344,40 @@ def _gathered(column: pl.Series, rows: np.ndarray) -> np.ndarray:
     return column.to_numpy()[rows]
 
 
+def _first_at_or_after(keys: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(keys, s, side="left")`` (``keys`` sorted): where ``s`` is in order too
+    and fewer keys fall in its range than it has values, the keys are searched among ``s``
+    instead and the counts summed up (each key before ``s[j]`` is counted at every j past its
+    place): a search per launch, not per event. An export's 11.5 M host events among 1.8 M
+    launches: 233 -> 60 ms."""
+    if s.size < 2:
+        return np.searchsorted(keys, s, side="left")
+    lo, hi = np.searchsorted(keys, (s[0], s[-1]), side="left")  # keys below s[0]; below s[-1]
+    if hi - lo >= s.size or not (s[1:] >= s[:-1]).all():
+        return np.searchsorted(keys, s, side="left")
+    # s[j] is past keys[k] (lo <= k < hi) from j = searchsorted(s, keys[k], "right") on
+    past = np.bincount(np.searchsorted(s, keys[lo:hi], side="right"), minlength=s.size)[: s.size]
+    found = np.cumsum(past)
+    found += lo
+    return found
+
+
 def _not_framework(names: pl.Series, rows: pl.Series) -> pl.Series:
     """The rows whose name is not PyTorch's own (``_FRAMEWORK``): the pattern once per distinct
     name (an emit_nvtx export has millions of operator ranges, a few hundred names), the
-    names gathered a chunk of rows at a time (16 bytes a row)."""
-    distinct = pl.concat([names.gather(rows[i:j]).unique() for i, j in _chunks(rows.len())]).unique()
-    own = distinct.filter(distinct.str.contains(_FRAMEWORK)).implode()
-    return pl.concat([rows[i:j].filter(~names.gather(rows[i:j]).is_in(own)) for i, j in _chunks(rows.len())])
+    names gathered a chunk of rows at a time (16 bytes a row), once: each chunk's names not
+    seen before are tested, then its rows kept, with no second gather of its names (an
+    export's 7 M annotations that launched nothing, 176 names: 199 -> 172 ms)."""
+    seen = own = pl.Series(dtype=pl.String)
+    kept = []
+    for i, j in _chunks(rows.len()):
+        got = names.gather(rows[i:j])
+        new = got.unique()
+        new = new.filter(~new.is_in(seen.implode()))
+        if new.len():
+            seen, own = pl.concat([seen, new]), pl.concat([own, new.filter(new.str.contains(_FRAMEWORK))])
+        kept.append(rows[i:j].filter(~got.is_in(own.implode())) if own.len() else rows[i:j])
+    return pl.concat(kept)
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:

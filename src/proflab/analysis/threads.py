@@ -17,6 +17,7 @@ __all__ = ["ThreadClock"]
 
 _STEP = 1 << 20  # events whose thread offsets are computed at a time (8 MiB)
 _ORDER_STEP = 1 << 18  # rows placed at a time by thread_order (its temporaries: ~12 MiB)
+_BAND_COPIES = 64  # threads in a chunk up to which thread_order copies each one's rows as a run
 
 
 class ThreadClock:
@@ -60,10 +61,20 @@ class ThreadClock:
         for i in steps:
             r = rank[i : i + _ORDER_STEP]
             o = np.argsort(r, kind="stable")  # (a radix sort of small integers)
-            grouped = r[o]
-            n = np.bincount(grouped, minlength=bands)
-            first = np.cumsum(n) - n
-            order[free[grouped] + (np.arange(o.size) - first[grouped])] = o + i
+            n = np.bincount(r, minlength=bands)
+            present = np.flatnonzero(n)
+            if present.size <= _BAND_COPIES:
+                # each band's rows of the chunk are one run of ``o``: copied to their place as
+                # a run (an export's 11.5 M host rows on two threads: 224 -> 30 ms)
+                at = 0
+                for b in present.tolist():
+                    k = int(n[b])
+                    order[free[b] : free[b] + k] = o[at : at + k] + i
+                    at += k
+            else:  # many threads in the chunk: every row scattered to its place at once
+                grouped = r[o]
+                first = np.cumsum(n) - n
+                order[free[grouped] + (np.arange(o.size) - first[grouped])] = o + i
             free += n
         return order, per_band
 

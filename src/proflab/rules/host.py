@@ -16,6 +16,7 @@ import weakref
 import numpy as np
 import polars as pl
 
+from proflab.analysis.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
 from proflab.analysis.intervals import IntervalSet
 from proflab.analysis.threads import ThreadClock
@@ -558,7 +559,7 @@ def sync_copy_apis(trace: Trace, ctx: Context) -> list[Finding]:
     GPU is done. Reported by count and blocked host time; the GPU idle they cause, if any, is
     already in the sync_bound finding, so this one claims no gain of its own."""
     calls = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
-        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(_SYNC_COPY_API)
+        IS_CALL & pl.col("name").is_in(call_names(trace.cpu, _SYNC_COPY_API).implode())
     )
     if calls.height == 0:
         return []

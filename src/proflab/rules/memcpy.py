@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from proflab.analysis.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
 from proflab.analysis.memcpy import copies, has_copies, pageable_host_copies
 from proflab.model import Trace
@@ -27,9 +28,7 @@ def _pinning(ctx: Context) -> tuple[int, list[dict]]:
 def _async_on_pageable(trace: Trace) -> int:
     """cudaMemcpyAsync calls whose host side is pageable: the API's promise is void, the copy
     is staged and the call returns only when it is done (nsys's expert rule flags each one)."""
-    calls = trace.cpu.select("cat", "name", "correlation").filter(
-        pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains("Async")
-    )
+    calls = trace.cpu.select("cat", "name", "correlation").filter(IS_CALL & pl.col("name").is_in(call_names(trace.cpu, "Async").implode()))
     return pageable_host_copies(trace).join(calls.select("correlation"), on="correlation", how="semi").height
 
 
