@@ -265,3 +265,17 @@ def test_a_whole_read_that_would_not_fit_is_warned_about_first(monkeypatch, caps
     monkeypatch.setattr(cli, "_available_memory", lambda: 1 << 40)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_an_integer_every_row_holds_alike_is_broadcast_as_it_reads():
+    """A process's pid, the same in every row of every part, is not gathered: the merged
+    column holds it in every row all the same. A column constant but for a null, or constant
+    within each part but not across them, is gathered as ever."""
+    a = _cpu([30, 10, 20], "a", pid=[7, 7, 7], tid=[1, 1, 1], sequence=[3, None, 3])
+    b = _cpu([20, 5], "b", pid=[7, 7], tid=[2, 2], sequence=[3, 3])
+    merged = merge_by_start([a, b])
+    assert merged.schema == pl.Schema(CPU_SCHEMA)
+    assert merged["pid"].to_list() == [7] * 5
+    assert merged["tid"].to_list() == [2, 1, 1, 2, 1]
+    assert merged["sequence"].to_list() == [3, None, 3, 3, 3]
+    assert merged.filter(pl.col("pid") == 7).height == 5 and merged.group_by("pid").len()["len"].to_list() == [5]

@@ -34,6 +34,10 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     empty = [c for c in schema if c != "start_ns" and all(s.null_count() == s.len() for s in pieces[c])]
     for c in empty:
         del pieces[c]
+    # an integer every row holds alike (a process's pid) is broadcast too: no gather, no memory per row
+    same = {c: v for c in pieces if c != "start_ns" and schema[c].is_integer() and (v := _one_value(pieces[c])) is not None}
+    for c in same:
+        del pieces[c]
     names = list(pieces)
     if len(pieces["start_ns"]) == 1 and pieces["start_ns"][0].is_sorted():
         merged = pl.DataFrame([pieces[n][0].rechunk() for n in names])
@@ -52,7 +56,22 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
             columns.update(together.select(pl.all().gather(order)).to_dict())
             del together
         merged = pl.DataFrame([columns[n] for n in names])
-    return merged.with_columns(pl.lit(None, dtype=schema[c]).alias(c) for c in empty).select(list(schema))
+    return merged.with_columns(
+        *(pl.lit(None, dtype=schema[c]).alias(c) for c in empty), *(pl.lit(v, dtype=schema[c]).alias(c) for c, v in same.items())
+    ).select(list(schema))
+
+
+def _one_value(pieces: list[pl.Series]):
+    """The value every row of ``pieces`` holds, where there is one (no nulls); else None."""
+    values = set()
+    for s in pieces:
+        if s.null_count():
+            return None
+        lo, hi = s.min(), s.max()
+        if lo != hi:
+            return None
+        values.add(lo)
+    return values.pop() if len(values) == 1 else None
 
 
 # columns gathered together, up to this many bytes of 8-byte values: polars gathers a group's
