@@ -349,7 +349,7 @@ def _first_at_or_after(keys: np.ndarray, s: np.ndarray) -> np.ndarray:
     and fewer keys fall in its range than it has values, the keys are searched among ``s``
     instead and the counts summed up (each key before ``s[j]`` is counted at every j past its
     place): a search per launch, not per event. An export's 11.5 M host events among 1.8 M
-    launches: 233 -> 60 ms."""
+    launches: 233 -> 76 ms."""
     if s.size < 2:
         return np.searchsorted(keys, s, side="left")
     lo, hi = np.searchsorted(keys, (s[0], s[-1]), side="left")  # keys below s[0]; below s[-1]
