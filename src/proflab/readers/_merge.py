@@ -48,7 +48,7 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
             columns[name] = gather_text(pieces.pop(name), order)
         other = list(pieces)
         rows = order.len()
-        size = max(1, _GATHER_BYTES // (8 * rows))
+        size = max(_AT_LEAST, _GATHER_BYTES // (8 * rows))
         for group in (other[i : i + size] for i in range(0, len(other), size)):
             # a few columns at once, which polars gathers in parallel, from the parts' own
             # chunks (no concatenated copy of the group beside what is gathered)
@@ -76,8 +76,12 @@ def _one_value(pieces: list[pl.Series]):
 
 # columns gathered together, up to this many bytes of 8-byte values: polars gathers a group's
 # columns in parallel (a 1.2 M row table: six at once), while a table of millions of rows goes
-# a column at a time (four at once raised a 506 MB export's read peak from 768 to 878 MiB)
+# two columns at a time, one a core (four at once raised a 506 MB export's read peak from 768
+# to 878 MiB; one at a time left a core idle through the 1048 MB export's 11.5 M row host
+# merge: two, its whole analysis 8.21 -> 7.87 s, peak 1,439 -> 1,434 MiB; within the default
+# budget 8.78 -> 8.67 s, 1,250 -> 1,259 MiB)
 _GATHER_BYTES = 64 << 20
+_AT_LEAST = 2
 
 
 def _start_order(columns: list[pl.Series]) -> pl.Series:
