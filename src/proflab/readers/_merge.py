@@ -11,10 +11,11 @@ __all__ = ["merge_by_start", "gather_text"]
 
 def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """Concatenate a reader's frames of one schema in ``start_ns`` order (stable: ties keep table
-    order). Built one column at a time, each let go of once gathered, so the peak is the
-    parts plus about one column, never two copies of everything. A column no row fills (an
-    export has no Python frames or autograd sequence numbers) becomes one null broadcast to
-    the frame's length, which costs no memory per row.
+    order). Built a few columns at a time (``_GATHER_BYTES``, at least ``_AT_LEAST``), each
+    let go of once gathered, so the peak is the parts plus a few columns, never two copies of
+    everything. A column no row fills (an export has no Python frames or autograd sequence
+    numbers) becomes one null broadcast to the frame's length, which costs no memory per row;
+    so does an integer column every row holds alike (a process's pid).
 
     The parts are held as their columns (series), never through a frame's ``select`` or
     ``drop``: those copied every column of a part built in several chunks (a Kineto slice's
@@ -34,7 +35,6 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
     empty = [c for c in schema if c != "start_ns" and all(s.null_count() == s.len() for s in pieces[c])]
     for c in empty:
         del pieces[c]
-    # an integer every row holds alike (a process's pid) is broadcast too: no gather, no memory per row
     same = {c: v for c in pieces if c != "start_ns" and schema[c].is_integer() and (v := _one_value(pieces[c])) is not None}
     for c in same:
         del pieces[c]
@@ -63,15 +63,10 @@ def merge_by_start(parts: list[pl.DataFrame]) -> pl.DataFrame:
 
 def _one_value(pieces: list[pl.Series]):
     """The value every row of ``pieces`` holds, where there is one (no nulls); else None."""
-    values = set()
-    for s in pieces:
-        if s.null_count():
-            return None
-        lo, hi = s.min(), s.max()
-        if lo != hi:
-            return None
-        values.add(lo)
-    return values.pop() if len(values) == 1 else None
+    value = pieces[0].min()
+    if any(s.null_count() or s.min() != value or s.max() != value for s in pieces):
+        return None
+    return value
 
 
 # columns gathered together, up to this many bytes of 8-byte values: polars gathers a group's
