@@ -194,6 +194,20 @@ def test_help(argv, capsys):
     assert "analyze" in out
 
 
+def test_help_and_analysis_leave_the_launcher_unloaded(cpu_trace, tmp_path):
+    """Building the command line reads what ``run`` records by default without importing the
+    launcher (its subprocess and run-directory machinery): ``--help`` and an analysis pay
+    nothing for it. Its options' defaults still come from the one place RunOptions reads."""
+    code = ("import sys; from proflab.cli import main\ntry:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print(rc, 'proflab.collect.launcher' in sys.modules)")  # fmt: skip
+    for argv in (["--help"], ["run", "--help"], ["analyze", str(cpu_trace), "-f", "json", "-o", str(tmp_path / "r.json")]):
+        r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+        assert r.stdout.split()[-2:] == ["0", "False"], (argv, r.stdout[-300:], r.stderr)
+    from proflab.collect import defaults, launcher
+
+    assert (launcher.RunOptions().record_shapes, launcher.RunOptions().with_stack) == (defaults.RECORD_SHAPES, defaults.WITH_STACK)
+
+
 def test_no_command_prints_help(capsys):
     assert main([]) == 0
     assert "analyze" in capsys.readouterr().out

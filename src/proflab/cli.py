@@ -602,13 +602,13 @@ def _recording_args(p) -> None:
     g.add_argument("--delay", type=float, default=5.0, metavar="S",
                    help="time window: starts S s after torch is imported (auto: when no step came by then; default 5)")  # fmt: skip
     g.add_argument("--duration", type=float, default=10.0, metavar="S", help="time window length in s (default 10)")
-    # The defaults of what is recorded live in one place, RunOptions (collect/launcher.py).
-    from proflab.collect.launcher import RunOptions
+    # The defaults of what is recorded live in one place, collect/defaults.py (RunOptions' too).
+    from proflab.collect import defaults
 
     g.add_argument("--record-shapes", dest="record_shapes", action=argparse.BooleanOptionalAction,
-                   default=RunOptions.record_shapes,
-                   help=f"record input shapes (default {'on' if RunOptions.record_shapes else 'off'})")  # fmt: skip
-    g.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=RunOptions.with_stack,
+                   default=defaults.RECORD_SHAPES,
+                   help=f"record input shapes (default {'on' if defaults.RECORD_SHAPES else 'off'})")  # fmt: skip
+    g.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=defaults.WITH_STACK,
                    help="record Python stacks (links kernels to your lines)")  # fmt: skip
     g.add_argument("--profile-memory", action="store_true", help="record tensor allocations")
     g.add_argument("--memory-snapshot", action="store_true", help="write a CUDA memory snapshot (CUDA only)")

@@ -23,7 +23,7 @@ from typing import Any
 
 from proflab import __version__
 from proflab._env import user_environ
-from proflab.collect import rundir
+from proflab.collect import defaults, rundir
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["RunOptions", "run", "finalize", "analyze_run", "exit_status"]
@@ -47,10 +47,8 @@ class RunOptions:
     active: int = 5  # steps recorded
     delay_s: float = 5.0  # time window: starts this long after the torch import...
     duration_s: float = 10.0  # ...and lasts this long
-    # Off: no analysis reads input shapes, and recording them adds to the profiler's cost
-    # (measured on realistic H100 loops: tests/data/realistic/README.md).
-    record_shapes: bool = False
-    with_stack: bool = False
+    record_shapes: bool = defaults.RECORD_SHAPES  # (collect/defaults.py says why)
+    with_stack: bool = defaults.WITH_STACK
     profile_memory: bool = False
     memory_snapshot: bool = False
     capture_range: bool = False
