@@ -8,6 +8,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -155,3 +156,71 @@ def test_frames_parents_found_by_search_are_those_a_join_finds():
     found = searched >= 0
     assert np.array_equal(ids[searched[found]], parents[found])
     assert np.array_equal(FrameIndex(trace).parent_row, searched)
+
+
+def _asof_rows(index, points):
+    """What the frames' index found by an as-of join by thread before it searched keys: each
+    instant's frame starting last at or before it on its thread, -1 where none."""
+    import polars as pl
+
+    frames = pl.DataFrame({"tid": index.frames_tid, "start_ns": index.starts}).with_row_index("row")
+    got = (
+        points.select(pl.col("tid").cast(pl.Int64), pl.col("t_ns").cast(pl.Int64)).with_row_index("_i")
+        .sort("t_ns", nulls_last=True)
+        .join_asof(frames.select("tid", "start_ns", pl.col("row").cast(pl.Int64)), left_on="t_ns", right_on="start_ns", by="tid",
+                   check_sortedness=False)
+        .sort("_i")
+    )  # fmt: skip
+    return got["row"].fill_null(-1).to_numpy()
+
+
+def test_frames_innermost_by_search_is_the_as_of_join(monkeypatch):
+    """The frame starting last at or before each instant on its thread, found by one search of
+    (thread, start) keys, is the one an as-of join by thread finds: at the trace's launches,
+    at every frame's own start (ties: the last of frames starting together), a ns before and
+    after, before every frame and past the last, on a thread without frames, and where the
+    time or thread is null."""
+    import numpy as np
+    import polars as pl
+
+    from proflab.analysis import source
+
+    tids = []
+    real_init = source.FrameIndex._index_by_thread
+
+    def keep_tids(self):  # (the index keeps no thread column once built: kept here to compare)
+        self.frames_tid = self.frames["tid"].to_numpy()
+        real_init(self)
+
+    monkeypatch.setattr(source.FrameIndex, "_index_by_thread", keep_tids)
+    trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
+    launches = trace.cpu.filter(pl.col("cat") == "cuda_runtime").select("tid", pl.col("start_ns").alias("t_ns"))
+    # the trace's frames, and the same with their starts rounded down to 10 us: frames
+    # starting together (the order unchanged)
+    rounded = trace.cpu.with_columns(
+        pl.when(pl.col("cat") == "python_function").then(pl.col("start_ns") // 10_000 * 10_000).otherwise(pl.col("start_ns")).alias("start_ns")
+    )  # fmt: skip
+    ties = [_innermost_as_joined(source.FrameIndex(SimpleNamespace(cpu=cpu)), launches) for cpu in (trace.cpu, rounded)]
+    assert ties == [False, True]
+
+
+def _innermost_as_joined(index, launches):
+    import numpy as np
+    import polars as pl
+
+    starts, ft = index.starts, index.frames_tid
+    assert len(set(ft.tolist())) >= 2
+    other = int(ft.max()) + 1
+    points = pl.concat([
+        launches,
+        pl.DataFrame({"tid": ft, "t_ns": starts}),
+        pl.DataFrame({"tid": ft, "t_ns": starts - 1}),
+        pl.DataFrame({"tid": ft, "t_ns": starts + 1}),
+        pl.DataFrame({"tid": [int(ft[0])] * 2 + [other], "t_ns": [int(starts.min()) - 10, int(starts.max()) + 10**12, int(starts[5])]}),
+        pl.DataFrame({"tid": [None, int(ft[0])], "t_ns": [int(starts[5]), None]}, schema={"tid": pl.Int64, "t_ns": pl.Int64}),
+    ], how="vertical_relaxed")  # fmt: skip
+    t, found = index._innermost(points["tid"], points["t_ns"])
+    expected = _asof_rows(index, points)
+    assert np.array_equal(found, expected)
+    assert (found >= 0).sum() > points.height // 2 and (found[-5:] == [-1, found[-4], -1, -1, -1]).all() and found[-4] >= 0
+    return np.unique(starts).size < starts.size

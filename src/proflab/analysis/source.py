@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import polars as pl
 
+from proflab.analysis.threads import ThreadClock
 from proflab.model import Trace
 
 __all__ = ["FrameIndex"]
@@ -75,8 +76,22 @@ class FrameIndex:
         self.starts = self.frames["start_ns"].to_numpy()
         self.ends = self.frames["end_ns"].to_numpy()
         self.is_user = self.frames["is_user"].to_numpy()
+        self._index_by_thread()
         # what lookups read of the frames beside these arrays (the ids served the parents)
-        self.frames = self.frames.select("tid", "start_ns", "row", "name")
+        self.frames = self.frames.select("name")
+
+    def _index_by_thread(self) -> None:
+        """The frames' (thread, start) keys in order (``ThreadClock``), with each key's row and
+        thread rank: the frame starting last at or before an instant on its thread is one
+        search (``_innermost``), where an as-of join by thread cost 54 of the 514 MB trace's
+        86 ms of lookups. Frames are in start order, so a stable grouping by thread (a
+        counting sort) orders the keys."""
+        self._clock = ThreadClock([self.frames.get_column("tid")], [self.frames.get_column("start_ns")])
+        rank = self._clock.rank(self.frames.get_column("tid"))  # (a frame of no thread: the band after theirs)
+        order, _ = self._clock.thread_order(rank)
+        self._rows = order.astype(np.int64)
+        self._key_rank = rank[order]
+        self._keys = self._clock.key_ranked(self._key_rank, self.starts[order])
 
     def __bool__(self) -> bool:
         return self.frames.height > 0
@@ -86,18 +101,7 @@ class FrameIndex:
         name (``file.py(line): function``) enclosing that instant, or null. Same order."""
         if not self or points.height == 0:
             return pl.Series("frame", [None] * points.height, dtype=pl.String)
-        cand = (
-            points.select(pl.col("tid").cast(pl.Int64), pl.col("t_ns").cast(pl.Int64))
-            .with_row_index("_i")
-            .sort("t_ns")
-            .join_asof(
-                self.frames.select("tid", "start_ns", "row"), left_on="t_ns", right_on="start_ns", by="tid",
-                check_sortedness=False,
-            )
-            .sort("_i")
-        )  # fmt: skip
-        t = cand["t_ns"].to_numpy()
-        idx = cand["row"].fill_null(-1).cast(pl.Int64).to_numpy()
+        t, idx = self._innermost(points.get_column("tid"), points.get_column("t_ns"))
         for _ in range(_MAX_DEPTH):  # steps up the frame stack, all points at once
             ok = idx >= 0
             j = np.where(ok, idx, 0)
@@ -111,6 +115,21 @@ class FrameIndex:
             .select(pl.when(pl.col("missing")).then(None).otherwise(pl.col("frame")).alias("frame"))
             .to_series()
         )
+
+    def _innermost(self, tid: pl.Series, t_ns: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+        """Each instant (its time in ns, 0 where null) and the row of the frame that starts last
+        at or before it on its thread (the last of frames starting together), -1 where none
+        does: a null time or thread, a thread without frames, an instant before every frame.
+        An instant past the frames' clock is searched at its end (the thread's last frame)."""
+        t = t_ns.cast(pl.Int64).fill_null(0).to_numpy().copy()
+        rank = self._clock.rank_any(tid)
+        known = t_ns.is_not_null().to_numpy() & (t >= self._clock.t0) & (rank >= 0)
+        keys = self._clock.key_ranked(rank, np.clip(t, self._clock.t0, self._clock.t0 + self._clock.span - 1))
+        at = np.searchsorted(self._keys, keys, side="right") - 1
+        known &= at >= 0
+        at = np.maximum(at, 0)
+        known &= self._key_rank[at] == rank
+        return t, np.where(known, self._rows[at], -1)
 
     def top_lines(self, points: pl.DataFrame, top: int = 5) -> list[str]:
         """The most frequent user lines at these instants (rows with nulls are skipped)."""

@@ -46,6 +46,12 @@ class ThreadClock:
         dtype = pl.Int16 if len(self._rank) < 2**15 - 1 else pl.Int32
         return tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=dtype).fill_null(self._unknown).to_numpy()
 
+    def rank_any(self, tid: pl.Series) -> np.ndarray:
+        """:meth:`rank` of threads the clock may not know: those, and nulls, rank -1 (a band
+        no key of a known thread is in)."""
+        dtype = pl.Int16 if len(self._rank) < 2**15 - 1 else pl.Int32
+        return tid.cast(pl.Int64).replace_strict(self._rank, default=-1, return_dtype=dtype).fill_null(-1).to_numpy()
+
     def thread_order(self, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The positions of ``rank`` (from :meth:`rank`) grouped by thread, in the clock's
         thread order and stably (rows in start order stay in start order within their
