@@ -24,7 +24,7 @@ IMPORTS = {
     "adbc-driver-manager": "adbc_driver_manager.dbapi",
     "nvidia-ml-py": "pynvml",
 }
-_REQ = re.compile(r'^\s*"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(>=|==)\s*([0-9][0-9A-Za-z.+]*)"')
+_REQ = re.compile(r'^\s*"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(>=|==)\s*([0-9][0-9A-Za-z.+]*)\s*(?:;[^"]*)?"')  # (markers after ;)
 
 
 def _norm(name: str) -> str:

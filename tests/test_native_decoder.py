@@ -9,6 +9,7 @@ import functools
 import gzip
 import json
 import random
+import zlib
 from pathlib import Path
 
 import msgspec
@@ -394,19 +395,30 @@ def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
         assert t.meta == pure.meta
 
 
-def test_gzip_is_inflated_by_a_thread_beside_the_decoding(monkeypatch, tmp_path):
-    """A .gz trace: one thread decompresses and cuts slices while this one decodes them; the
-    same trace as one thread doing both, and as the msgspec decode. A truncated one ends in
-    the one-line error naming the file, and no thread is left behind."""
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+def test_gzip_is_inflated_by_a_thread_beside_the_decoding(monkeypatch, tmp_path, inflater):
+    """A .gz trace: one thread decompresses and cuts slices (with ISA-L, or zlib) while two
+    others decode them; the same trace as one thread doing both, and as the msgspec decode. A
+    truncated one ends in the one-line error naming the file, and no thread is left behind."""
     import threading
 
+    if inflater == "isal":
+        pytest.importorskip("isal")
+        assert _slices._inflater()[0].__module__ != "zlib"
+    else:
+        monkeypatch.setenv("PROFLAB_ZLIB", "1")
+        assert _slices._inflater()[0] is zlib.decompressobj
     src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
     inflated: list = []
     real = kineto._decoded_while_inflating
     monkeypatch.setattr(kineto, "_decoded_while_inflating", lambda *a: inflated.append(1) or real(*a))
+    decoders: set = set()
+    real_tables = kineto._slice_tables
+    monkeypatch.setattr(kineto, "_slice_tables", lambda p: decoders.add(threading.current_thread().name) or real_tables(p))
     both = kineto.read(src)
     assert inflated == [1]
+    assert len(decoders) == kineto._THREADS and all(n.startswith("proflab-read") for n in decoders)
     monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
     one = kineto.read(src)
     monkeypatch.setenv("PROFLAB_PURE_PYTHON", "1")

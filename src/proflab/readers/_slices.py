@@ -14,9 +14,11 @@ decodes the whole document, which also produces the precise error for broken inp
 from __future__ import annotations
 
 import mmap
+import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from proflab.errors import CorruptInput, TruncatedInput
 
@@ -49,7 +51,8 @@ def byte_chunks(path: Path) -> Iterator[bytes]:
                 first = f.read(_READ_BYTES)
             return
         pending = first
-        d = zlib.decompressobj(wbits=31)
+        inflate, errors = _inflater()
+        d = inflate(wbits=31)
         try:
             while True:
                 if not pending:
@@ -64,15 +67,28 @@ def byte_chunks(path: Path) -> Iterator[bytes]:
                 if d.eof:  # a .gz file may hold several members
                     if not pending.startswith(GZIP_MAGIC):
                         return  # trailing garbage after the last member is ignored, as gzip does
-                    d = zlib.decompressobj(wbits=31)
+                    d = inflate(wbits=31)
                 # at most a read's worth out at a time: a JSON trace compresses ~10x, and a
                 # whole 16 MiB read decompressed at once held 160 MiB (1.45 GB peak at 514 MB)
                 out = d.decompress(pending, _READ_BYTES)
                 pending = d.unused_data if d.eof else d.unconsumed_tail
                 if out:
                     yield out
-        except zlib.error as e:
+        except errors as e:
             raise CorruptInput(path, f"corrupt gzip data ({e})") from e
+
+
+def _inflater() -> tuple[Callable[..., Any], tuple[type[Exception], ...]]:
+    """zlib's ``decompressobj`` and the errors it raises: ISA-L's (``isal``), which inflates
+    the 514 MB trace's 50 MB .gz in 0.33 s where zlib takes 0.75, or zlib's where isal is not
+    installed (a machine it has no wheel for) or ``PROFLAB_ZLIB=1`` asks for it."""
+    if os.environ.get("PROFLAB_ZLIB", "") not in ("", "0"):
+        return zlib.decompressobj, (zlib.error,)
+    try:
+        from isal import isal_zlib
+    except ImportError:
+        return zlib.decompressobj, (zlib.error,)
+    return isal_zlib.decompressobj, (isal_zlib.error, zlib.error)
 
 
 def open_slicer(path: Path, slice_bytes: int) -> Slicer | MappedSlicer:
