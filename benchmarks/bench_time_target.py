@@ -1,0 +1,98 @@
+"""The 514 MB benchmark trace's time, run after run, beside the decode floor: whether
+``proflab analyze`` meets its time target (2 s on 2 cores) and how much of the spread between
+runs is the machine's.
+
+A single run says little on a shared machine: the same analysis takes 1.7 s in one minute and
+2.4 s in another, with the same CPU work done more slowly (its CPU seconds rise with its wall
+time). So each repeat runs, one right after the other, in child processes:
+
+* **floor**: msgspec decoding every event of the file into a struct of four fields (cat, ts,
+  dur, tid) on one core (``bench_scaling.py``'s baseline): what any reader of the JSON must at
+  least do, and a gauge of how fast the machine runs at that moment;
+* **proflab**: ``python -m proflab analyze TRACE --format json --no-cache`` (every analysis and
+  rule; the report to a file).
+
+It prints each repeat's wall seconds, proflab's CPU seconds, peak RSS and its time over the
+floor's, then the medians, and whether the median meets the target. The ratio to the floor
+holds where the machine slows down as a whole; a ratio that rises says proflab itself did.
+
+The trace is ``gen_kineto.py``'s, 172 steps of ``tests/data/kineto/train_loop.pt.trace.json.gz``
+(514 MB, 1.6 M events: the HTA benchmark's), generated once into ``--work``; or ``--trace``.
+
+Usage::
+
+    python benchmarks/bench_time_target.py                    # 9 repeats
+    python benchmarks/bench_time_target.py --trace k514.json --repeats 15 --json-out t.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_scaling import _FLOOR, child  # noqa: E402  (the same floor and child measurement)
+
+SOURCE = HERE.parent / "tests" / "data" / "kineto" / "train_loop.pt.trace.json.gz"
+STEPS = 172  # 514 MB
+TARGET_S = 2.0
+
+
+def trace_of(args: argparse.Namespace) -> Path:
+    if args.trace:
+        return args.trace
+    import gen_kineto
+
+    path = args.work / f"kineto_{STEPS}steps.json"
+    if not path.exists():
+        print(f"generating {path} ...", flush=True)
+        gen_kineto.generate(SOURCE, path, None, STEPS)
+    return path
+
+
+def repeat(trace: Path, out: Path) -> dict:
+    floor = child([sys.executable, "-c", _FLOOR, str(trace)], None, 0)
+    cmd = [sys.executable, "-m", "proflab", "analyze", str(trace), "--format", "json", "--no-cache", "-o", str(out)]
+    run = child(cmd, None, 0)
+    if run["rc"] != 0 or floor["rc"] != 0:
+        raise SystemExit(f"a run failed: proflab {run['rc']} {run['stderr']}; floor {floor['rc']} {floor['stderr']}")
+    return {"floor_s": floor["wall_s"], "proflab_s": run["wall_s"], "cpu_s": round(run["user_s"] + run["sys_s"], 2),
+            "peak_mib": run["peak_mib"], "ratio": round(run["wall_s"] / floor["wall_s"], 3)}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trace", type=Path, help="the trace (default: generated into --work)")
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "proflab-time-target")
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--json-out", type=Path)
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    trace = trace_of(args)
+    size_mb = trace.stat().st_size / 1e6
+    print(f"{trace} ({size_mb:.0f} MB), {args.repeats} repeats; target {TARGET_S:.1f} s", flush=True)
+    print(f"{'repeat':>6} {'floor s':>8} {'proflab s':>9} {'CPU s':>6} {'peak MiB':>8} {'x floor':>7}", flush=True)
+    rows = []
+    for i in range(args.repeats):
+        r = repeat(trace, args.work / "report.json")
+        rows.append(r)
+        print(f"{i + 1:>6} {r['floor_s']:>8.2f} {r['proflab_s']:>9.2f} {r['cpu_s']:>6.2f} {r['peak_mib']:>8.0f} {r['ratio']:>7.2f}", flush=True)
+    med = {k: statistics.median(r[k] for r in rows) for k in ("floor_s", "proflab_s", "cpu_s", "ratio")}
+    times = sorted(r["proflab_s"] for r in rows)
+    met = med["proflab_s"] <= TARGET_S
+    print(f"median: floor {med['floor_s']:.2f} s, proflab {med['proflab_s']:.2f} s ({times[0]:.2f}-{times[-1]:.2f}), "
+          f"CPU {med['cpu_s']:.2f} s, {med['ratio']:.2f}x the floor; peak {max(r['peak_mib'] for r in rows):.0f} MiB")  # fmt: skip
+    print(f"time<={TARGET_S:.0f}s at the median: {'yes' if met else 'NO'}")
+    if args.json_out:
+        args.json_out.write_text(json.dumps({"trace": str(trace), "size_mb": round(size_mb, 1), "repeats": rows, "median": med,
+                                             "target_s": TARGET_S, "met": met}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
