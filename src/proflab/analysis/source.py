@@ -3,7 +3,8 @@
 Kineto records Python frames as ``python_function`` events (``file.py(42): func``) with a
 parent id. For a host instant on a thread we take the innermost frame that encloses it and
 climb to the nearest frame of user code (not torch, not the standard library, not
-site-packages) — vectorised: one as-of join, then a few array steps up the parent chain.
+site-packages) — vectorised: one search of the frames' (thread, start) keys, then a few array
+steps up the parent chain.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ class FrameIndex:
         at or before it on its thread (the last of frames starting together), -1 where none
         does: a null time or thread, a thread without frames, an instant before every frame.
         An instant past the frames' clock is searched at its end (the thread's last frame)."""
-        t = t_ns.cast(pl.Int64).fill_null(0).to_numpy().copy()
+        t = t_ns.cast(pl.Int64).fill_null(0).to_numpy()
         rank = self._clock.rank_any(tid)
         known = t_ns.is_not_null().to_numpy() & (t >= self._clock.t0) & (rank >= 0)
         keys = self._clock.key_ranked(rank, np.clip(t, self._clock.t0, self._clock.t0 + self._clock.span - 1))
