@@ -262,3 +262,26 @@ def test_gzip_falls_back_on_zlib_without_isal(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "isal", None)
     assert _slices._inflater() == (zlib.decompressobj, (zlib.error,))
+
+@pytest.mark.parametrize(("slice_bytes", "piece_bytes"), [(1 << 10, 64 << 10), (64 << 10, 16 << 10), (64 << 10, 64 << 10), (256 << 10, 1 << 20)])
+def test_streamed_slices_hold_every_event_once(slice_bytes, piece_bytes):
+    """A compressed trace's slicer cuts the decompressed stream into slices that are each a
+    JSON array of whole events, every event once and in order, whether the pieces it is fed
+    are smaller or larger than a slice (the slice is then the buffer itself, or copied out of
+    it); a slice's buffer holds at most a piece beyond the slice."""
+    from proflab.readers import _slices
+
+    events = [{"ph": "X", "name": "k" * (i % 97), "ts": i, "dur": 1, "args": {"n": "x" * (i * 37 % 500)}} for i in range(3000)]
+    body = ",".join("\n  {\n    " + json.dumps(e)[1:-1] + "\n  }" for e in events)  # (Kineto's layout)
+    doc = ('{"schemaVersion": 1, "traceEvents": [' + body + '\n], "displayTimeUnit": "ms"}').encode()
+    sl = _slices.Slicer(slice_bytes)
+    got, largest = [], 0
+    for at in range(0, len(doc), piece_bytes):
+        for piece in sl.feed(doc[at : at + piece_bytes]):
+            got += json.loads(piece)
+            largest = max(largest, len(piece))
+            assert piece.__sizeof__() <= len(piece) + piece_bytes + 64
+    for piece in sl.finish():
+        got += json.loads(piece)
+    assert got == events and largest < slice_bytes + 1024
+    assert json.loads(sl.document()) == {"schemaVersion": 1, "traceEvents": [], "displayTimeUnit": "ms"}

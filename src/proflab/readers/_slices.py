@@ -29,6 +29,13 @@ EVENT_START = b"\n  {"
 _BLANK = b" \t\r\n"
 _COMMA, _OPEN, _CLOSE = ord(","), ord("["), ord("]")
 _READ_BYTES = 16 << 20
+# Decompressed a quarter slice at a time: the slicer's buffer then holds at most a quarter
+# slice past a cut, so the buffer itself can become the slice (``Slicer._take``). Whole
+# reads at a time left a cut with ~16 MiB after it: each slice was copied out of the buffer,
+# or held 31 MiB as the buffer. The 514 MB trace's .gz inflated and sliced on a thread:
+# 0.67-0.72 -> 0.45-0.51 s, slices of at most 19 MiB; its whole analysis the same 2.17 s
+# (median of eight, interleaved), its peak 447 -> 425 MiB.
+_INFLATED_BYTES = 4 << 20
 _MAX_HEAD_BYTES = 64 << 20
 _MAX_TAIL_BYTES = 4 << 20
 
@@ -70,7 +77,7 @@ def byte_chunks(path: Path) -> Iterator[bytes]:
                     d = inflate(wbits=31)
                 # at most a read's worth out at a time: a JSON trace compresses ~10x, and a
                 # whole 16 MiB read decompressed at once held 160 MiB (1.45 GB peak at 514 MB)
-                out = d.decompress(pending, _READ_BYTES)
+                out = d.decompress(pending, min(_READ_BYTES, _INFLATED_BYTES))
                 pending = d.unused_data if d.eof else d.unconsumed_tail
                 if out:
                     yield out
@@ -286,8 +293,16 @@ class Slicer:
 
     def _take(self, stop: int, cut: int) -> bytearray:
         """``buf[:stop+1]`` as an array (its leading newline becomes ``[``, the byte at
-        ``stop`` — a comma or the array's own ``]`` — becomes ``]``); drop ``buf[:cut]``."""
-        out = self.buf[: stop + 1]
+        ``stop`` — a comma or the array's own ``]`` — becomes ``]``); drop ``buf[:cut]``.
+        The buffer itself becomes the slice, cut short in place, and only what follows the
+        cut (less than a decompressed piece, ``_INFLATED_BYTES``) is copied into a new one;
+        where more follows than the slice holds (slices smaller than a piece), the slice is
+        copied out instead."""
+        if len(self.buf) - cut > stop:
+            out = self.buf[: stop + 1]
+            del self.buf[:cut]
+        else:
+            out, self.buf = self.buf, self.buf[cut:]
+            del out[stop + 1 :]
         out[0], out[stop] = _OPEN, _CLOSE
-        del self.buf[:cut]
         return out
