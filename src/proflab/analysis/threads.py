@@ -43,14 +43,16 @@ class ThreadClock:
         """Each event's thread as its rank among the clock's threads: 16-bit where they fit,
         which numpy's stable sort orders by radix (a stable sort of a trace's rows by thread
         keeps their start order within each thread)."""
-        dtype = pl.Int16 if len(self._rank) < 2**15 - 1 else pl.Int32
-        return tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=dtype).fill_null(self._unknown).to_numpy()
+        return tid.cast(pl.Int64).replace_strict(self._rank, return_dtype=self._dtype).fill_null(self._unknown).to_numpy()
 
     def rank_any(self, tid: pl.Series) -> np.ndarray:
         """:meth:`rank` of threads the clock may not know: those, and nulls, rank -1 (a band
         no key of a known thread is in)."""
-        dtype = pl.Int16 if len(self._rank) < 2**15 - 1 else pl.Int32
-        return tid.cast(pl.Int64).replace_strict(self._rank, default=-1, return_dtype=dtype).fill_null(-1).to_numpy()
+        return tid.cast(pl.Int64).replace_strict(self._rank, default=-1, return_dtype=self._dtype).fill_null(-1).to_numpy()
+
+    @property
+    def _dtype(self) -> pl.DataType:
+        return pl.Int16 if len(self._rank) < 2**15 - 1 else pl.Int32
 
     def thread_order(self, rank: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The positions of ``rank`` (from :meth:`rank`) grouped by thread, in the clock's

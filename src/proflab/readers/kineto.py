@@ -27,7 +27,7 @@ import sys
 import tempfile
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from pathlib import Path
@@ -781,25 +781,40 @@ def _decoded_in_threads(slicer: MappedSlicer, ranges: list[tuple[int, int]], spi
     parses (the compiled decoder lets go of the GIL), the other builds its slice's tables
     (polars lets go of it too). No second process: nothing to start, write or read back.
     ``spill``: as ``_read_sliced``'s."""
-    from concurrent.futures import ThreadPoolExecutor
 
-    def decode(index: int) -> _Tables:
+    def decode(index: int, _) -> _Tables:
         piece = slicer.piece(*ranges[index])
         t = _slice_tables(piece)
         slicer.done(piece)
         return t if spill is None else _spilled(t, spill, index)
 
+    return _in_order(decode, range(len(ranges)), lambda n: progress.update(n / len(ranges)))
+
+
+def _in_order(decode: Callable[[int, Any], _Tables], items: Iterable, taken: Callable[[int], None]) -> list[_Tables]:
+    """``decode(index, item)`` of every item on ``_THREADS`` threads, at most ``_THREADS`` at
+    once (a plain file's slices, or a .gz file's as they are inflated), the tables taken in
+    file order; ``taken(n)`` once the first n are. An error of any (or of ``items``) ends the
+    rest and is raised here, with no thread left."""
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
     tables: list[_Tables] = []
+    decoding: deque = deque()
+
+    def take() -> None:
+        tables.append(decoding.popleft().result())
+        taken(len(tables))
+
     pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="proflab-read")
     try:
-        # at most _THREADS slices ahead of the one taken: each decoded slice is taken in order
-        pending = [pool.submit(decode, i) for i in range(min(_THREADS, len(ranges)))]
-        for i in range(len(ranges)):
-            t = pending.pop(0).result()
-            if i + _THREADS < len(ranges):
-                pending.append(pool.submit(decode, i + _THREADS))
-            tables.append(t)
-            progress.update((i + 1) / len(ranges))
+        for index, item in enumerate(items):
+            decoding.append(pool.submit(decode, index, item))
+            del item
+            if len(decoding) == _THREADS:
+                take()
+        while decoding:
+            take()
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return tables
@@ -815,8 +830,6 @@ def _decoded_while_inflating(slicer: Slicer, spill: Path | None) -> list[_Tables
     ``_read_sliced``'s."""
     import queue
     import threading
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
 
     handed: queue.Queue = queue.Queue(maxsize=1)
     stop = threading.Event()
@@ -844,30 +857,20 @@ def _decoded_while_inflating(slicer: Slicer, spill: Path | None) -> list[_Tables
         t = _slice_tables(piece)
         return t if spill is None else _spilled(t, spill, index)
 
-    def take() -> None:
-        tables.append(decoding.popleft().result())
-        progress.update(None)  # compressed: the total is not known ahead
-
-    tables: list[_Tables] = []
-    decoding: deque = deque()  # at most _THREADS slices at once, as a plain file's
-    worker = threading.Thread(target=inflate, name="proflab-inflate", daemon=True)
-    pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="proflab-read")
-    worker.start()
-    try:
+    def handed_pieces() -> Iterator[bytearray]:
         while (item := handed.get()) is not end:
             if isinstance(item, BaseException):
                 raise item
-            decoding.append(pool.submit(decode, len(tables) + len(decoding), item))
-            del item
-            if len(decoding) == _THREADS:
-                take()
-        while decoding:
-            take()
+            yield item
+
+    worker = threading.Thread(target=inflate, name="proflab-inflate", daemon=True)
+    worker.start()
+    try:
+        # (compressed: the total is not known ahead)
+        return _in_order(decode, handed_pieces(), lambda n: progress.update(None))
     finally:
         stop.set()
-        pool.shutdown(wait=True, cancel_futures=True)
         worker.join()
-    return tables
 
 
 class _NoRoom(Exception):
