@@ -215,6 +215,38 @@ def test_what_gpu_names_tell_is_found_once_per_name_and_read_per_row():
     assert gpu.get_column("is_comm").to_list() == [False] * 9 + [True, False]
 
 
+def test_what_names_tell_is_kept_for_the_slices_after(monkeypatch):
+    """What a GPU name tells and whether an operator's shapes are kept are worked out once per
+    name for all the slices read (``_NameMemo``): slices that repeat names, add new ones, use a
+    name as a kernel's in one slice and as an operator's in another, and slices read by two
+    threads at once, read as the typed decode reads them; so do they where the memo is
+    emptied on the way (a cap of three names), and each name is worked out once until then."""
+    copies = ["Memcpy HtoD (Pinned -> Device)", "Memcpy DtoH (Device -> Pageable)", "CopyHostToDevice", "odd"]
+    ops = ["aten::mm", "aten::add", "aten::convolution", "Memcpy HtoD (Pinned -> Device)"]
+    shapes = {"Input type": ["float", "float"], "Input Dims": [[2, 3], [3, 4]]}
+    payloads = [
+        _payload([_event(cat="gpu_memcpy", name=copies[(i + j) % 4]) for j in range(i % 3 + 1)]
+                 + [_event(cat="cpu_op", name=ops[(i * 3 + j) % 4], args=shapes) for j in range(2)]
+                 + [_event(cat="kernel", name=f"kernel_{i % 5}")])
+        for i in range(24)
+    ]  # fmt: skip
+    monkeypatch.setattr(native, "_FACTS", native._NameMemo(kineto.name_facts))
+    monkeypatch.setattr(native, "_SHAPES", native._NameMemo(kineto.shape_ops))
+    told = []
+    monkeypatch.setattr(native._FACTS, "_compute", lambda names: told.extend(names.to_list()) or kineto.name_facts(names))
+    assert {_agrees(p) for p in payloads} == {"same"}
+    assert sorted(told) == sorted(set(copies) | {f"kernel_{i}" for i in range(5)})  # each once
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        assert set(pool.map(_agrees, payloads * 2)) == {"same"}
+    monkeypatch.setattr(native, "_MEMO_NAMES", 3)
+    monkeypatch.setattr(native, "_FACTS", native._NameMemo(kineto.name_facts))
+    monkeypatch.setattr(native, "_SHAPES", native._NameMemo(kineto.shape_ops))
+    assert {_agrees(p) for p in payloads} == {"same"}
+    assert len(native._FACTS._row) <= 4 and len(native._SHAPES._row) <= 4  # (a slice's own names, at most)
+
+
 def test_keys_matched_at_the_end_of_a_slice_and_keys_that_only_begin_alike():
     """A key is matched by its first eight bytes as one word, read byte by byte where fewer
     than eight remain in the slice: keys in the slice's last bytes are still found, and keys

@@ -139,6 +139,7 @@ typedef struct {
 static inline void ws(P *p) {
     const unsigned char *s = p->s, *e = p->end;
     if (s < e && *s > ' ') return;  /* (most calls: no white space) */
+    if (s + 1 < e && *s == ' ' && s[1] > ' ') { p->s = s + 1; return; }  /* one space (a key's ": ") */
 #ifdef __SSE2__
     while (s + 16 <= e) {  /* a line's end and indent (Kineto's layout) at once */
         __m128i v = _mm_loadu_si128((const __m128i *)s);
