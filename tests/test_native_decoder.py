@@ -13,6 +13,7 @@ import zlib
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -386,27 +387,53 @@ def test_damaged_events_never_read_differently(index):
     _agrees(payload)
 
 
-def test_records_are_handed_over_without_a_copy_and_freed_with_the_tables():
-    """The parse's own buffer becomes the records (read-only, no copy); it is freed once the
-    slice's tables are built, and at once where the decoder gives up."""
+def test_tables_are_handed_over_without_a_copy_and_freed_with_the_slice_tables():
+    """The parse writes each kind's table, a row of its words per event, into a buffer that
+    becomes the table (read-only, no copy: numpy views each column in it); they are freed once the
+    slice's tables are built (polars holds none of them), and at once where the decoder gives
+    up."""
     from proflab.readers import _kscan
 
     payload = _slices_of(DATA / "kineto" / "train_loop.pt.trace.json.gz", 1 << 20)[0]
     before = _kscan.live()
-    count, records, strings = _kscan.scan(payload)
-    assert _kscan.live() == before + 1 and count > 1000 and strings[0] == ""
-    view = memoryview(records)
-    assert view.readonly and view.nbytes == count * native.RECORD.itemsize
+    count, tables, strings = _kscan.scan(payload, native._categories())
+    assert _kscan.live() == before + 4 and count > 1000 and strings[0] == ""
+    rows = [t.shape() for t in tables]  # gpu, op, frame, other: (rows, room, columns)
+    assert all(room >= n for n, room, _ in rows) and rows[1][0] > 1000 and sum(n for n, _, _ in rows) <= count
+    assert [width for _, _, width in rows] == [len(native._FIELDS[k]) for k in (native._GPU, native._OP, native._FRAME, 0)]
+    view = memoryview(tables[1])
+    assert view.readonly and view.nbytes == rows[1][1] * rows[1][2] * 8
     with pytest.raises(TypeError):
         view[0] = 0
-    rec = native.scan(payload)[0]
-    assert rec.size == count and rec.tobytes() == view.tobytes()
-    del view, records, rec
+    ops = native._columns(native._OP, tables[1])
+    assert all(c.size == rows[1][0] and c.strides == (8 * rows[1][2],) and np.shares_memory(c, np.frombuffer(view, np.uint8)) for c in ops.values())
+    assert ops["ts"].dtype == np.float64 and ops["valid"].dtype == np.uint64 and ops["name"].dtype == np.int64
+    del view, tables, ops
     assert _kscan.live() == before
-    tables = native.tables(payload)
-    assert tables is not None and tables.cpu.height > 1000 and _kscan.live() == before
+    built = native.tables(payload)
+    assert built is not None and built.cpu.height > 1000 and _kscan.live() == before
     for broken in (b"[{\"ph\": 1}]", b"[{\"ts\": 1.5}, {", b"[" + b"{\"name\": \"x\"}," * 5000 + b"{\"name\": 2}]"):
-        assert isinstance(_kscan.scan(broken), str) and _kscan.live() == before
+        assert isinstance(_kscan.scan(broken, native._categories()), str) and _kscan.live() == before
+
+
+def test_each_kind_to_its_table_however_the_kinds_share_out():
+    """A table's room is first guessed from the slice before (its kinds' shares of the events):
+    slices that are all GPU activity, then all operators, then all Python frames, then all of
+    other kinds, and mixed again, grow their tables from a guess far too small, and read as the
+    typed decode reads them. Operators and frames of a phase other than "X" are left out,
+    GPU activity of any phase kept; a category written with escapes is the usual path's."""
+    from proflab.readers import _kscan
+
+    def events(cat, n, ph="X"):
+        return [_event(cat=cat, name=f"{cat}_{i % 7}", ph=ph, args={"External id": i, "correlation": i}) for i in range(n)]
+
+    runs = [events("kernel", 3000), events("cpu_op", 5000), events("python_function", 4000), events("ac2g", 3000, ph="s"),
+            events("kernel", 10) + events("cpu_op", 2000, ph="i") + events("user_annotation", 3000) + events("kernel", 2000, ph="i")]  # fmt: skip
+    for run in runs * 2:
+        assert _agrees(_payload(run)) == "same"
+    count, tables, _ = _kscan.scan(_payload(runs[-1]), native._categories())
+    assert count == 7010 and [t.shape()[0] for t in tables] == [2010, 3000, 0, 0]
+    assert isinstance(_kscan.scan(b'[{"ph":"X","cat":"cpu\\u005fop","name":"a","ts":1}]', native._categories()), str)
 
 
 def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
@@ -504,7 +531,7 @@ def test_a_build_of_another_version_is_not_used(monkeypatch):
     from proflab import readers
 
     stale = types.ModuleType("proflab.readers._kscan")
-    stale.layout = lambda: (0, native.RECORD.itemsize, 20, 5)
+    stale.layout = lambda: (0, 8 * len(native.WORDS), 20, 5, (2, 1, 3, 0), ())
     monkeypatch.setitem(sys.modules, "proflab.readers._kscan", stale)
     monkeypatch.setattr(readers, "_kscan", stale)
     try:

@@ -1,9 +1,10 @@
 """Tables of one slice of Kineto events from the compiled decoder (``_kscan``), the same as
 the typed msgspec decode gives (``kineto._tables``), without a Python object per event.
 
-``_kscan.scan`` turns the slice into fixed-size records and a list of its distinct strings;
-here numpy splits the records into GPU activity, operators and Python frames, and the
-reader's own table builders (``kineto._gpu_frame`` ...) take the columns. A slice the
+``_kscan.scan`` turns the slice into a table of columns for each kind of event (GPU
+activity, operators, Python frames, the rest's categories) and a list of its distinct
+strings; numpy views each column where the parse wrote it, and the reader's own table
+builders (``kineto.gpu_columns`` ...) take them in one polars query per table. A slice the
 decoder gives up on (any value the typed decode would not take as is, or malformed JSON),
 or one whose kernels must be linked to their launches by flow events, returns None, and the
 caller decodes it the usual way: what is odd is always handled by the one path that has
@@ -32,7 +33,7 @@ except ImportError:  # built without a C compiler: the msgspec decode does it al
 
 __all__ = ["available", "tables", "scan"]
 
-# mirrors the record of _kscan.c
+# mirror the record of _kscan.c: its words, each a column of the tables that keep it
 _INTS = (
     "external_id", "external_id_old", "correlation", "device", "stream", "bytes", "registers",
     "shared_memory", "python_id", "python_parent_id", "sequence", "in_nelems", "out_nelems",
@@ -40,15 +41,8 @@ _INTS = (
 )  # fmt: skip
 _SPANS = ("input_types", "input_dims", "collective", "dtype", "pg_name")
 _SLOT = {name: i for i, name in enumerate(_INTS)}
-_SPAN = {name: i for i, name in enumerate(_SPANS)}
-RECORD = np.dtype(
-    [
-        ("ph", "<i8"), ("cat", "<i8"), ("name", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-        ("ts", "<f8"), ("dur", "<f8"),
-        ("ints", "<i8", (len(_INTS),)), ("span_off", "<i8", (len(_SPANS),)), ("span_len", "<i8", (len(_SPANS),)),
-        ("valid", "<u8"),
-    ]
-)  # fmt: skip
+WORDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", *_INTS, *(f"off:{s}" for s in _SPANS), *(f"len:{s}" for s in _SPANS), "valid")
+_VIEW = {"ts": np.float64, "dur": np.float64, "valid": np.uint64}  # (the rest: int64)
 _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 # A slice's tables are built by polars' in-memory engine: its queries are small, and the
 # streaming engine (polars 2's default) cost more a query and gave each table in chunks of a
@@ -56,10 +50,12 @@ _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 # -> 1.90-1.97 s (medians of five and six, interleaved), the same report.
 _ENGINE = "in-memory"
 _OP, _GPU, _FRAME = 1, 2, 3
-_VERSION = 3  # KSCAN_VERSION of the C source this module reads
+_VERSION = 4  # KSCAN_VERSION of the C source this module reads
 
-if _kscan is not None and _kscan.layout() != (_VERSION, RECORD.itemsize, len(_INTS), len(_SPANS)):
+if _kscan is not None and _kscan.layout()[:5] != (_VERSION, 8 * len(WORDS), len(_INTS), len(_SPANS), (_GPU, _OP, _FRAME, 0)):
     _kscan = None  # a build of another version of the source (an install not rebuilt): not used
+# the record's words each kind's table keeps, in column order (by kind: other, op, gpu, frame)
+_FIELDS = tuple(tuple(WORDS[w] for w in words) for words in _kscan.layout()[5]) if _kscan is not None else ()
 
 
 def available() -> bool:
@@ -67,25 +63,50 @@ def available() -> bool:
     return _kscan is not None and os.environ.get("PROFLAB_PURE_PYTHON", "") in ("", "0")
 
 
-def scan(payload) -> tuple[np.ndarray, list[str]] | str:
-    """The slice's records and strings, or the decoder's reason for giving up."""
-    got = _kscan.scan(payload)
+@functools.cache
+def _categories() -> tuple[tuple[bytes, int], ...]:
+    """The categories of a kind, for the decoder: (category's UTF-8, kind)."""
+    return tuple((c.encode(), _kind(c)) for c in sorted(_k._OP_CATS | _k._GPU_CATS.keys() | {"python_function"}))
+
+
+def scan(payload) -> tuple[int, dict[int, dict[str, np.ndarray]], list[str]] | str:
+    """The slice's events, its tables by kind (``_GPU``, ``_OP``, ``_FRAME``, 0 for the rest's
+    categories: each a column per record word it keeps) and its strings, or the decoder's
+    reason for giving up."""
+    got = _kscan.scan(payload, _categories())
     if isinstance(got, str):
         return got
-    _, records, strings = got
-    return np.frombuffer(records, RECORD), strings
+    count, tables, strings = got
+    return count, {kind: _columns(kind, t) for kind, t in zip((_GPU, _OP, _FRAME, 0), tables)}, strings
+
+
+def _columns(kind: int, table) -> dict[str, np.ndarray]:
+    """A table's columns, viewed where the parse wrote them (a read-only buffer of ``cap`` rows
+    of ``width`` words, the first ``n`` filled): each a strided view, no copy."""
+    n, cap, width = table.shape()
+    words = np.frombuffer(table, np.int64).reshape(cap, width)[:n]
+    return {name: words[:, j].view(_VIEW.get(name, np.int64)) for j, name in enumerate(_FIELDS[kind])}
 
 
 class _Rows:
-    """Some of a slice's records (``index``), column by column."""
+    """A slice's rows of one kind (or those of them at ``index``), column by column. What
+    polars takes is copied out of the decoder's buffer (``column(copy=True)``): polars takes
+    numpy's memory as it is, and a column passed through as read would hold the whole table."""
 
-    def __init__(self, rec: np.ndarray, index: np.ndarray, strings: list[str], text: pl.Series) -> None:
-        self.rec, self.index, self.strings, self.text = rec, index, strings, text
-        self.size = index.size
-        self.valid = rec["valid"][index]
+    def __init__(self, columns: dict[str, np.ndarray], strings: list[str], text: pl.Series, index: np.ndarray | None = None) -> None:
+        self.columns, self.index, self.strings, self.text = columns, index, strings, text
+        self.size = len(columns["name"]) if index is None else index.size
+        self.valid = self.column("valid")
 
-    def column(self, name: str) -> np.ndarray:
-        return self.rec[name][self.index]
+    def at(self, index: np.ndarray) -> _Rows:
+        """These rows at ``index`` only."""
+        return _Rows(self.columns, self.strings, self.text, index if self.index is None else self.index[index])
+
+    def column(self, name: str, copy: bool = False) -> np.ndarray:
+        values = self.columns[name]
+        if self.index is not None:
+            return values[self.index]
+        return values.copy() if copy else values
 
     def has(self, bit: int) -> np.ndarray:
         return (self.valid >> np.uint64(bit)) & np.uint64(1) == 1
@@ -99,16 +120,15 @@ class _Rows:
     def numbers_lazy(self, ints: dict[str, pl.DataType], keep: dict[str, pl.Series], **more: pl.DataType) -> pl.LazyFrame:
         """``numbers`` and the columns ``keep`` as they are, not yet computed: a table's
         columns from them in the same query (one polars call for the table)."""
-        raw = {"ts": self.column("ts"), "dur": self.column("dur")}
+        raw = {"ts": self.column("ts", copy=True), "dur": self.column("dur", copy=True)}
         for name in ints:
-            slot = _SLOT[name]
-            raw[name], raw[f"{name}?"] = self.rec["ints"][self.index, slot], self.has(slot)
+            raw[name], raw[f"{name}?"] = self.column(name, copy=True), self.has(_SLOT[name])
         exprs = [*_number_exprs(tuple(ints.items())), *map(pl.col, keep)]
         for name, dtype in more.items():
             if self.has(_TEXT[name]).any() or (dtype == pl.Int32 and not self._fits_i32(name)):
                 exprs.append(pl.lit(self._ids_as_text(name, dtype)).alias(name))
             else:
-                raw[name] = self.column(name)
+                raw[name] = self.column(name, copy=True)
                 exprs.append(pl.col(name).cast(dtype))
         return pl.DataFrame({**raw, **keep}).lazy().select(exprs)
 
@@ -132,8 +152,8 @@ class _Rows:
     def raw(self, payload, name: str) -> Callable[[int], memoryview | None]:
         """Row i's raw JSON value of an arg (a collective's name, dtype, group), None where
         absent. (Not the input shapes: their text is interned, ``_shape_column``.)"""
-        slot, view = _SPAN[name], memoryview(payload)
-        off, n = self.rec["span_off"][self.index, slot], self.rec["span_len"][self.index, slot]
+        view = memoryview(payload)
+        off, n = self.column(f"off:{name}"), self.column(f"len:{name}")
 
         def raw(i: int) -> memoryview | None:
             return view[off[i] : off[i] + n[i]] if n[i] >= 0 else None
@@ -163,28 +183,20 @@ def tables(payload) -> _k._Tables | None:
     got = scan(payload)
     if isinstance(got, str):
         return None
-    rec, strings = got
+    count, kinds, strings = got
     text = pl.Series(strings, dtype=pl.String)
-    kind = np.array([_kind(s) for s in strings], dtype=np.int8)
-    is_x = np.array([s == "X" for s in strings], dtype=bool)
-    cat = rec["cat"]
-    of_kind, x = kind[cat], is_x[rec["ph"]]
-
-    def rows(mask: np.ndarray) -> _Rows:
-        return _Rows(rec, np.flatnonzero(mask), strings, text)
-
-    counts = _first_seen_counts(cat[of_kind == 0], strings)
+    counts = _first_seen_counts(kinds[0]["cat"], strings)
     unknown = Counter({c: n for c, n in counts.items() if c not in _k._KNOWN_CATS})
-    gpu = _gpu_table(rows(of_kind == _GPU))
+    gpu = _gpu_table(_Rows(kinds[_GPU], strings, text))
     if gpu.height and gpu.get_column("correlation").null_count() and counts.keys() & _k._FLOW_CATS:
         return None  # launches linked by flow events: the usual path does that
-    ops, frames = rows((of_kind == _OP) & x), rows((of_kind == _FRAME) & x)
+    ops, frames = _Rows(kinds[_OP], strings, text), _Rows(kinds[_FRAME], strings, text)
     cpu_ops = _cpu_table(ops)
     cpu = pl.concat([cpu_ops, _frame_table(frames)]) if frames.size else cpu_ops
     comms = _comm_table(ops, cpu_ops, payload)
     problems: Counter = Counter()  # (events without a start, or ending past the clock's range)
     gpu, cpu, comms = _k._timed(gpu, problems), _k._timed(cpu, problems), _k._timed(comms, None)
-    return _k._Tables(gpu, cpu, unknown, len(rec), problems, comms)
+    return _k._Tables(gpu, cpu, unknown, count, problems, comms)
 
 
 def _kind(cat: str) -> int:
@@ -309,13 +321,11 @@ def _cpu_table(rows: _Rows) -> pl.DataFrame:
 
 def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[bytes], str | None]) -> pl.Series:
     """An input-shape column of the operators ``picked`` (the rest null): the decoder interns
-    each value's JSON text among the strings (``span_off``: its index), so each distinct value
+    each value's JSON text among the strings (``off:``: its index), so each distinct value
     is decoded once, as the typed path decodes each once (``kineto._shapes``), and the rows
     take theirs by one gather."""
-    slot = _SPAN[name]
-    at = rows.index[picked]
-    present = rows.rec["span_len"][at, slot] >= 0
-    distinct, inverse = np.unique(rows.rec["span_off"][at[present], slot], return_inverse=True)
+    present = rows.column(f"len:{name}")[picked] >= 0
+    distinct, inverse = np.unique(rows.column(f"off:{name}")[picked[present]], return_inverse=True)
     values = pl.Series([decode(rows.strings[i].encode()) for i in distinct.tolist()] + [None], dtype=pl.String)
     which = np.full(rows.size, distinct.size, dtype=np.int64)  # (the None after the values)
     which[picked[present]] = inverse
@@ -333,11 +343,10 @@ def _comm_table(ops: _Rows, cpu_ops: pl.DataFrame, payload) -> pl.DataFrame:
     """The collective calls: ``record_param_comms`` operators that name their collective
     (few), rebuilt as the decoder's structs for the usual builder."""
     calls = cpu_ops.get_column("name").eq("record_param_comms").arg_true().to_numpy() if cpu_ops.height else np.zeros(0, np.int64)
-    index = ops.index[calls]
-    index = index[ops.rec["span_len"][index, _SPAN["collective"]] >= 0]
-    if not index.size:  # (most slices: no polars call for an empty table)
+    calls = calls[ops.column("len:collective")[calls] >= 0]
+    if not calls.size:  # (most slices: no polars call for an empty table)
         return _k._comm_table([])
-    comm = _Rows(ops.rec, index, ops.strings, ops.text)
+    comm = ops.at(calls)
     raws = {name: comm.raw(payload, name) for name in ("collective", "dtype", "pg_name")}
     n = comm.numbers({name: pl.Int64 for name in ("external_id", "external_id_old", "in_nelems", "out_nelems", "group_size")})
     ints = {name: n.get_column(name).to_list() for name in n.columns if name not in ("start_ns", "dur_ns")}
