@@ -248,6 +248,35 @@ def test_what_names_tell_is_kept_for_the_slices_after(monkeypatch):
     assert len(native._FACTS._row) <= 4 and len(native._SHAPES._row) <= 4  # (a slice's own names, at most)
 
 
+def test_keys_guessed_from_the_object_before_are_checked_whole():
+    """A key is first compared with the key the last object of its kind had at that place:
+    objects whose keys come in another order, or fewer or more of them, keys that only begin
+    or end like the guess, a guessed key in another case, a key written twice where the guess
+    matches both (given up, as for any key twice), and a guess at the slice's very end read as
+    the typed decode reads them."""
+    def kernel(args, **top):
+        return {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 2, **top, "args": args}
+
+    events = [
+        kernel({"correlation": 1, "stream": 7, "device": 0}),
+        kernel({"stream": 8, "correlation": 2, "device": 1}),  # another order
+        kernel({"correlatio": 3, "stream": 9}),  # the guess's first bytes
+        kernel({"correlationX": 4, "Stream": 1, "device": 2, "grid": [1, 2, 3]}),  # longer; another case; one more
+        kernel({"correlation": 5}, pid=3),  # fewer; a top-level key more
+        {"cat": "kernel", "ph": "X", "ts": 1, "name": "k", "args": {"correlation": 6}},
+    ]
+    assert _agrees(_payload(events)) == "same"
+    got = native.tables(_payload(events)).gpu
+    assert got.get_column("correlation").to_list() == [1, 2, None, None, 5, 6]
+    assert got.get_column("stream").to_list()[:4] == [7, 8, 9, 0]  # (no stream: the tid, absent)
+    twice = _payload(events[:2]).replace(b'"device": 1', b'"device": 1, "device": 4')
+    assert twice.count(b'"device"') == 3 and _agrees(twice) == "gave up"
+    twice_top = _payload(events[:2])[:-2] + b',{"ph": "X", "cat": "kernel", "ph": "X"}]'
+    assert _agrees(twice_top) == "gave up"
+    for end in (b'{"ph":"X"}', b'{"ph":"X","cat":"kernel","name":"k","ts":1}', b'{"p":1}', b'{"phX":1}'):
+        assert _agrees(b'[{"ph":"X","cat":"kernel","name":"k","ts":1},' + end + b"]") == "same", end
+
+
 def test_keys_matched_at_the_end_of_a_slice_and_keys_that_only_begin_alike():
     """A key is matched by its first eight bytes as one word, read byte by byte where fewer
     than eight remain in the slice: keys in the slice's last bytes are still found, and keys

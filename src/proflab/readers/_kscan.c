@@ -145,6 +145,16 @@ typedef struct {
     int escaped;
 } Entry; /* a distinct string, in the order of the strings list */
 
+/* The keys the last object of a kind had, by place (an object's `at`-th member): Kineto
+ * writes each kind of object's keys in the same order, so most keys are the one the object
+ * before had at that place, found by one comparison with it. */
+#define GUESSES 32
+typedef struct {
+    const unsigned char *key[GUESSES]; /* (in the slice) */
+    Py_ssize_t n[GUESSES];             /* 0: no guess */
+    int k[GUESSES];
+} Guess;
+
 typedef struct {
     const unsigned char *s, *end, *base;
     Table tables[N_KINDS];
@@ -164,6 +174,7 @@ typedef struct {
     unsigned char *tmp;    /* decoded escapes */
     Py_ssize_t tmp_cap;
     PyThreadState *thread; /* saved while the GIL is released */
+    Guess event_keys, arg_keys;
 } P;
 
 #define GIVE_UP(p, reason) do { if (!(p)->why) (p)->why = (reason); return -1; } while (0)
@@ -719,24 +730,37 @@ static int object_open(P *p, const char *what) {
     return 0;
 }
 
+
 /* A member's key and its ':'. *k: the key's index among names (-1: another key); a known
  * key seen twice in the object gives up (which of the two msgspec keeps is not this
- * decoder's to guess). */
-static int member_key(P *p, const Keys *index, const char *const *names, uint32_t *seen, int *k) {
+ * decoder's to guess). `at`: the member's place in its object (guess: the keys the last such
+ * object had, updated). */
+static int member_key(P *p, const Keys *index, const char *const *names, uint32_t *seen, int *k, Guess *guess, int at) {
     const unsigned char *raw;
     Py_ssize_t rawn;
     int plain;
     ws(p);
     if (p->s >= p->end || *p->s != '"') GIVE_UP(p, "expected a key");
-    if (!short_plain(p, &raw, &rawn)) {
-        if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
-        if (!plain) GIVE_UP(p, "escaped key");
+    const unsigned char *q = p->s + 1;
+    at &= GUESSES - 1;
+    rawn = guess->n[at];
+    if (rawn && p->end - q > rawn && q[rawn] == '"' && same(q, guess->key[at], rawn)) {
+        p->s = q + rawn + 1;  /* the key the last object had here */
+        *k = guess->k[at];
+    } else {
+        if (!short_plain(p, &raw, &rawn)) {
+            if (string(p, &raw, &rawn, &plain, 0, NULL, NULL) < 0) return -1;
+            if (!plain) GIVE_UP(p, "escaped key");
+        }
+        *k = key_of(index, names, raw, rawn, p->end - raw);
+        guess->key[at] = raw;
+        guess->n[at] = rawn;
+        guess->k[at] = *k;
     }
     ws(p);
     if (p->s >= p->end || *p->s != ':') GIVE_UP(p, "expected ':'");
     p->s++;
     ws(p);
-    *k = key_of(index, names, raw, rawn, p->end - raw);
     if (*k >= 0) {
         if (*seen & (1U << *k)) GIVE_UP(p, "duplicate key");
         *seen |= 1U << *k;
@@ -756,11 +780,12 @@ static int args(P *p, Rec *r) {
     int empty = object_open(p, "args not an object");
     if (empty) return empty < 0 ? -1 : 0;
     uint32_t seen = 0;
+    int at = 0;
     for (int more = 1; more;) {
         const unsigned char *raw;
         Py_ssize_t rawn;
         int plain, k;
-        if (member_key(p, &ARG_INDEX, ARG_NAMES, &seen, &k) < 0) return -1;
+        if (member_key(p, &ARG_INDEX, ARG_NAMES, &seen, &k, &p->arg_keys, at++) < 0) return -1;
         if (k < 0) {
             if (value_skip(p, 2) < 0) return -1;
         } else {
@@ -870,11 +895,12 @@ static int event(P *p) {
         return route(p, r);
     }
     uint32_t seen = 0;
+    int at = 0;
     for (int more = 1; more;) {
         const unsigned char *raw;
         Py_ssize_t rawn;
         int plain, k;
-        if (member_key(p, &EVENT_INDEX, EVENT_KEYS, &seen, &k) < 0) return -1;
+        if (member_key(p, &EVENT_INDEX, EVENT_KEYS, &seen, &k, &p->event_keys, at++) < 0) return -1;
         int present, is_int, big;
         int64_t iv;
         double dv;
@@ -968,8 +994,8 @@ static PyObject *strings(P *p) {
     return list;
 }
 
-/* Opening braces: one per event, and one per event's args (the first guess of the rows of
- * a slice's tables, split by the last slice's share of each kind). */
+/* Opening braces: one per event, and one per event's args (the first slice's guess of its
+ * tables' rows). */
 static Py_ssize_t braces(const unsigned char *s, const unsigned char *e) {
     Py_ssize_t n = 0;
     while ((s = memchr(s, '{', (size_t)(e - s))) != NULL) { n++; s++; }
@@ -1019,9 +1045,9 @@ static PyTypeObject COLUMNS_TYPE = {
     .tp_doc = "One kind's table of a slice: a read-only buffer of columns (shape(): rows, room, columns).",
 };
 
-/* Each kind's share of the last slice's rows (for the next slice's first guess; read and
- * written with the GIL held). */
-static Py_ssize_t last_rows[N_KINDS], last_events;
+/* The last slice's rows of each kind and its bytes, for the next slice's guess of its tables'
+ * rows (read and written with the GIL held). */
+static Py_ssize_t last_rows[N_KINDS], last_bytes;
 
 #define MAX_CATEGORIES 64
 
@@ -1070,18 +1096,19 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     p.cat_len = cat_len;
     p.cat_kind = cat_kind;
     p.ncats = (int)ncats;
-    Py_ssize_t guess[N_KINDS], events = last_events;
+    Py_ssize_t guess[N_KINDS], bytes = last_bytes;
     for (int k = 0; k < N_KINDS; k++) guess[k] = last_rows[k];
     p.thread = PyEval_SaveThread();
-    /* one allocation a table in most slices (growing by doubling copies a table twice): the
-     * events guessed from the braces, shared out as the kinds shared out the last slice's */
-    Py_ssize_t guessed = braces(p.s, p.end) / 2 + 16;
+    /* one allocation a table in most slices (growing by doubling copies a table twice): each
+     * kind's rows a byte as in the last slice (counting the braces instead cost 3 % of the
+     * parse), and in the first, the events the braces tell for each */
+    Py_ssize_t guessed = bytes ? 0 : braces(p.s, p.end) / 2 + 16;
     int ok = 1;
     for (int k = 0; k < N_KINDS && ok; k++) {
         Table *t = &p.tables[k];
         t->fields = TABLE_FIELDS[k];
         while (t->fields[t->ncols] >= 0) t->ncols++;
-        t->cap = events ? (Py_ssize_t)((double)guessed * (double)guess[k] / (double)events * 1.1) + 16 : guessed;
+        t->cap = bytes ? (Py_ssize_t)((double)view.len * (double)guess[k] / (double)bytes * 1.1) + 16 : guessed;
         t->data = malloc((size_t)t->ncols * (size_t)t->cap * sizeof(uint64_t));
         if (!t->data) p.nomem = 1, ok = 0;
     }
@@ -1093,7 +1120,7 @@ static PyObject *scan(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
     } else if (ok) {
         for (int k = 0; k < N_KINDS; k++) last_rows[k] = p.tables[k].n;
-        last_events = p.n;
+        last_bytes = view.len > 0 ? view.len : 1;
         PyObject *list = strings(&p);
         if (list) {
             result = Py_BuildValue("(n(OOOO)N)", p.n, (PyObject *)out[K_GPU], (PyObject *)out[K_OP], (PyObject *)out[K_FRAME],
