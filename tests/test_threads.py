@@ -42,6 +42,27 @@ def test_one_thread_and_unknown_never_share_keys():
     assert keys[0] != keys[1]
 
 
+@pytest.mark.parametrize("threads", [1, 3, 8, 9, 40])
+def test_ranks_are_the_threads_places_whatever_their_number(threads):
+    """An event's rank is its thread's place among the clock's threads (found by comparing
+    with each thread where there are at most eight, else by a search): the same as a
+    dictionary of the threads gives, nulls after the threads, thread 0 and the largest ids
+    included; rank_any gives -1 to nulls and to threads the clock does not know, and rank
+    refuses those."""
+    rng = np.random.default_rng(threads)
+    ids = [0, 2**62, *rng.choice(10**6, threads - 2, replace=False).tolist()][:threads] if threads > 1 else [481]
+    tid = pl.Series(rng.choice(ids, 5000).tolist() + [None] * 7, dtype=pl.Int64).shuffle(seed=1)
+    clock = ThreadClock([tid], [pl.Series(range(tid.len()), dtype=pl.Int64)])
+    place = {t: i for i, t in enumerate(sorted(ids))}
+    want = [len(ids) if t is None else place[t] for t in tid.to_list()]
+    assert clock.rank(tid).tolist() == want and clock.rank(tid).dtype == np.int16
+    other = pl.Series([ids[0], 12345678901, None, ids[-1]], dtype=pl.Int64)
+    assert clock.rank_any(other).tolist() == [place[ids[0]], -1, -1, place[ids[-1]]]
+    assert clock.rank_any(tid.cast(pl.Int32, strict=False).drop_nulls().head(0)).size == 0
+    with pytest.raises(ValueError, match="12345678901"):
+        clock.rank(other)
+
+
 def _with_text_tid(src, dst, pick) -> None:
     doc = json.load(gzip.open(src))
     for e in doc["traceEvents"]:
