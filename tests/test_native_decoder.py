@@ -483,6 +483,30 @@ def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
         assert t.meta == pure.meta
 
 
+def test_large_plain_files_are_cut_in_wider_slices_where_threads_decode(monkeypatch, tmp_path):
+    """Two threads decode a plain file of ``WIDE_FROM_BYTES`` or more in slices twice
+    ``_CHUNK_BYTES`` wide (fewer slices, each one's fixed cost paid half as often), with the
+    same trace; a smaller file, a .gz file, and a read without the threads keep the slices."""
+    src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    plain, gz = tmp_path / "t.json", tmp_path / "t.json.gz"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    gz.write_bytes(src.read_bytes())
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    cut: list[int] = []
+    opened = kineto.open_slicer
+    monkeypatch.setattr(kineto, "open_slicer", lambda path, size: cut.append(size) or opened(path, size))
+    narrow = kineto.read(plain)
+    monkeypatch.setattr(kineto, "WIDE_FROM_BYTES", plain.stat().st_size)
+    wide = kineto.read(plain)
+    kineto.read(gz)
+    monkeypatch.setenv("PROFLAB_READ_PROCESSES", "1")
+    kineto.read(plain)
+    assert cut == [64 << 10, 128 << 10, 64 << 10, 64 << 10]
+    for name in ("gpu", "cpu", "steps", "devices", "comms"):
+        assert getattr(wide, name).equals(getattr(narrow, name)), name
+    assert wide.meta == narrow.meta
+
+
 @pytest.mark.parametrize("inflater", ["isal", "zlib"])
 def test_gzip_is_inflated_by_a_thread_beside_the_decoding(monkeypatch, tmp_path, inflater):
     """A .gz trace: one thread decompresses and cuts slices (with ISA-L, or zlib) while two

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["SLICE_BYTES", "HELPER_FROM_SLICES", "HELPER_FROM_BYTES", "KINETO_FIXED", "KINETO_EVENT", "KINETO_ALONE_EVENT",
+__all__ = ["SLICE_BYTES", "WIDE_FROM_BYTES", "HELPER_FROM_SLICES", "HELPER_FROM_BYTES", "KINETO_FIXED", "KINETO_EVENT", "KINETO_ALONE_EVENT",
            "helper_allowed", "looks_like_kineto", "json_bytes", "need"]  # fmt: skip
 
 # Slices of 16 MiB: each process holds one slice's decoded events at a time, and 32 MiB ones
 # held twice that. The two processes reading a 514 MB trace peaked at 484-490 MiB together
 # (bound 482), now 396-404, in the same time (2.80-3.18 s against 2.90-3.24, alternating).
 SLICE_BYTES = 16 << 20
+# Where two threads of this process decode them (the compiled decoder), a plain file of 256
+# MiB or more is cut in slices twice as wide (``kineto._slice_bytes``): eight of them at least.
+WIDE_FROM_BYTES = 256 << 20
 
 # A trace of at least this many slices (192 MiB) is shared with a helper process on a
 # machine with two or more cores. A second interpreter with polars costs ~110 MiB more at

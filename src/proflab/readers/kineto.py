@@ -63,7 +63,7 @@ from proflab.model.trace import (
 from proflab.model.slicing import SliceSpec
 from proflab.readers import _progress as progress
 from proflab.readers import _tolerant
-from proflab.readers._kineto_size import HELPER_FROM_SLICES, SLICE_BYTES, helper_allowed
+from proflab.readers._kineto_size import HELPER_FROM_SLICES, SLICE_BYTES, WIDE_FROM_BYTES, helper_allowed, json_bytes
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
@@ -721,7 +721,7 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
     error) for the caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
     GPU tables are written to as ``cpu-N.arrow`` / ``gpu-N.arrow`` (N its index) instead of
     being kept (the tables returned have none). ``helper``: False decodes every slice here."""
-    slicer = open_slicer(path, _CHUNK_BYTES)
+    slicer = open_slicer(path, _slice_bytes(path) if helper and spill is None else _CHUNK_BYTES)
     tables: list[_Tables] = []
 
     def decoded(piece) -> None:
@@ -762,6 +762,24 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
     except msgspec.ValidationError:
         raise NotSliceable from None  # the document's own shape is odd: the whole-file path says how
     return doc, tables, size
+
+
+def _slice_bytes(path: Path) -> int:
+    """The slices' size: twice ``_CHUNK_BYTES`` where two threads decode a plain file of
+    ``WIDE_FROM_BYTES`` or more. A slice's tables cost ~7 ms of polars and Python calls however
+    few its events, which wider slices pay half as often: the 514 MB trace 1.50-1.55 ->
+    1.40 s, 2.19-2.22 -> 2.04 CPU s, the same peak (381-388 MiB; 64 MiB slices: 1.37 s, but the
+    realistic 150 MB trace's peak 177 -> 317 MiB, so smaller traces keep theirs). Not a .gz
+    file's: the same 1.9 s, its peak 400 -> 516 MiB (the inflater's pieces queued for wider
+    slices). Nor a helper process's (no compiled decoder: each holds its slice's decoded
+    events), nor a read within a memory budget (``spill``: as it was measured)."""
+    if not _threads_decode():
+        return _CHUNK_BYTES
+    try:
+        size, gz = json_bytes(path)
+    except OSError:
+        return _CHUNK_BYTES  # (the open that follows says why)
+    return 2 * _CHUNK_BYTES if size >= WIDE_FROM_BYTES and not gz else _CHUNK_BYTES
 
 
 def _threads_decode() -> bool:
