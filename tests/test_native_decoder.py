@@ -483,6 +483,51 @@ def test_reads_are_the_same_with_threads_and_without(monkeypatch, tmp_path):
         assert t.meta == pure.meta
 
 
+@pytest.mark.parametrize("window", [2, 3])
+def test_slices_in_hand_at_once_are_bounded(window):
+    """``_in_order`` decodes on two threads and holds at most ``window`` items at once (handed
+    out and not yet taken), taking them in order whatever order they finish in."""
+    import threading
+    import time
+
+    lock, handed, taken, most, threads = threading.Lock(), [0], [0], [0], set()
+
+    def items():
+        for i in range(12):
+            with lock:
+                handed[0] += 1
+                most[0] = max(most[0], handed[0] - taken[0])
+            yield i
+
+    def decode(index, item):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.03 if index % 3 == 0 else 0.005)  # (a slow one now and then: the rest wait to be taken)
+        return item
+
+    def took(n):
+        with lock:
+            taken[0] = n
+
+    assert kineto._in_order(decode, items(), took, window) == list(range(12))
+    assert most[0] == window and len(threads) == kineto._THREADS
+
+
+@pytest.mark.parametrize("name", ["t.json", "t.json.gz"])
+def test_a_plain_file_has_one_slice_more_in_hand_than_threads(monkeypatch, tmp_path, name):
+    """A plain file's slices are handed out one ahead of the two threads (a thread done with
+    its slice goes on while the oldest is decoded); a .gz file's are not (each waiting slice is
+    held inflated)."""
+    src = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    path = tmp_path / name
+    path.write_bytes(src.read_bytes() if name.endswith(".gz") else gzip.decompress(src.read_bytes()))
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
+    windows = []
+    real = kineto._in_order
+    monkeypatch.setattr(kineto, "_in_order", lambda *a: windows.append(a[3] if len(a) > 3 else kineto._THREADS) or real(*a))
+    kineto.read(path)
+    assert windows == [kineto._THREADS + (0 if name.endswith(".gz") else 1)]
+
+
 def test_large_plain_files_are_cut_in_wider_slices_where_threads_decode(monkeypatch, tmp_path):
     """Two threads decode a plain file of ``WIDE_FROM_BYTES`` or more in slices twice
     ``_CHUNK_BYTES`` wide (fewer slices, each one's fixed cost paid half as often), with the
