@@ -122,3 +122,26 @@ def test_launches_found_by_searching_them_among_the_events(keys, s, ordered):
     starts = np.array(sorted(s) if ordered else s, dtype=np.int64)
     got = observer._first_at_or_after(k, starts)
     assert got.tolist() == np.searchsorted(k, starts, side="left").tolist()
+
+
+def test_events_per_step_counted_by_running_sums_as_one_by_one():
+    """The observer's events and Python frames per step: times in order (a host table's
+    starts) are counted by a search of each step's bounds and running sums; they give what
+    placing each time in its step gives (the last step starting at or before it, while not
+    yet ended), with steps that overlap, start together or hold nothing, times before, between
+    and after them, and times out of order (placed one by one)."""
+    import numpy as np
+
+    from proflab.analysis.observer import _counts_per_step, _step_of
+
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        lo = np.sort(rng.integers(0, 100, rng.integers(1, 8)))
+        hi = lo + rng.integers(0, 40, lo.size)
+        t = np.sort(rng.integers(-5, 150, rng.integers(0, 60)))
+        flag = rng.random(t.size) < 0.4
+        k = _step_of(t, lo, hi)
+        want = [np.bincount(k[m], minlength=lo.size + 1)[: lo.size].tolist() for m in (~flag, flag)]
+        shuffled = rng.permutation(t.size)
+        for times, flags in ((t, flag), (t[shuffled], flag[shuffled])):
+            assert [c.tolist() for c in _counts_per_step(times, flags, lo, hi)] == want

