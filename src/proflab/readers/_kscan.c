@@ -1,7 +1,7 @@
-/* A decoder of one slice of Kineto events (a JSON array of event objects) into fixed-size
- * records, with no Python object per event: the numbers land in a bytes buffer that numpy
- * views as columns, and each distinct string (name, category, phase) becomes one Python
- * str, however many events carry it.
+/* A decoder of one slice of Kineto events (a JSON array of event objects) into a table of
+ * fixed-size rows for each kind of event, with no Python object per event: the numbers land
+ * in buffers that numpy views as columns, and each distinct string (name, category, phase)
+ * becomes one Python str, however many events carry it.
  *
  * It accepts exactly what proflab's typed msgspec decode (kineto._Event) accepts without a
  * validation error, and gives up on anything else: an unexpected type, a value out of the
