@@ -78,14 +78,12 @@ enum { W_PH, W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_INTS, W_SPAN_OFF = W_IN
        W_VALID = W_SPAN_LEN + N_SPANS, N_WORDS };
 enum { K_OTHER, K_OP, K_GPU, K_FRAME, N_KINDS };
 _Static_assert(sizeof(Rec) == N_WORDS * sizeof(uint64_t), "a record is its words");
-#define MAX_COLUMNS N_WORDS
-static signed char TABLE_FIELDS[N_KINDS][MAX_COLUMNS + 1];
 
 typedef struct {
     uint64_t *data; /* row i at data + i * ncols */
     Py_ssize_t n, cap;
     int ncols;
-    const signed char *fields;
+    const int *fields;
 } Table;
 
 /* integer args: key, lower and upper bound (I32 or I64) */
@@ -95,6 +93,20 @@ enum {
     I_GROUP_SIZE, I_GRID_X, I_GRID_Y, I_GRID_Z, I_BLOCK_X, I_BLOCK_Y, I_BLOCK_Z
 };
 enum { S_INPUT_TYPES, S_INPUT_DIMS, S_COLLECTIVE, S_DTYPE, S_PG_NAME };
+
+static const int GPU_WORDS[] = {
+    W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD, W_INTS + I_CORRELATION,
+    W_INTS + I_DEVICE, W_INTS + I_STREAM, W_INTS + I_BYTES, W_INTS + I_REGISTERS, W_INTS + I_SHARED_MEMORY, W_INTS + I_GRID_X,
+    W_INTS + I_GRID_Y, W_INTS + I_GRID_Z, W_INTS + I_BLOCK_X, W_INTS + I_BLOCK_Y, W_INTS + I_BLOCK_Z, -1};
+static const int OP_WORDS[] = {
+    W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD, W_INTS + I_CORRELATION,
+    W_INTS + I_SEQUENCE, W_INTS + I_IN_NELEMS, W_INTS + I_OUT_NELEMS, W_INTS + I_GROUP_SIZE, W_SPAN_OFF + S_INPUT_TYPES,
+    W_SPAN_OFF + S_INPUT_DIMS, W_SPAN_OFF + S_COLLECTIVE, W_SPAN_OFF + S_DTYPE, W_SPAN_OFF + S_PG_NAME, W_SPAN_LEN + S_INPUT_TYPES,
+    W_SPAN_LEN + S_INPUT_DIMS, W_SPAN_LEN + S_COLLECTIVE, W_SPAN_LEN + S_DTYPE, W_SPAN_LEN + S_PG_NAME, -1};
+static const int FRAME_WORDS[] = {W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_PYTHON_ID, W_INTS + I_PYTHON_PARENT_ID, -1};
+static const int OTHER_WORDS[] = {W_CAT, -1};
+/* each kind's columns: the record words its table keeps, -1 ended */
+static const int *const TABLE_FIELDS[N_KINDS] = {[K_OTHER] = OTHER_WORDS, [K_OP] = OP_WORDS, [K_GPU] = GPU_WORDS, [K_FRAME] = FRAME_WORDS};
 
 typedef struct {
     const char *key;
@@ -730,7 +742,6 @@ static int object_open(P *p, const char *what) {
     return 0;
 }
 
-
 /* A member's key and its ':'. *k: the key's index among names (-1: another key); a known
  * key seen twice in the object gives up (which of the two msgspec keeps is not this
  * decoder's to guess). `at`: the member's place in its object (guess: the keys the last such
@@ -1042,7 +1053,7 @@ static PyTypeObject COLUMNS_TYPE = {
     .tp_as_buffer = &COLUMNS_BUFFER,
     .tp_methods = COLUMNS_METHODS,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One kind's table of a slice: a read-only buffer of columns (shape(): rows, room, columns).",
+    .tp_doc = "One kind's table of a slice: a read-only buffer of rows of 8-byte words (shape(): rows, room, columns).",
 };
 
 /* The last slice's rows of each kind and its bytes, for the next slice's guess of its tables'
@@ -1165,35 +1176,6 @@ static PyMethodDef METHODS[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* Each kind's columns (TABLE_FIELDS), -1 ended. */
-static int set_table_fields(void) {
-    static const int gpu[] = {W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD,
-                              W_INTS + I_CORRELATION, W_INTS + I_DEVICE, W_INTS + I_STREAM, W_INTS + I_BYTES, W_INTS + I_REGISTERS,
-                              W_INTS + I_SHARED_MEMORY, W_INTS + I_GRID_X, W_INTS + I_GRID_Y, W_INTS + I_GRID_Z, W_INTS + I_BLOCK_X,
-                              W_INTS + I_BLOCK_Y, W_INTS + I_BLOCK_Z, -1};
-    static const int op[] = {W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD,
-                             W_INTS + I_CORRELATION, W_INTS + I_SEQUENCE, W_INTS + I_IN_NELEMS, W_INTS + I_OUT_NELEMS,
-                             W_INTS + I_GROUP_SIZE, W_SPAN_OFF + S_INPUT_TYPES, W_SPAN_OFF + S_INPUT_DIMS, W_SPAN_OFF + S_COLLECTIVE,
-                             W_SPAN_OFF + S_DTYPE, W_SPAN_OFF + S_PG_NAME, W_SPAN_LEN + S_INPUT_TYPES, W_SPAN_LEN + S_INPUT_DIMS,
-                             W_SPAN_LEN + S_COLLECTIVE, W_SPAN_LEN + S_DTYPE, W_SPAN_LEN + S_PG_NAME, -1};
-    static const int frame[] = {W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_PYTHON_ID, W_INTS + I_PYTHON_PARENT_ID, -1};
-    static const int other[] = {W_CAT, -1};
-    const int *lists[N_KINDS];
-    lists[K_GPU] = gpu;
-    lists[K_OP] = op;
-    lists[K_FRAME] = frame;
-    lists[K_OTHER] = other;
-    for (int k = 0; k < N_KINDS; k++) {
-        int j = 0;
-        for (; lists[k][j] >= 0; j++) {
-            if (j >= MAX_COLUMNS) { PyErr_SetString(PyExc_ImportError, "_kscan: a table of too many columns"); return -1; }
-            TABLE_FIELDS[k][j] = (signed char)lists[k][j];
-        }
-        TABLE_FIELDS[k][j] = -1;
-    }
-    return 0;
-}
-
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_kscan", NULL, -1, METHODS, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__kscan(void) {
@@ -1209,7 +1191,6 @@ PyMODINIT_FUNC PyInit__kscan(void) {
         PyErr_SetString(PyExc_ImportError, "_kscan: a key the decoder cannot index");
         return NULL;
     }
-    if (set_table_fields() < 0) return NULL;
     if (PyType_Ready(&COLUMNS_TYPE) < 0) return NULL;
     return PyModule_Create(&MODULE);
 }
