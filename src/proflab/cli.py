@@ -618,6 +618,11 @@ def _recording_args(p) -> None:
     g = p.add_argument_group("GPU monitor")
     g.add_argument("--no-monitor", dest="monitor", action="store_false", default=None, help="do not sample NVML")
     g.add_argument("--monitor-period", type=float, default=0.1, metavar="S", help="sampling period in s (default 0.1)")
+    g = p.add_argument_group("the end")
+    g.add_argument("--exit-timeout", type=float, default=60.0, metavar="S",
+                   help="a process of the program still there S s after its main thread finished is hung at exit: "
+                        "proflab says what it waited for, keeps what was recorded, ends it and exits 124 "
+                        "(default 60; 0: wait for ever)")  # fmt: skip
 
 
 def _recording_options(args: argparse.Namespace) -> dict:
@@ -627,6 +632,7 @@ def _recording_options(args: argparse.Namespace) -> dict:
         delay_s=args.delay, duration_s=args.duration, record_shapes=args.record_shapes, with_stack=args.with_stack,
         profile_memory=args.profile_memory, memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
         python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
+        exit_timeout_s=args.exit_timeout,
     )  # fmt: skip
 
 

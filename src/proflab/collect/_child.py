@@ -30,9 +30,15 @@ records is also exported into the run directory (``<who>_own<N>``) before the pr
 The trace is exported when the window closes (stopped and saved by Kineto on the training
 thread, right after the stop: see ``_export`` for why; compressed on a background thread),
 and otherwise when the process ends: at exit (normal end, an uncaught exception, Ctrl-C's
-KeyboardInterrupt) and on SIGTERM, so a crashing or interrupted program still leaves what
-was recorded. Each process writes its own trace
-(``<host>_<pid>`` or ``rank<R>_<pid>``), so every torchrun worker leaves one.
+KeyboardInterrupt, ``os._exit``) and on SIGTERM, so a crashing or interrupted program still
+leaves what was recorded; a profiler of the program's own still open then is stopped and
+kept too. Each process writes its own trace (``<host>_<pid>`` or ``rank<R>_<pid>``), so every
+torchrun worker leaves one.
+
+The end never hangs on Kineto's CUPTI teardown (``end_without_teardown``), and each process
+writes ``processes/<pid>.exit`` as it ends (its main thread done, the threads it waits for,
+proflab's exit handler started and done): the launcher reads it to tell a process that hung
+at exit from one that still works.
 """
 
 from __future__ import annotations
@@ -62,6 +68,8 @@ _GPU_DRAIN_S = 1.0  # the longest the end waits for the GPU to reach the last st
 _JOIN_S = 300.0  # the longest the program waits for a trace's compression (at exit, say)
 _SETTLE_CALLS, _SETTLE_EVERY_S = 15, 0.01  # CUDA calls that let Kineto's teardown run (see settle_cupti_teardown)
 _SETTLE_WAIT_S = 2.0  # the longest a new session waits for them
+_SETTLE_AT_EXIT_S = 5.0  # a stop this recent gets its teardown calls made at exit, on the exiting thread
+EXIT_MARK = ".exit"  # processes/<pid>.exit: how far the process got in ending (the launcher's watchdog)
 _IMPORTLIB_FILES = ("importlib._bootstrap", "importlib/_bootstrap.py", "importlib/_bootstrap_external.py")
 _COMPILING_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py")
 
@@ -101,6 +109,22 @@ def settle_cupti_teardown(torch) -> threading.Thread | None:
     t = threading.Thread(target=calls, name="proflab-cupti-teardown", daemon=True)
     t.start()
     return t
+
+
+def end_without_teardown() -> None:
+    """Stop torch.profiler sessions at the end of the process without Kineto's CUPTI teardown.
+
+    With ``TEARDOWN_CUPTI=1`` (what ``proflab run`` sets) a session's stop starts a detached
+    thread that waits on a condition variable for the next CUDA call, which finalises CUPTI.
+    A process that makes no CUDA call after the stop never wakes it, and at exit glibc's
+    ``pthread_cond_destroy`` in a static destructor waits for that waiter for ever: on an
+    H200 (PyTorch 2.11, CUDA 13) every GPU program stopped that way hung at exit, the main
+    thread in ``exit -> pthread_cond_destroy``, Kineto's thread in ``teardownContext``'s
+    wait; plain torch.profiler with the same setting hung too, and returned with
+    ``TEARDOWN_CUPTI=0`` or a few CUDA calls after the stop (benchmarks/probe_exit_hang.py).
+    Kineto reads the variable at each stop, and a teardown buys nothing in a process that is
+    ending, so the stops made at the end run without it."""
+    os.environ["TEARDOWN_CUPTI"] = "0"
 
 
 def _step_medians(times: list[tuple[float, bool, int]], window_end_steps: list[int]) -> dict:
@@ -258,6 +282,9 @@ class Runtime:
         self._outer_importing: set[str] = set()
         self._exports: list[threading.Thread] = []
         self._settling: threading.Thread | None = None  # settle_cupti_teardown's calls after our last stop
+        self._teardown_stop_at: float | None = None  # the last stop made with Kineto's CUPTI teardown on
+        self._program_profs: list = []  # the program's own torch.profiler sessions, started and not stopped
+        self._exit_marks: dict = {}  # what processes/<pid>.exit says so far
         self.failure: str | None = None  # why proflab stopped recording, when it failed
         self.last_save_s: float | None = None  # Kineto's save of the last trace, on the training thread
         argv = getattr(sys, "orig_argv", sys.argv)
@@ -275,12 +302,63 @@ class Runtime:
 
     def install(self) -> None:
         atexit.register(self.finish)
+        # Runs as the main thread ends, before the interpreter waits for non-daemon threads
+        # (atexit handlers run after that wait): the start of the launcher's exit clock.
+        register = getattr(threading, "_register_atexit", None)
+        if register is not None:
+            try:
+                register(self._main_thread_done)
+            except RuntimeError:  # the interpreter is already shutting down
+                pass
+        self._wrap_os_exit()
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
             signal.signal(signal.SIGTERM, self._on_sigterm)
         if "torch" in sys.modules:  # imported by another sitecustomize before us
             self.on_torch(sys.modules["torch"])
         else:
             sys.meta_path.insert(0, _TorchImportHook(self))
+
+    def _wrap_os_exit(self) -> None:
+        """``os._exit`` skips atexit: run ``finish`` first, so a program that leaves that way
+        keeps its window too. Forked children (multiprocessing's, which always leave through
+        ``os._exit``) pass straight through: ``finish`` declines in them."""
+        real = os._exit
+        if getattr(real, "_proflab_wrapped", False):
+            return
+        runtime = self
+
+        def _exit(status):
+            if os.getpid() == runtime.pid:
+                try:
+                    runtime.finish()
+                except BaseException:  # the program asked to leave now: leave whatever happens
+                    pass
+            real(status)
+
+        _exit._proflab_wrapped = True
+        _exit.__wrapped__ = real
+        _exit.__doc__ = real.__doc__
+        os._exit = _exit
+
+    def _main_thread_done(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        me = threading.current_thread()
+        waiting = [t.name for t in threading.enumerate() if t is not me and not t.daemon and t.is_alive()]
+        self._mark_exit(main_finished_s=time.time(), waiting_for_threads=waiting)
+
+    def _mark_exit(self, **fields) -> None:
+        """Update processes/<pid>.exit (atomically): how far this process got in ending."""
+        self._exit_marks.update(fields)
+        d = os.path.join(self.run_dir, "processes")
+        try:
+            os.makedirs(d, exist_ok=True)
+            tmp = os.path.join(d, f".{self.pid}{EXIT_MARK}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump({"pid": self.pid, "rank": os.environ.get("RANK"), **self._exit_marks}, f)
+            os.replace(tmp, os.path.join(d, f"{self.pid}{EXIT_MARK}"))
+        except OSError:
+            pass  # the run directory went away; nothing to tell
 
     def _on_sigterm(self, signum, frame) -> None:
         # Forked children (DataLoader workers, multiprocessing pools, whose terminate() sends
@@ -395,7 +473,10 @@ class Runtime:
         def start_(prof):
             if not getattr(prof, "_proflab_own", False):
                 quietly(runtime._program_profiler_starts, prof)
-            return start(prof)
+            out = start(prof)
+            if not getattr(prof, "_proflab_own", False):
+                runtime._program_profs.append(prof)
+            return out
 
         def step_(prof):
             out = step(prof)
@@ -404,9 +485,14 @@ class Runtime:
             return out
 
         def stop_(prof):
+            own = getattr(prof, "_proflab_own", False)
+            if not own:
+                runtime._program_profs[:] = [p for p in runtime._program_profs if p is not prof]
             out = stop(prof)
-            if not getattr(prof, "_proflab_own", False) and getattr(prof, "_proflab_on_ready", None) is None:
-                quietly(runtime._keep_program_trace, prof)  # no handler: what it recorded ends at stop
+            if not own:
+                if getattr(prof, "_proflab_on_ready", None) is None:
+                    quietly(runtime._keep_program_trace, prof)  # no handler: what it recorded ends at stop
+                quietly(runtime._settle)  # its teardown, as after our own stops (see end_without_teardown)
             return out
 
         cls.start, cls.step, cls.stop = start_, step_, stop_
@@ -464,9 +550,12 @@ class Runtime:
                 _serve_later_exports(prof.profiler, self.traces[-1])
 
     def _settle(self) -> None:
-        """One of our sessions stopped: let Kineto's CUPTI teardown run now (see
+        """A session stopped: let Kineto's CUPTI teardown run now (see
         settle_cupti_teardown). Not at exit: the process ends, and a daemon thread inside a
-        CUDA call while CUDA unloads is a crash waiting to happen."""
+        CUDA call while CUDA unloads is a crash waiting to happen (``_settle_at_exit`` makes
+        the calls there, on the exiting thread)."""
+        if os.environ.get("TEARDOWN_CUPTI") == "1":
+            self._teardown_stop_at = time.perf_counter()
         if self._finished or self.torch is None:
             return
         self._wait_settled()
@@ -474,6 +563,39 @@ class Runtime:
             self._settling = settle_cupti_teardown(self.torch)
         except Exception:
             self._settling = None
+
+    def _settle_at_exit(self) -> None:
+        """A stop made shortly before the end may have left Kineto's teardown thread waiting
+        for a CUDA call (the settle thread's calls cut short by the exit, or made before the
+        teardown was armed): make them here, on the exiting thread, while CUDA is still up;
+        otherwise the process hangs in its static destructors (see end_without_teardown)."""
+        at = self._teardown_stop_at
+        if at is None or self.torch is None:
+            return
+        self._wait_settled()
+        if time.perf_counter() - at > _SETTLE_AT_EXIT_S:
+            return  # the program's own CUDA calls since then ran the teardown
+        try:
+            if not self.torch.cuda.is_initialized():
+                return
+            for _ in range(_SETTLE_CALLS):
+                self.torch.cuda.current_device()  # cudaGetDevice: launches nothing, waits for nothing
+                time.sleep(_SETTLE_EVERY_S)
+        except Exception:
+            pass
+
+    def _stop_program_profilers(self) -> None:
+        """The program's own torch.profiler still records as the process ends (never
+        stopped, or a ``with`` block left by ``os._exit``): stop it, which keeps its trace as
+        any stop does. Left running, Kineto's session crashed the process at exit (SIGSEGV,
+        PyTorch 2.11 on an H200, benchmarks/probe_exit_hang.py)."""
+        for prof in list(self._program_profs):
+            try:
+                prof.stop()
+                self.notes.append("the program's own torch.profiler was still recording as it ended: proflab stopped it and kept its trace")
+            except Exception as e:
+                self.notes.append(f"stopping the program's own torch.profiler at exit failed: {type(e).__name__}: {e}")
+        self._program_profs = []
 
     def _wait_settled(self) -> None:
         """A session is about to start: the last one's teardown must be over first."""
@@ -804,6 +926,7 @@ class Runtime:
             self.prof.start()
             self.prof_kind = "time"
             self._provisional = self.window == "auto"
+            self._note_cuda_at_start()
             self.notes.append(
                 f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
                 f"recorded a time window of {self.cfg.get('duration_s')} s instead"
@@ -814,6 +937,14 @@ class Runtime:
         elif self._alarm_phase == "stop":
             self._alarm_phase = None
             self._stop_and_export()
+
+    def _note_cuda_at_start(self) -> None:
+        try:
+            cuda = self.torch.cuda
+            if cuda.is_available() and not cuda.is_initialized():
+                self.notes.append("the time window started before the program had created its CUDA context")
+        except Exception:
+            pass
 
     def _stop_and_export(self) -> None:
         prof, kind, self.prof, self.prof_kind = self.prof, self.prof_kind, None, None
@@ -886,6 +1017,8 @@ class Runtime:
             if self._finished:
                 return
             self._finished = True
+            self._mark_exit(exit_handler_started_s=time.time())
+            end_without_teardown()
             # A second Ctrl-C must not cut the export short.
             old = None
             if threading.current_thread() is threading.main_thread():
@@ -902,6 +1035,8 @@ class Runtime:
             except Exception as e:
                 self.failure = self.failure or f"stopping torch.profiler failed: {type(e).__name__}: {e}"
                 self.notes.append(f"stopping torch.profiler failed: {type(e).__name__}: {e}")
+            self._stop_program_profilers()
+            self._settle_at_exit()
             self._join_exports(_JOIN_S)  # a trace still being compressed is finished first
             self._dump_memory_snapshot()
             if self._gpu_clock is not None:
@@ -909,6 +1044,7 @@ class Runtime:
             self._write_process_info()
             if self._events is not None:
                 self._events.close()
+            self._mark_exit(exit_handler_done_s=time.time())
             if old is not None:
                 signal.signal(signal.SIGINT, old)
 

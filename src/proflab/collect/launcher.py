@@ -4,7 +4,8 @@ The program runs as a child process with proflab's bootstrap folder first on its
 (see ``_child.py`` for what happens inside it). This process stays outside the profiled one:
 it samples the GPUs through NVML, forwards SIGINT/SIGTERM, waits, writes the run directory
 (``rundir.py`` has the layout), analyses the trace(s) and exits with the program's status
-(128 + N when a signal N ended it: 130 for Ctrl-C).
+(128 + N when a signal N ended it: 130 for Ctrl-C; 124 when a process of it hung at exit and
+was ended: ``exitwatch.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from proflab import __version__
 from proflab._env import user_environ
 from proflab.collect import defaults, rundir
+from proflab.collect.exitwatch import HUNG_AT_EXIT, TERM_GRACE_S, ExitWatch
 from proflab.errors import ProflabError, UsageError
 
 __all__ = ["RunOptions", "run", "finalize", "analyze_run", "exit_status"]
@@ -55,6 +57,7 @@ class RunOptions:
     python_backtrace: bool = False
     monitor: bool | None = None  # None: on when a GPU is present
     monitor_period_s: float = 0.1
+    exit_timeout_s: float = 60.0  # a process not ended this long after its main thread did is hung (0: never)
     analyze: bool = True
     top: int = 15
     width: int | None = None
@@ -71,6 +74,8 @@ class RunOptions:
             raise UsageError("--delay must be >= 0 s and --duration > 0 s")
         if self.monitor_period_s <= 0:
             raise UsageError("--monitor-period must be > 0 s")
+        if self.exit_timeout_s < 0:
+            raise UsageError("--exit-timeout must be >= 0 s (0: wait for ever)")
         if self.top < 0:
             raise UsageError("--top must be >= 0")
 
@@ -226,13 +231,22 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
         rundir.write_json(run_dir / rundir.META, meta)
         raise UsageError(f"{cmd[0]}: cannot start: {e}") from e
     with _Signals(proc) as sigs:
-        returncode = proc.wait()
+        returncode, hung = _wait(proc, run_dir, opts.exit_timeout_s)
     status = exit_status(returncode)
     meta["duration_s"] = round(time.perf_counter() - t0, 3)
     meta["exit_status"] = status
     meta["status"] = "interrupted" if sigs.received or returncode < 0 else "finished"
     if sigs.received:
         meta["signals"] = [signal.Signals(s).name for s in sigs.received]
+    if hung:
+        meta["status"], meta["exit_status"], status = "hung at exit", HUNG_AT_EXIT, HUNG_AT_EXIT
+        meta["program_exit_status"] = exit_status(returncode)  # what ending it left
+        meta["hung_at_exit"] = [asdict(h) for h in hung]
+        meta["notes"] += [
+            f"{h.line()}; proflab ended it ({'SIGKILL' if h.saved else 'SIGTERM, then SIGKILL'}) and kept what it had recorded "
+            f"(--exit-timeout {opts.exit_timeout_s:g} s)"
+            for h in hung
+        ]  # fmt: skip
     rundir.write_json(run_dir / rundir.META, meta)  # the program's outcome, before anything else can fail
 
     try:
@@ -241,8 +255,10 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
         finalize(run_dir, meta, monitor=monitor)
         if opts.analyze:
             text, _ = analyze_run(run_dir, meta, top=opts.top, width=opts.width, color=opts.color)
-            out.write(text)
-            out.flush()
+        else:  # where the run went, how it ended and its step times, without the analysis
+            text = _run_header(run_dir, meta) + f"  analyse it: proflab analyze {run_dir}\n"
+        out.write(text)
+        out.flush()
     except KeyboardInterrupt:  # Ctrl-C after the program ended, while proflab was finishing
         if monitor is not None:
             monitor.stop()
@@ -254,6 +270,26 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
         sys.stderr.write(f"proflab: interrupted while finishing; the run is in {run_dir}\n")
         return 130
     return status
+
+
+def _wait(proc: subprocess.Popen, run_dir: Path, exit_timeout_s: float) -> tuple[int, list]:
+    """Wait for the program; a process of it that hangs at exit (``exitwatch``) is ended, and
+    the program itself too if it still has not ended once those are gone (a launcher such as
+    torchrun waiting on a hung worker ends by itself; anything else gets the same grace).
+    Returns the program's return code and the processes found hung."""
+    watch = ExitWatch(run_dir, exit_timeout_s)
+    gave_up_at = None
+    while True:
+        try:
+            return proc.wait(timeout=0.25), watch.hung
+        except subprocess.TimeoutExpired:
+            pass
+        hung = watch.check()
+        if hung:
+            watch.end(hung)
+            gave_up_at = gave_up_at or time.monotonic()
+        if gave_up_at is not None and time.monotonic() - gave_up_at > TERM_GRACE_S and proc.poll() is None:
+            proc.kill()
 
 
 def _start_monitor(opts: RunOptions, meta: dict):
@@ -478,6 +514,9 @@ def _run_header(run_dir: Path, meta: dict) -> str:
     lines = []
     if meta.get("recorded") is False:  # first, before anything else: the run missed
         lines.append(f"proflab run: NO TRACE RECORDED: {meta.get('why_no_trace')}")
+    for h in meta.get("hung_at_exit") or []:
+        who = f"rank {h['rank']} (pid {h['pid']})" if h.get("rank") is not None else f"pid {h['pid']}"
+        lines.append(f"proflab run: HUNG AT EXIT: {who}, waiting for {h['waiting_for']}; ended after {h['waited_s']:.0f} s")
     lines += [
         f"proflab run: {run_dir}",
         f"  command: {' '.join(meta.get('command') or [])}",
