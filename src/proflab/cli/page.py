@@ -2,7 +2,8 @@
 overview timeline of each analysed window and, for a ``proflab run`` directory, its GPU monitor
 samples, its energy and its Nsight Compute results.
 
-``html_report(paths)`` is what ``proflab report`` and ``proflab analyze -o x.html`` write.
+``html_report(paths)`` is what ``proflab report`` and ``proflab analyze -o x.html`` write. It
+reads, analyses and renders, so it sits with the command, above every layer it uses.
 """
 
 from __future__ import annotations
