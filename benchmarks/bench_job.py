@@ -70,7 +70,7 @@ def _peak_mib() -> float:
 def run(paths: list[Path], workers: int) -> dict:
     from dask.distributed import Client, LocalCluster
 
-    from proflab.analysis.jobs import analyze_job
+    from proflab.report.job import analyze_job
 
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
         with Client(cluster) as client:

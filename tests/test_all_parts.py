@@ -391,7 +391,7 @@ def test_what_a_part_reads_past_its_end_is_bounded():
 
 def test_two_traces_compared_in_parts_compare_as_their_whole_analyses():
     """``compare(..., all_parts=True)``: each trace analysed in parts of whole steps, its
-    comparison tables summed over them (``analysis.compare.combined_part``): the step times,
+    comparison tables summed over them (``report.compare.combined_part``): the step times,
     their interval, the verdict, where the time moved, kernels, operators and ranges are the
     whole traces' comparison's (the DataLoader-fed loop against the per-parameter one)."""
     a, b = LONG / "cnn_loader.light.pt.trace.json.gz", LONG / "mlp_foreach.light.pt.trace.json.gz"

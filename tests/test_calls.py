@@ -1,4 +1,4 @@
-"""Runtime and driver calls picked by name (``analysis.calls``): the rows a pattern tested on
+"""Runtime and driver calls picked by name (``analysis.timeline.calls``): the rows a pattern tested on
 every row keeps, with the distinct names found once per host table."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import gc
 
 import polars as pl
 
-from proflab.analysis import calls
-from proflab.analysis.calls import IS_CALL, call_names
+from proflab.analysis.timeline import calls
+from proflab.analysis.timeline.calls import IS_CALL, call_names
 
 
 def _cpu(rows):

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 import proflab
-from proflab.analysis.compare import bootstrap_ratio_ci, normalize_kernel
+from proflab.report.compare import bootstrap_ratio_ci, normalize_kernel
 from proflab.cli import main
 
 DATA = Path(__file__).parent / "data"

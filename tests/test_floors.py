@@ -23,6 +23,7 @@ IMPORTS = {
     "adbc-driver-sqlite": "adbc_driver_sqlite.dbapi",
     "adbc-driver-manager": "adbc_driver_manager.dbapi",
     "nvidia-ml-py": "pynvml",
+    "import-linter": "importlinter",
 }
 _REQ = re.compile(r'^\s*"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(>=|==)\s*([0-9][0-9A-Za-z.+]*)\s*(?:;[^"]*)?"')  # (markers after ;)
 

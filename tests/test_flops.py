@@ -1,4 +1,4 @@
-"""Matrix-multiply FLOPs from the input shapes torch.profiler records (analysis.flops)."""
+"""Matrix-multiply FLOPs from the input shapes torch.profiler records (analysis.deepdive.flops)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import proflab
-from proflab.analysis.flops import gemm_flops, op_flops
+from proflab.analysis.deepdive.flops import gemm_flops, op_flops
 
 H100 = Path(__file__).parent / "data" / "runs" / "20261122-074634-h100_cuda_train"
 
@@ -87,7 +87,7 @@ def ncu_step():
 
 
 def test_ncu_flops_refused_when_ncu_measured_only_some_kernels(ncu_step):
-    from proflab.analysis.flops import ncu_flops
+    from proflab.analysis.deepdive.flops import ncu_flops
 
     prof, tr = ncu_step
     fc = ncu_flops(prof, tr)
@@ -98,9 +98,9 @@ def test_ncu_flops_refused_when_ncu_measured_only_some_kernels(ncu_step):
 def test_ncu_flops_per_launch_summed_per_step(ncu_step):
     """The real training step's timeline kept to the kernels ncu measured (SIMULATED: a
     timeline whose every kernel was profiled), so each launch gets its kernel's ncu count."""
-    from proflab.analysis.deepdive import _grid, match_kernels
-    from proflab.analysis.flops import ncu_flops
-    from proflab.analysis.verdicts import verdicts
+    from proflab.analysis.deepdive.join import _grid, match_kernels
+    from proflab.analysis.deepdive.flops import ncu_flops
+    from proflab.analysis.deepdive.verdicts import verdicts
 
     prof, tr = ncu_step
     vs = [v for v in verdicts(prof) if v.roofline is not None and v.roofline.flop]

@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 from fuzzing import FAMILIES, HOSTILE_NAMES, Builder, Case, plan
-from proflab.analysis.deepdive import deep_dive
+from proflab.report.deepdive import deep_dive
 from proflab.api import analyze, load
 from proflab.cli import main
 from proflab.errors import InputError, ProflabError

@@ -128,7 +128,7 @@ def test_the_work_that_ends_a_gap_is_the_first_to_start_at_its_end():
     work; the same on a table not in start order."""
     import numpy as np
 
-    from proflab.analysis.gaps import _work_starting_at
+    from proflab.analysis.timeline.gaps import _work_starting_at
 
     work = pl.DataFrame(
         {"device": [0, 0, 0, 1, 0], "start_ns": [10, 20, 20, 20, 30], "correlation": [1, 2, 3, 4, None]},

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import proflab
 from proflab.analysis.context import Context
-from proflab.analysis import observer
-from proflab.analysis.observer import QUIET_STRETCH_NS, host_only_spans
+from proflab.analysis.timeline import observer
+from proflab.analysis.timeline.observer import QUIET_STRETCH_NS, host_only_spans
 from proflab.model.trace import CPU_SCHEMA, DEVICE_SCHEMA, GPU_SCHEMA, STEP_SCHEMA, Trace, TraceMeta
 
 OUTSIDE = "(outside operators)"
@@ -132,7 +132,7 @@ def test_events_per_step_counted_by_running_sums_as_one_by_one():
     and after them, and times out of order (placed one by one)."""
     import numpy as np
 
-    from proflab.analysis.observer import _counts_per_step, _step_of
+    from proflab.analysis.timeline.observer import _counts_per_step, _step_of
 
     rng = np.random.default_rng(7)
     for _ in range(500):

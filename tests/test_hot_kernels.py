@@ -9,7 +9,7 @@ import polars as pl
 
 import proflab
 from proflab.analysis.context import Context
-from proflab.analysis.kernels import hot_kernels
+from proflab.analysis.timeline.kernels import hot_kernels
 
 
 def _reference(rows: pl.DataFrame, dims: str) -> dict[str, str | None]:

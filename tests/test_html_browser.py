@@ -115,7 +115,7 @@ def test_compare_report_renders(chromium, tmp_path):
 
 def test_deep_dive_roofline_renders(chromium, tmp_path, data_dir):
     import proflab
-    from proflab.analysis.deepdive import deep_dive
+    from proflab.report.deepdive import deep_dive
     from proflab.readers.ncu import load as load_ncu
     from proflab.render.html import render_html
 

@@ -219,7 +219,7 @@ def test_job_page_has_the_rank_view_and_each_rank(tmp_path):
 
 
 def test_deep_dive_page_has_verdicts_and_roofline(data_dir):
-    from proflab.analysis.deepdive import deep_dive
+    from proflab.report.deepdive import deep_dive
     from proflab.readers.ncu import load as load_ncu
 
     ncu = data_dir / "ncu"

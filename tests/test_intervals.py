@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.timeline.intervals import IntervalSet
 
 
 def spans(s: IntervalSet) -> list[tuple[int, int]]:

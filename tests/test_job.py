@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from proflab.analysis import jobs
+from proflab.report import job as jobs
 from proflab.analysis.context import Context
 from proflab.analysis.ranks import bus_factor, job_tables, link_reference, normalize_collective, rank_summary
 from proflab.api import load
@@ -207,7 +207,7 @@ def test_job_and_scaling_json_follow_their_schemas(run_job, straggler):
         jsonschema.validate(d, job_schema)
         for r in d["reports"]:
             jsonschema.validate(r, report_schema)
-    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.report.scaling import point_of, scaling_rows
     from proflab.report import ScalingReport
 
     rows = scaling_rows([point_of("a", run_job), point_of("b", run_job.reports[0])], "strong")

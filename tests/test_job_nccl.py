@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from proflab.analysis import jobs
+from proflab.report import job as jobs
 from proflab.cli import main
 from proflab.readers import expand_paths
 
@@ -176,7 +176,7 @@ def test_scaling_states_the_bare_efficiency_where_the_points_have_it(job):
     from the recordings' ground truth)."""
     from dataclasses import replace
 
-    from proflab.analysis.scaling import point_of, scaling_rows
+    from proflab.report.scaling import point_of, scaling_rows
     from proflab.api import analyze
     from proflab.render.scaling import render_scaling
     from proflab.report import ScalingReport

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from proflab.analysis.verdicts import base_function_name, verdicts
+from proflab.analysis.deepdive.verdicts import base_function_name, verdicts
 from proflab.cli import main
-from proflab.analysis.deepdive import deep_dive
+from proflab.report.deepdive import deep_dive
 from proflab.errors import EmptyTrace, SchemaError, UnsupportedFormat
 from proflab.readers import ncu
 from proflab.readers.ncu import load as load_ncu
@@ -357,7 +357,7 @@ def test_no_local_memory_where_none_was_planted():
 def test_targeted_sections_collect_the_local_memory_metrics():
     # spill_targeted_* was recorded with proflab.collect.ncu.DEFAULT_SECTIONS: what
     # `proflab kernels` collects carries every local-memory metric the verdict reads
-    from proflab.analysis.verdicts import _LOCAL_METRICS
+    from proflab.analysis.deepdive.verdicts import _LOCAL_METRICS
 
     raw = ncu.read(DATA / "spill_targeted_raw.csv.gz")
     names = raw.metric_names(raw.launch_ids[0])

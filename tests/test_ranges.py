@@ -73,7 +73,7 @@ def test_nsys_flash_attention_ranges_per_device():
 def test_projection_read_in_pieces_equals_whole(monkeypatch):
     """The projection reads the host table in pieces (bounded memory on exports with millions
     of ranges); pieces of 7 rows, so names and threads straddle them, give the same table."""
-    from proflab.analysis import ranges as ranges_mod
+    from proflab.analysis.timeline import ranges as ranges_mod
 
     trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
     ctx = Context(trace)
@@ -115,7 +115,7 @@ def test_the_frames_index_built_beside_the_spans_is_the_one_built_alone():
 
 @pytest.mark.parametrize(
     ("target", "what"),
-    [("proflab.analysis.ranges.range_projection", "projection"), ("proflab.analysis.source.FrameIndex.__init__", "frames' index")],
+    [("proflab.analysis.timeline.ranges.range_projection", "projection"), ("proflab.analysis.timeline.source.FrameIndex.__init__", "frames' index")],
 )
 def test_a_failure_beside_the_spans_reaches_the_caller(monkeypatch, target, what):
     """(Failures that no real input produces, made by replacing the projection or the frames'
@@ -139,7 +139,7 @@ def test_frames_parents_found_by_search_are_those_a_join_finds():
     import numpy as np
     import polars as pl
 
-    from proflab.analysis.source import FrameIndex, _parent_rows
+    from proflab.analysis.timeline.source import FrameIndex, _parent_rows
 
     trace = proflab.load(KINETO / "train_loop.pt.trace.json.gz", cache=False)
     cols = ["tid", "start_ns", "python_id", "python_parent_id", "name"]
@@ -183,7 +183,7 @@ def test_frames_innermost_by_search_is_the_as_of_join(monkeypatch):
     import numpy as np
     import polars as pl
 
-    from proflab.analysis import source
+    from proflab.analysis.timeline import source
 
     tids = []
     real_init = source.FrameIndex._index_by_thread

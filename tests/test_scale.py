@@ -526,7 +526,7 @@ def test_compare_of_cached_traces_is_the_fresh_one_and_reads_no_trace(cache_dir,
 def test_compare_parts_round_trip_exactly(small):
     """The tables a comparison keeps per trace come back with the same types and values."""
     from proflab.analysis import Context
-    from proflab.analysis.compare import PART_FRAMES, decode_part, encode_part, trace_part
+    from proflab.report.compare import PART_FRAMES, decode_part, encode_part, trace_part
     from proflab.readers import load
 
     part = trace_part(Context(load(small, cache=False)))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from proflab.analysis import jobs
+from proflab.report import job as jobs
 from proflab.cli import main
 
 STUDY = Path(__file__).parent / "data" / "kineto" / "scaling"

@@ -13,7 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from proflab import sql
-from proflab.analysis import jobs
+from proflab.report import job as jobs
 from proflab.cli import main
 
 DATA = Path(__file__).parent / "data"

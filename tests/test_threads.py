@@ -18,7 +18,7 @@ import polars as pl
 import proflab
 from proflab.analysis.context import Context
 from proflab.analysis.energy import _range_energy
-from proflab.analysis.threads import ThreadClock
+from proflab.analysis.timeline.threads import ThreadClock
 
 REALISTIC = Path(__file__).resolve().parent / "data" / "realistic"
 
@@ -100,7 +100,7 @@ def test_thread_order_is_a_stable_grouping_by_thread(monkeypatch, copies):
     chunks here, so a band's rows span many) and with the band of no known thread last; with
     each chunk's bands copied as runs, and (``copies`` 2: more threads in a chunk than that)
     every row scattered to its place."""
-    import proflab.analysis.threads as threads
+    import proflab.analysis.timeline.threads as threads
 
     monkeypatch.setattr(threads, "_ORDER_STEP", 7)
     monkeypatch.setattr(threads, "_BAND_COPIES", copies)

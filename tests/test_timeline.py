@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from proflab.analysis.intervals import IntervalSet
-from proflab.analysis.timeline import low_stretches
+from proflab.analysis.timeline.intervals import IntervalSet
+from proflab.analysis.timeline.breakdown import low_stretches
 
 MS = 1_000_000
 

@@ -451,7 +451,7 @@ def job_tables(paths: list[str | Path] | None, **options: Any) -> dict[str, pl.D
         }
     import importlib.util
 
-    from proflab.analysis import jobs
+    from proflab.report import job as jobs
     from proflab.analysis.ranks import job_tables as cross_rank
     from proflab.errors import UsageError
 

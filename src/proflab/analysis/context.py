@@ -7,18 +7,18 @@ from functools import cached_property
 import polars as pl
 
 from proflab._heap import release
-from proflab.analysis import gaps as _gaps
-from proflab.analysis import kernels as _kernels
-from proflab.analysis import launch as _launch
-from proflab.analysis import memcpy as _memcpy
-from proflab.analysis import observer as _observer
-from proflab.analysis import ranges as _ranges
-from proflab.analysis import steps as _steps
-from proflab.analysis import timeline as _timeline
-from proflab.analysis.intervals import IntervalSet
-from proflab.analysis.source import FrameIndex
+from proflab.analysis.timeline import gaps as _gaps
+from proflab.analysis.timeline import kernels as _kernels
+from proflab.analysis.timeline import launch as _launch
+from proflab.analysis.timeline import memcpy as _memcpy
+from proflab.analysis.timeline import observer as _observer
+from proflab.analysis.timeline import ranges as _ranges
+from proflab.analysis.timeline import steps as _steps
+from proflab.analysis.timeline import breakdown as _timeline
+from proflab.analysis.timeline.intervals import IntervalSet
+from proflab.analysis.timeline.source import FrameIndex
 from proflab.model import Trace
-from proflab.report import Missing
+from proflab.model.findings import Missing
 
 __all__ = ["Context"]
 
@@ -41,7 +41,7 @@ class Context:
     def __init__(self, trace: Trace, *, bare_step_ms: float | None = None, part: bool = False,
                  starts_at: int | None = None, host_before: pl.DataFrame | None = None) -> None:
         """``bare_step_ms``: the loop's step time measured without the profiler, when known
-        (it replaces the observer model's estimate, see ``analysis.observer``). ``part``: the
+        (it replaces the observer model's estimate, see ``analysis.timeline.observer``). ``part``: the
         trace is one of the consecutive parts of a trace analysed in parts
         (``report.combine``): what the parts' report is combined from but the report does not
         hold (value counts for medians, per-step figures) is kept in ``part_digest`` as the
@@ -124,7 +124,7 @@ class Context:
 
     @_table
     def gpu_steps(self) -> pl.DataFrame:
-        """GPU-side step windows per device (see ``analysis.steps``)."""
+        """GPU-side step windows per device (see ``analysis.timeline.steps``)."""
         return _steps.gpu_steps(self.trace, self.launches)
 
     @_table
@@ -144,7 +144,7 @@ class Context:
 
     @_table
     def observer(self) -> _observer.Observer | None:
-        """The profiler's own cost and the unprofiled step (see ``analysis.observer``)."""
+        """The profiler's own cost and the unprofiled step (see ``analysis.timeline.observer``)."""
         per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches)
         if self.part_digest is not None:
             self.part_digest["observer_steps"] = per_step

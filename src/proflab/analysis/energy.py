@@ -144,7 +144,7 @@ def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None) -> dic
     }
     # what the throttle signal said (null column: the GPU did not report it; missing, not none)
     if "throttle_mask" in d.columns and d["throttle_mask"].null_count() < d.height:
-        from proflab.collect.monitor import throttle_names
+        from proflab.model.monitor import throttle_names
 
         seen = 0
         for m in d["throttle_mask"].drop_nulls().unique().to_list():
@@ -340,14 +340,15 @@ def energy_per_step(a: EnergyAnalysis) -> tuple[float | None, str]:
 
 
 def _load_traces(run_dir: Path, notes: list[str]) -> list:
-    from proflab.api import load
+    from proflab.readers import load
+    from proflab.readers.budget import DEFAULT_BUDGET
 
     tdir = run_dir / "traces"
     paths = sorted(p for p in tdir.glob("*.pt.trace.json*")) if tdir.is_dir() else []
     out = []
     for p in paths:
         try:
-            out.append(load(p))
+            out.append(load(p, budget=DEFAULT_BUDGET))  # as proflab.load reads it
         except InputError as e:
             notes.append(f"{p.name}: not read ({e}); its window has no energy")
     if not paths:
@@ -386,7 +387,7 @@ _MAX_STEP_ROWS = 2000
 
 def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str],
             flops_per_step: float | None = None, ncu=None) -> dict[str, Any]:
-    from proflab.analysis import Context
+    from proflab.analysis.context import Context
 
     dist = trace.meta.distributed or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None
@@ -495,7 +496,7 @@ def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, 
     if user is not None:
         w.update(flop_per_step=float(user), flop_source="user")
         return {}
-    from proflab.analysis.flops import gemm_flops, ncu_flops
+    from proflab.analysis.deepdive.flops import gemm_flops, ncu_flops
 
     fc = gemm_flops(trace)
     if fc.flop is None and ncu is not None:

@@ -39,7 +39,7 @@ import polars as pl
 
 from proflab.errors import InputError
 from proflab.model import Trace
-from proflab.report import Missing
+from proflab.model.findings import Missing
 
 __all__ = ["MemoryAnalysis", "analyze_memory", "memory_for_trace", "PHASES", "CATEGORIES"]
 

@@ -4,7 +4,7 @@ A trace of a few hundred MB holds millions of kernels; a chart a person looks at
 thousand pixels wide. ``overview(ctx)`` merges, per device and stream, the work of one kind
 (compute, communication, memcpy, memset) whose gaps are shorter than the resolution (the window
 over ``bins``) into one segment that keeps its event count, busy time and longest event's name.
-The idle gaps (with their cause, from ``analysis.gaps``), the GPU-side steps and the user/NVTX
+The idle gaps (with their cause, from ``analysis.timeline.gaps``), the GPU-side steps and the user/NVTX
 ranges come with it, each capped to the longest ``max_*`` ones: what is left out is counted,
 never silently dropped. The result is plain data (times in ms from the window's start), so its
 size is bounded whatever the trace's size.

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.timeline.intervals import IntervalSet
 
 __all__ = [
     "RankSummary",

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from proflab import __version__
+from proflab._version import __version__
 from proflab._env import user_environ
 from proflab.collect import defaults, rundir
 from proflab.collect.exitwatch import HUNG_AT_EXIT, TERM_GRACE_S, ExitWatch
@@ -450,7 +450,8 @@ def analyze_run(
         if traces:
             job, reports = _job_of(traces, top)
             if job is None and not reports:
-                from proflab.api import analyze, load
+                from proflab.readers import load_trace as load
+                from proflab.report.analyze import analyze
 
                 reports = [analyze(load(p), top_kernels=top, bare_step_ms=rundir.unprofiled_step_ms(p)) for p in traces]
             shown = job if job is not None else reports
@@ -489,8 +490,9 @@ def _job_of(traces: list[Path], top: int) -> tuple[Any, list]:
     (None, []) for a single trace, unless it is an Nsight Systems export whose processes
     are the ranks. Runs here, without Dask, when Dask is not installed."""
     if len(traces) == 1 and traces[0].suffix == ".sqlite":
-        from proflab.analysis.jobs import analyze_processes
-        from proflab.api import analyze, load
+        from proflab.report.job import analyze_processes
+        from proflab.readers import load_trace as load
+        from proflab.report.analyze import analyze
 
         trace = load(traces[0])
         job = analyze_processes(trace, top_kernels=top)
@@ -501,7 +503,7 @@ def _job_of(traces: list[Path], top: int) -> tuple[Any, list]:
         return None, []
     import importlib.util
 
-    from proflab.analysis import jobs
+    from proflab.report import job as jobs
 
     try:
         job = jobs.analyze_job(traces, top_kernels=top, in_process=importlib.util.find_spec("distributed") is None)

@@ -36,6 +36,7 @@ from typing import Any
 
 from proflab.collect import Availability
 from proflab.errors import BackendUnavailable, MonitorError
+from proflab.model.monitor import THROTTLE_BITS, throttle_names
 
 __all__ = [
     "GPUMonitor",
@@ -52,18 +53,6 @@ __all__ = [
 DEFAULT_PERIOD_S = 0.1
 _INSTALL = "pip install nvidia-ml-py"
 
-# NVML's clock-event ("throttle") reason bits; stable across driver versions.
-THROTTLE_BITS = (
-    (0x1, "gpu_idle"),
-    (0x2, "applications_clocks_setting"),
-    (0x4, "sw_power_cap"),
-    (0x8, "hw_slowdown"),
-    (0x10, "sync_boost"),
-    (0x20, "sw_thermal_slowdown"),
-    (0x40, "hw_thermal_slowdown"),
-    (0x80, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
 
 # GPM metric ids (NVML_GPM_METRIC_*) and the column each fills.
 GPM_METRICS = (
@@ -100,11 +89,6 @@ def _schema() -> dict:
     return types
 
 
-def throttle_names(mask: int | None) -> list[str] | None:
-    """NVML's clock-event bitmask as names (``sw_power_cap``, ``hw_thermal_slowdown``...)."""
-    if mask is None:
-        return None
-    return [name for bit, name in THROTTLE_BITS if mask & bit]
 
 
 def _nvml():

@@ -111,7 +111,7 @@ def plan_from_trace(trace, *, top: int = 5, kernel_regex: str | None = None, war
     ``kernel_regex``) as an ncu plan. Without explicit skip/count: skip ``warmup_steps``
     steps' worth of matching launches and profile one step's worth (at most MAX_LAUNCHES)."""
     from proflab.analysis.context import Context
-    from proflab.analysis.verdicts import base_function_name
+    from proflab.analysis.deepdive.verdicts import base_function_name
 
     ctx = Context(trace)
     hot = ctx.hot_kernels(10_000)

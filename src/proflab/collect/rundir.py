@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from proflab._io import atomic_path, write_atomic
-from proflab.collect._child import MIN_BARE_STEPS  # the child's summary and its readers share the threshold
 from proflab.errors import UsageError
+# what its readers take from a run directory is the readers' (readers.rundir): re-exported here
+from proflab.readers.rundir import META, step_times_of, unprofiled_step_ms, unprofiled_steps_ms
 
 __all__ = [
     "DEFAULT_ROOT",
@@ -44,7 +45,6 @@ __all__ = [
 ]
 
 DEFAULT_ROOT = "proflab-runs"
-META = "meta.json"
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -147,48 +147,3 @@ def _seconds(v: Any) -> float | None:
     if type(v) not in (int, float) or (type(v) is int and abs(v) > 2**63):
         return None
     return float(v) if math.isfinite(v) else None
-
-
-def unprofiled_step_ms(trace: str | Path) -> float | None:
-    """The unprofiled step time (ms) that ``proflab run`` measured in the process that wrote
-    ``trace`` (a file under a run directory's ``traces/``): the median step interval outside
-    the profiler's recording, between CUDA events where the process used CUDA, else on the
-    host's clock (``processes/<pid>.json``: ``step_times``, its ``clock``). None when the
-    trace is not from a run directory or too few steps ran outside the window."""
-    st = step_times_of(trace)
-    return None if st is None else float(st["bare_ms"])
-
-
-def unprofiled_steps_ms(path: str | Path) -> list[float] | None:
-    """Every unprofiled step time (ms) ``proflab run`` kept for a run directory (or one of its
-    traces), all processes together; None when there are too few."""
-    path = Path(path)
-    traces = sorted((path / "traces").glob("*.json*")) if (path / META).is_file() else [path]
-    out: list[float] = []
-    for t in traces:
-        st = step_times_of(t)
-        if st is not None:
-            out += [float(x) for x in st.get("bare_steps_ms") or [] if isinstance(x, (int, float))]
-    return out if len(out) >= MIN_BARE_STEPS else None
-
-
-def step_times_of(trace: str | Path) -> dict | None:
-    """The ``step_times`` that ``proflab run`` recorded for the process that wrote ``trace``
-    (``processes/<pid>.json``), when it holds a bare step time of enough steps; else None."""
-    trace = Path(trace).resolve()
-    run_dir = trace.parent.parent if trace.parent.name == "traces" else None
-    if run_dir is None or not (run_dir / META).is_file():
-        return None
-    rel = str(trace.relative_to(run_dir))
-    for p in sorted((run_dir / "processes").glob("*.json")):
-        try:
-            info = json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(info, dict) or rel not in (info.get("traces") or []):
-            continue
-        st = info.get("step_times") or {}
-        n, ms = st.get("bare_n"), st.get("bare_ms")
-        if isinstance(n, int) and n >= MIN_BARE_STEPS and isinstance(ms, (int, float)) and ms > 0:
-            return st
-    return None

@@ -16,9 +16,11 @@ from proflab.errors import InputNotFound, UnsupportedFormat
 if TYPE_CHECKING:
     from proflab.model.slicing import SliceSpec
 
-__all__ = ["load", "load_parts", "expand_paths"]
+__all__ = ["load", "load_trace", "load_parts", "expand_paths"]
 
 _TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+# budget.DEFAULT_BUDGET, not imported: the package loads without polars (tests keep them equal)
+_DEFAULT_BUDGET = 1_500_000_000
 
 
 def expand_paths(paths: list[str | Path]) -> list[Path]:
@@ -121,6 +123,20 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
     if use_cache and trace.meta.budget is None:
         _cache.store(p, trace)
     return slice_trace(trace, part)
+
+
+def load_trace(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None,
+               memory_budget: int | None = _DEFAULT_BUDGET):
+    """:func:`load` as ``proflab.load`` takes it (the public read, which this is): ``steps``
+    ("10:20") or ``window`` ("100ms:250ms") as text, and the memory budget by default."""
+    from proflab.model.slicing import parse_steps, parse_window
+
+    if steps is not None and window is not None:
+        from proflab.errors import UsageError
+
+        raise UsageError("give steps or window, not both")
+    part = parse_steps(steps) if steps is not None else parse_window(window) if window is not None else None
+    return load(path, cache=cache, part=part, budget=memory_budget)
 
 
 def load_parts(path: str | Path, *, budget: int, cache: bool | None = None) -> Iterator:

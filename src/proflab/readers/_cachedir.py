@@ -61,7 +61,7 @@ def _hash_sources(h, files) -> str:
 @lru_cache(maxsize=1)
 def reader_version() -> str:
     """proflab's version and a hash of the sources that decide the tables."""
-    from proflab import __version__
+    from proflab._version import __version__
 
     here = Path(__file__).resolve().parent
     h = hashlib.sha256(f"{__version__}/{FORMAT}".encode())
@@ -72,7 +72,7 @@ def reader_version() -> str:
 def analysis_version() -> str:
     """A hash of every source of the package: any change to what a report holds makes new
     report entries instead of reusing stale ones."""
-    from proflab import __version__
+    from proflab._version import __version__
 
     pkg = Path(__file__).resolve().parent.parent
     h = hashlib.sha256(f"{__version__}/report".encode())

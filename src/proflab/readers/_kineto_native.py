@@ -4,7 +4,7 @@ the typed msgspec decode gives (``kineto._tables``), without a Python object per
 ``_kscan.scan`` turns the slice into a table of columns for each kind of event (GPU
 activity, operators, Python frames, the rest's categories) and a list of its distinct
 strings; numpy views each column where the parse wrote it, and the reader's own table
-builders (``kineto.gpu_columns`` ...) take them in one polars query per table. A slice the
+builders (``_kineto_tables.gpu_columns`` ...) take them in one polars query per table. A slice the
 decoder gives up on (any value the typed decode would not take as is, or malformed JSON),
 or one whose kernels must be linked to their launches by flow events, returns None, and the
 caller decodes it the usual way: what is odd is always handled by the one path that has
@@ -14,6 +14,7 @@ handled it all along. ``PROFLAB_PURE_PYTHON=1`` turns this path off.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 from collections import Counter
@@ -23,11 +24,14 @@ import msgspec
 import numpy as np
 import polars as pl
 
-from proflab.readers import kineto as _k
-from proflab.readers.kineto import ns_of
+from proflab.readers import _kineto_tables as _k
+from proflab.readers._kineto_tables import ns_of
 
+# Imported by name: a compiled module has no Python source, and the import graph the layer
+# contract reads (.py files only) would take ``from proflab.readers import _kscan`` for an
+# import of the package ``proflab.readers`` itself, a cycle that is not there.
 try:
-    from proflab.readers import _kscan
+    _kscan = importlib.import_module("proflab.readers._kscan")
 except ImportError:  # built without a C compiler: the msgspec decode does it all
     _kscan = None
 
@@ -174,7 +178,7 @@ def _number_exprs(ints: tuple[tuple[str, pl.DataType], ...]) -> tuple[pl.Expr, .
 
 
 # ``External id``, or where absent ``external id`` as PyTorch 1.8-1.9 spelled it (as
-# ``kineto._external_ids``: filling with an all-null column changes nothing)
+# ``_kineto_tables._external_ids``: filling with an all-null column changes nothing)
 _EXTERNAL_ID = pl.col("external_id").fill_null(pl.col("external_id_old"))
 
 
@@ -218,7 +222,7 @@ def _first_seen_counts(cats: np.ndarray, strings: list[str]) -> Counter:
 
 
 class _NameMemo:
-    """What a name tells (``compute``: ``kineto.name_facts`` of GPU activity, ``kineto.shape_ops``
+    """What a name tells (``compute``: ``_kineto_tables.name_facts`` of GPU activity, ``_kineto_tables.shape_ops``
     of operators), worked out once per distinct name for all the slices read, not once per
     slice: a slice's GPU activity and operators mostly repeat names seen before, and polars'
     fixed cost a call (its patterns compiled) was most of what a slice paid (the 514 MB trace's
@@ -269,8 +273,8 @@ def _codes(strings: list[str], mapping: dict[str, str], dtype: pl.DataType) -> p
 
 def _gpu_table(rows: _Rows) -> pl.DataFrame:
     """The slice's GPU activity: its records' numbers, names and kinds and what the names tell
-    (``kineto.name_facts``, found once per distinct string of the trace and gathered), made
-    into the GPU table's columns (``kineto.gpu_columns``) in one polars query."""
+    (``_kineto_tables.name_facts``, found once per distinct string of the trace and gathered), made
+    into the GPU table's columns (``_kineto_tables.gpu_columns``) in one polars query."""
     if not rows.size:
         return pl.DataFrame(schema=_k.GPU_SCHEMA)
     i32, i64 = pl.Int32, pl.Int64

@@ -22,7 +22,7 @@ from typing import Any
 
 from proflab.errors import CorruptInput, TruncatedInput
 
-__all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "GZIP_MAGIC"]
+__all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "claim", "GZIP_MAGIC"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 EVENT_START = b"\n  {"
@@ -306,3 +306,15 @@ class Slicer:
             del out[stop + 1 :]
         out[0], out[stop] = _OPEN, _CLOSE
         return out
+
+
+# The reader and its helper process (``_worker``) share a file's slices by claim files in one
+# folder: whoever creates a slice's claim first decodes it.
+def claim(folder: Path, index: int) -> bool:
+    """Take slice ``index`` for the calling process: True when this call created its claim
+    file, False when the other process holds it."""
+    try:
+        os.close(os.open(folder / f"claim-{index}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True

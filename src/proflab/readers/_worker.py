@@ -5,7 +5,7 @@ interpreter: nothing of the caller's process, threads or ``__main__`` is inherit
 writes every slice of the file to its stdin as JSON ``[[begin, stop], ...]``. The two share
 the slices as they go: the reader decodes from the first slice on, the worker from the last
 one back, and each slice is taken by whoever first creates its claim file in OUTDIR
-(:func:`claim`, an exclusive create: exactly one of them gets it). Each stops at the first
+(``_slices.claim``, an exclusive create: exactly one of them gets it). Each stops at the first
 slice the other holds, so the reader ends up with the slices before some point and the
 worker with those after it, however their speeds differ. (A fixed half each left the reader
 idle for 0.5 s of a real 497 MB trace, whose later slices cost more to decode: 2.95 -> 2.66 s.)
@@ -25,24 +25,14 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["main", "claim"]
-
-
-def claim(folder: Path, index: int) -> bool:
-    """Take slice ``index`` for the calling process: True when this call created its claim
-    file, False when the other process holds it."""
-    try:
-        os.close(os.open(folder / f"claim-{index}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except FileExistsError:
-        return False
-    return True
+__all__ = ["main"]
 
 
 def main(argv: list[str]) -> int:
     import gc
 
     from proflab.readers import kineto
-    from proflab.readers._slices import open_slicer
+    from proflab.readers._slices import claim, open_slicer
 
     gc.disable()  # see kineto._no_gc
     trace, outdir = Path(argv[0]), Path(argv[1])

@@ -195,7 +195,7 @@ def _read_report(path: Path, budget: int | None) -> Trace:
 @contextlib.contextmanager
 def _exported(path: Path) -> Iterator[Path]:
     """A ``.nsys-rep`` converted by nsys to an SQLite export in a temporary folder."""
-    from proflab.collect import nsys
+    from proflab.readers import _nsys_export as nsys
 
     with tempfile.TemporaryDirectory(prefix="proflab-nsys-") as tmp:
         try:

@@ -1,4 +1,5 @@
-"""Small text helpers shared by the terminal and Markdown renderers."""
+"""Small text helpers shared by the renderers (terminal, Markdown, memory, job), so that none of
+them imports another's privates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 from proflab._controls import escape
 from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
-__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable"]
+__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable", "esc",
+           "unprofiled_steps"]
 
 
 def printable(obj: Any) -> Any:
@@ -87,3 +89,31 @@ def observer_line(summary: dict) -> str | None:
         f"Without the profiler: step {unprof}, GPU work {fmt_num(o['gpu_work_ms'])} ms/step; the profiler's host cost "
         f"{fmt_num(o['profiler_cost_ms_lo'])}-{fmt_num(o['profiler_cost_ms_hi'])} ms/step"
     )
+
+
+# Enough to keep names from becoming markup, links or HTML; readable in raw form too.
+_MD_SPECIAL = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
+                             "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+
+
+def esc(text) -> str:
+    """``text`` on one line, its Markdown and HTML specials escaped (a name taken from a trace)."""
+    return str(text).translate(_MD_SPECIAL).replace("\n", " ")
+
+
+def unprofiled_steps(d: dict) -> tuple[str, str, str] | None:
+    """Run directories: each side's step without the profiler, as (kind, before, after) in
+    ms (the observer's estimated range, or a measured value)."""
+    if not (d["before"]["run_dir"] or d["after"]["run_dir"]):
+        return None
+    u = d.get("unprofiled_step_ms") or {}
+    rows = (u.get("before") or []) + (u.get("after") or [])
+    kind = "measured" if rows and all(r["source"] == "measured" for r in rows) else "estimated"
+
+    def side(rows):
+        if not rows:
+            return "n/a"
+        lo, hi = min(r["range_ms"][0] for r in rows), max(r["range_ms"][1] for r in rows)
+        return fmt_num(lo) if lo == hi else f"{fmt_num(lo)}-{fmt_num(hi)}"
+
+    return kind, side(u.get("before")), side(u.get("after"))

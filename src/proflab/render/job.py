@@ -3,7 +3,7 @@ per-rank table and the collectives across ranks, then each rank's own report."""
 
 from __future__ import annotations
 
-from proflab.render._text import fmt_num
+from proflab.render._text import esc, fmt_num
 
 __all__ = ["render_job_terminal", "render_job_markdown"]
 
@@ -125,7 +125,7 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
 
 
 def render_job_markdown(job) -> str:
-    from proflab.render.markdown import esc, render_markdown
+    from proflab.render.markdown import render_markdown
 
     d = job.to_dict()
     lines = ["# proflab job report", ""] + [f"- {esc(x)}" for x in _header(d)] + ["", "## Ranks", ""]

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from proflab.render._text import evidence_lines, fmt_num, is_scope_note, kernel_label, observer_line, printable, shorten
+from proflab.render._text import (
+    esc,
+    evidence_lines,
+    fmt_num,
+    is_scope_note,
+    kernel_label,
+    observer_line,
+    printable,
+    shorten,
+    unprofiled_steps,
+)
 
 __all__ = ["render_markdown"]
-
-# Enough to keep names from becoming markup, links or HTML; readable in raw form too.
-_MD_SPECIAL = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
-                             "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
-
-
-def esc(text) -> str:
-    return str(text).translate(_MD_SPECIAL).replace("\n", " ")
 
 
 def render_markdown(report) -> str:
@@ -136,9 +138,8 @@ def render_compare_markdown(comparison) -> str:
     e = d.get("energy")
     if e:
         lines.append(f"| energy J/step (NVML counter) | {fmt_num(e['before']['energy_per_step_j'])} | {fmt_num(e['after']['energy_per_step_j'])} | {_pct(e['delta_pct'])} | |")
-    from proflab.render.terminal import _unprofiled
 
-    if (u := _unprofiled(d)) is not None:
+    if (u := unprofiled_steps(d)) is not None:
         lines.append(f"| unprofiled step ms ({u[0]}) | {u[1]} | {u[2]} | | |")
     lines += ["", f"{esc(d['verdict_reason'])}. Steps: {s['steps_before']} before, {s['steps_after']} after; noise floor "
               f"{fmt_num(d['noise_floor_pct'])} % ({esc(d['noise_floor_source'])}).", ""]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from proflab.analysis.labels import allocation_label
-from proflab.render._text import fmt_num, shorten
+from proflab.render._text import esc, fmt_num, shorten
 
 __all__ = ["memory_lines", "memory_markdown", "plot_memory", "render_memory"]
 
@@ -83,8 +83,6 @@ def render_memory(m: dict[str, Any], fmt: str, width: int = 100, findings: list[
 
         return json.dumps({**m, "findings": findings or []}, indent=2)
     if fmt == "md":
-        from proflab.render.markdown import esc
-
         lines = memory_markdown(m, esc)
         for f in findings or []:
             lines += ["", f"### [{f['severity']}] {esc(f['title'])}", "", f"Fix: {esc(f['fix'])}"]

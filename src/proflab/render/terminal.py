@@ -23,6 +23,7 @@ from proflab.render._text import (
     observer_line,
     printable,
     shorten,
+    unprofiled_steps,
 )
 
 __all__ = ["render_terminal"]
@@ -299,7 +300,7 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
     w = d.get("gpu_work_ms")
     if w:
         out.append(_line(f"GPU work per step: {fmt_num(w['before'])} -> {fmt_num(w['after'])} ms, {pct(w['delta_pct'])}"))
-    if (u := _unprofiled(d)) is not None:
+    if (u := unprofiled_steps(d)) is not None:
         out.append(_line(f"unprofiled step ({u[0]}): {u[1]} -> {u[2]} ms"))
     e = d.get("energy")
     if e:
@@ -341,21 +342,3 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
-
-
-def _unprofiled(d: dict) -> tuple[str, str, str] | None:
-    """Run directories: each side's step without the profiler, as (kind, before, after) in
-    ms (the observer's estimated range, or a measured value)."""
-    if not (d["before"]["run_dir"] or d["after"]["run_dir"]):
-        return None
-    u = d.get("unprofiled_step_ms") or {}
-    rows = (u.get("before") or []) + (u.get("after") or [])
-    kind = "measured" if rows and all(r["source"] == "measured" for r in rows) else "estimated"
-
-    def side(rows):
-        if not rows:
-            return "n/a"
-        lo, hi = min(r["range_ms"][0] for r in rows), max(r["range_ms"][1] for r in rows)
-        return fmt_num(lo) if lo == hi else f"{fmt_num(lo)}-{fmt_num(hi)}"
-
-    return kind, side(u.get("before")), side(u.get("after"))

@@ -7,76 +7,14 @@ is the versioned JSON contract (``schema/report.schema.json``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
+
+# (a Finding and a Missing are the rules' and the analyses' own words: model.findings)
+from proflab.model.findings import CATEGORIES, SEVERITIES, Finding, Missing, Severity
 
 __all__ = ["Finding", "Missing", "Report", "JobReport", "JOB_SCHEMA_ID", "ScalingReport", "SCALING_SCHEMA_ID", "SCHEMA_ID", "CATEGORIES", "SEVERITIES"]
 
 SCHEMA_ID = "proflab.report/1"
-SEVERITIES = ("critical", "warning", "info")
-CATEGORIES = (
-    # timeline
-    "host_bound", "sync_bound", "launch_bound", "memcpy_bound", "pageable_memcpy",
-    "tensor_cores_unused", "low_utilization", "communication_bound", "load_imbalance",
-    # kernel
-    "memory_bound", "compute_bound", "latency_bound", "low_occupancy", "warp_stalls",
-    "uncoalesced_access", "bank_conflicts", "divergence",
-    # energy
-    "power_capped", "thermal_throttled",
-    # memory
-    "memory_leak", "memory_fragmentation", "memory_headroom",
-    "healthy",
-)  # fmt: skip
-
-Severity = Literal["critical", "warning", "info"]
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One diagnosis. ``evidence`` keys carry their unit (``idle_ms``, ``bandwidth_gbps``);
-    ``est_gain_ms`` is time saved over the analysed window if fixed, under ``assumption``."""
-
-    id: str
-    category: str
-    severity: Severity
-    title: str
-    evidence: dict[str, Any]
-    est_gain_ms: float
-    est_gain_pct: float
-    fix: str
-    where: dict[str, list[Any]] = field(default_factory=dict)
-    assumption: str = ""
-
-    def __post_init__(self) -> None:
-        if self.category not in CATEGORIES:
-            raise ValueError(f"unknown finding category {self.category!r}")
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"unknown severity {self.severity!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "category": self.category,
-            "severity": self.severity,
-            "title": self.title,
-            "evidence": self.evidence,
-            "est_gain_ms": round(self.est_gain_ms, 3),
-            "est_gain_pct": round(self.est_gain_pct, 2),
-            "fix": self.fix,
-            "where": self.where,
-            "assumption": self.assumption,
-        }
-
-
-@dataclass(frozen=True)
-class Missing:
-    """A signal the input lacks, and what could not be analysed because of it."""
-
-    signal: str
-    reason: str
-    skipped: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"signal": self.signal, "reason": self.reason, "skipped": list(self.skipped)}
 
 
 @dataclass(frozen=True)
@@ -160,7 +98,7 @@ SCALING_SCHEMA_ID = "proflab.scaling/1"
 
 @dataclass(frozen=True)
 class ScalingReport:
-    """Scaling efficiency of one program across GPU counts (``analysis.scaling``): one row
+    """Scaling efficiency of one program across GPU counts (``report.scaling``): one row
     per run, fewest GPUs first, with where the loss per step goes (ms per step)."""
 
     mode: str  # "weak" | "strong"

@@ -10,10 +10,10 @@ from typing import Any
 
 import polars as pl
 
-from proflab import __version__
+from proflab._version import __version__
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
-from proflab.analysis.gaps import CAUSES
+from proflab.analysis.timeline.gaps import CAUSES
 from proflab.model import Trace
 from proflab.report import Report
 from proflab.rules import run_rules
@@ -238,7 +238,7 @@ def summary_of(window: tuple[int, int], breakdowns: dict, memcpy: pl.DataFrame, 
     )
     out["step_count"] = step_count
     if st.height:
-        # Step time is what the GPU experiences (GPU-side windows, see analysis.steps); the
+        # Step time is what the GPU experiences (GPU-side windows, see analysis.timeline.steps); the
         # host's ProfilerStep ranges go beside it, since they differ when the host runs ahead.
         d = st["dur_ns"].cast(pl.Float64)
         sides = set(st["side"].cast(pl.String).unique().to_list())

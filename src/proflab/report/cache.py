@@ -7,7 +7,7 @@ columnar cache's, ``readers._cachedir``), a hash of every proflab source (any ch
 code makes new entries), and the options that change the report: the path as given (it is
 in the report), ``--top``, the unprofiled step time, ``--steps`` and ``--window``.
 ``compare`` keeps each side's trace the same way, under its own key, with the small tables a
-comparison takes from the trace beside its report (``analysis.compare.TracePart``), and
+comparison takes from the trace beside its report (``report.compare.TracePart``), and
 ``report`` keeps the page's report of one trace with its timeline (``analysis.overview``).
 
 Tuples and dictionaries with keys that are not text are tagged in the JSON, and a report is

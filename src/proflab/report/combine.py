@@ -56,15 +56,15 @@ from typing import Any
 
 import polars as pl
 
-from proflab.analysis import kernels as _kernels
-from proflab.analysis import launch as _launch
-from proflab.analysis import memcpy as _memcpy
-from proflab.analysis import observer as _observer
+from proflab.analysis.timeline import kernels as _kernels
+from proflab.analysis.timeline import launch as _launch
+from proflab.analysis.timeline import memcpy as _memcpy
+from proflab.analysis.timeline import observer as _observer
 from proflab.analysis import quantiles as _quantiles
-from proflab.analysis import timeline as _timeline
+from proflab.analysis.timeline import breakdown as _timeline
 from proflab.analysis.context import Context
-from proflab.analysis.ranges import combined_range_tables
-from proflab.analysis.timeline import PartLevels
+from proflab.analysis.timeline.ranges import combined_range_tables
+from proflab.analysis.timeline.breakdown import PartLevels
 from proflab.errors import UsageError
 from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
@@ -120,7 +120,7 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
     the module doc). A trace given whole (one part) is reported as ``analyze`` reports it.
     ``on_part(n, label)``: called as the n-th part (from 1) is analysed, for progress;
     ``each(ctx)``: with each part's analysis context once its report is built, for what else
-    is taken from every part (a comparison's tables: ``analysis.compare.combined_part``)."""
+    is taken from every part (a comparison's tables: ``report.compare.combined_part``)."""
     it = iter(parts)
     try:
         trace = next(it, None)

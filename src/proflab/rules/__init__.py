@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from proflab.analysis.context import Context
 from proflab.model import Trace
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules import host, memcpy, tensor_cores, utilization
 
 __all__ = ["RULES", "run_rules"]

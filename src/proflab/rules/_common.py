@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from proflab.report import Finding, Severity
+from proflab.model.findings import Finding, Severity
 
 # Below this share of the window a problem is not material and gets no finding.
 MIN_GAIN_PCT = 1.0

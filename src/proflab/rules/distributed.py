@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.ranks import JobTables, RankSummary, link_reference
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
 
 __all__ = ["job_rules", "load_imbalance", "communication_bound", "job_wall_ns"]
@@ -126,7 +126,7 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
         ev["gpu_work_ms"] = obs["gpu_work_ms"]
         if obs["unprofiled_host_ms_lo"] <= obs["gpu_work_ms"]:
             # its own report's observer: unprofiled, its host keeps ahead of its GPU; the
-            # profiler's own cost may be what makes this rank late (see analysis.observer).
+            # profiler's own cost may be what makes this rank late (see analysis.timeline.observer).
             # Host work that launches nothing (a sleep, I/O) counts in its host work too: a
             # delay that still fits within the GPU's queue never reaches the collectives.
             return unconfirmed(

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from proflab.report import Finding, Missing
+from proflab.model.findings import Finding, Missing
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding
 
 __all__ = ["energy_rules", "POWER_BITS", "THERMAL_BITS"]

@@ -1,9 +1,9 @@
 """Idle GPU time the host caused: synchronisation, launch overhead, and host-side work.
 
-All three read the classified idle gaps (``analysis.gaps``) on the device where they cost
+All three read the classified idle gaps (``analysis.timeline.gaps``) on the device where they cost
 most. The host's share of a gap is split by what the host was doing: dispatching operators
 that launch kernels (``launch_bound``) or work that launches nothing (``host_bound``). Both
-are judged against the loop without the profiler (``analysis.observer``): their gain is the
+are judged against the loop without the profiler (``analysis.timeline.observer``): their gain is the
 idle that survives the largest plausible profiler cost, and a loop that is GPU-bound when
 not profiled gets no warning. ``sync_bound`` owns the idle that follows a sync's return.
 """
@@ -16,12 +16,12 @@ import weakref
 import numpy as np
 import polars as pl
 
-from proflab.analysis.calls import IS_CALL, call_names
+from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
-from proflab.analysis.intervals import IntervalSet
-from proflab.analysis.threads import ThreadClock
+from proflab.analysis.timeline.intervals import IntervalSet
+from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, us
 
 __all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts"]

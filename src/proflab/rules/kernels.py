@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from proflab.analysis.deepdive import KernelTime
-from proflab.analysis.verdicts import HIGH_PCT, L1TEX_STALLS, KernelVerdict, is_local_rule, limiter_fix
-from proflab.report import Finding
+from proflab.analysis.deepdive.join import KernelTime
+from proflab.analysis.deepdive.verdicts import HIGH_PCT, L1TEX_STALLS, KernelVerdict, is_local_rule, limiter_fix
+from proflab.model.findings import Finding
 from proflab.rules._common import severity
 
 __all__ = ["kernel_findings", "KernelTime", "CAUSE_RULES"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import polars as pl
 
-from proflab.analysis.calls import IS_CALL, call_names
+from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
-from proflab.analysis.memcpy import copies, has_copies, pageable_host_copies
+from proflab.analysis.timeline.memcpy import copies, has_copies, pageable_host_copies
 from proflab.model import Trace
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
 
 __all__ = ["pageable_memcpy", "memcpy_bound"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from proflab.analysis.labels import allocation_label
 from proflab.analysis.memory import MemoryAnalysis
-from proflab.report import Finding
+from proflab.model.findings import Finding
 
 __all__ = ["memory_rules", "rank_memory", "LEAK_MIN_MB_PER_STEP", "FRAG_MIN_PCT", "FRAG_MIN_MB", "OOM_WARN_PCT"]
 

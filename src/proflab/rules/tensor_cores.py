@@ -12,7 +12,7 @@ import polars as pl
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
 
 __all__ = ["tensor_cores_unused", "ASSUMED_SPEEDUP"]

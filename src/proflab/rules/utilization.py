@@ -5,9 +5,9 @@ from __future__ import annotations
 import polars as pl
 
 from proflab.analysis.context import Context
-from proflab.analysis.timeline import low_stretches
+from proflab.analysis.timeline.breakdown import low_stretches
 from proflab.model import Trace
-from proflab.report import Finding
+from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
 
 __all__ = ["low_utilization", "healthy", "LOW_BUSY_PCT"]

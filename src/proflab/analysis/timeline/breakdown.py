@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.timeline.intervals import IntervalSet
 from proflab.model import Trace
 
 __all__ = ["Breakdown", "PartLevels", "device_sets", "breakdown", "part_levels", "combined_breakdowns", "step_table", "low_stretches"]
@@ -160,7 +160,7 @@ def step_table(
 ) -> pl.DataFrame:
     """One row per (step, device): the step's window and its GPU split, in ns.
 
-    The window is the GPU-side step (``analysis.steps``: ``side == "gpu"``) where the step's
+    The window is the GPU-side step (``analysis.timeline.steps``: ``side == "gpu"``) where the step's
     work can be tied to its launches, else the host's ProfilerStep range (``side ==
     "host"``); ``cpu_dur_ns`` is the host range's length either way."""
     steps = trace.steps.sort("start_ns")

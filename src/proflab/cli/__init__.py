@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from proflab import __version__
+from proflab._version import __version__
 from proflab._io import atomic_path
 from proflab.errors import ProflabError, UsageError
 
@@ -314,7 +314,7 @@ def _loader(args: argparse.Namespace, *, show_progress: bool = False):
     """``load(path)`` with the reading options of the command line; with ``show_progress``
     and a terminal on stderr, a progress bar while a large trace is read."""
     def read(p):
-        from proflab.api import load
+        from proflab.readers import load_trace as load
 
         if not (args.steps or args.window):
             _warn_if_too_big(Path(p), args.memory_budget)
@@ -454,7 +454,7 @@ def _run_energy(paths: list[str], traces: list | None, skipped: str | None = Non
         return None
     if skipped is not None:
         return {"error": skipped}
-    from proflab.api import energy
+    from proflab.report.energy import energy
 
     try:
         return energy(paths[0], traces=traces).to_dict()
@@ -463,7 +463,7 @@ def _run_energy(paths: list[str], traces: list | None, skipped: str | None = Non
 
 
 def cmd_energy(args: argparse.Namespace) -> int:
-    from proflab.api import energy
+    from proflab.report.energy import energy
     from proflab.render import format_for_path
 
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
@@ -502,7 +502,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.path}: holds {len(paths)} traces; give one trace file")
     if args.output and Path(args.output).resolve() == paths[0].resolve():
         raise UsageError(f"{args.output}: refusing to overwrite an input trace")
-    from proflab.api import load
+    from proflab.readers import load_trace as load
 
     a = memory_for_trace(load(paths[0]))
     if a is None or not a.devices:
@@ -858,7 +858,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     ncu_dir = Path(args.paths[0]) / "ncu" if len(args.paths) == 1 and Path(args.paths[0]).is_dir() else None
     if ncu_dir is not None and (ncu_dir / "raw.csv").exists():
         # a run directory with `proflab kernels` results: both levels, ranked together
-        from proflab.analysis.deepdive import deep_dive
+        from proflab.report.deepdive import deep_dive
         from proflab.readers.ncu import load as load_ncu
 
         pages = [ncu_dir / "raw.csv"] + ([ncu_dir / "details.csv"] if (ncu_dir / "details.csv").exists() else [])
@@ -881,12 +881,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         reports = [None if args.perfetto else report_cache.get(k) for k in keys]  # --perfetto needs the trace
         if reports and all(r is not None for r in reports):  # analysed before: nothing to read
             return _emit_reports(args, reports, fmt)
-        from proflab.api import analyze
+        from proflab.report.analyze import analyze
 
         traces = [load(p) for p in paths]
         if len(traces) == 1 and args.job and traces[0].meta.format != "kineto":
             # an Nsight Systems export of a whole job holds every rank's process
-            from proflab.analysis.jobs import analyze_processes
+            from proflab.report.job import analyze_processes
 
             job = analyze_processes(traces[0], top_kernels=args.top, bare_step_ms=args.bare_step_ms)
             if job is not None:
@@ -919,7 +919,7 @@ def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) ->
     _refuse_parts_with(args)
     if _is_html(args.output):  # the single-file HTML report of every event
         return _write_html(args)
-    from proflab.api import analyze
+    from proflab.report.analyze import analyze
 
     reports = []
     for p in paths:
@@ -995,7 +995,7 @@ def _launch_scaling_runs(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_scaling(args: argparse.Namespace) -> int:
-    from proflab.analysis.scaling import point_of, profiler_notes, scaling_rows
+    from proflab.report.scaling import point_of, profiler_notes, scaling_rows
     from proflab.render import format_for_path
     from proflab.report import ScalingReport
 
@@ -1015,8 +1015,8 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     fmt = args.format or (format_for_path(args.output) if args.output else None) or "term"
     points = []
     for run in args.runs:
-        from proflab.analysis import jobs
-        from proflab.api import analyze
+        from proflab.report import job as jobs
+        from proflab.report.analyze import analyze
         from proflab.readers import expand_paths
 
         paths = expand_paths([run])
@@ -1060,7 +1060,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
 def _job_or_reports(args: argparse.Namespace, paths: list[Path]):
     """The job report when the traces are the ranks of one job (each names its rank, once);
     else each trace's own report (the rank tasks' reports: nothing is read twice)."""
-    from proflab.analysis import jobs
+    from proflab.report import job as jobs
 
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be >= 1")
@@ -1079,7 +1079,7 @@ def _trace_in(target: str | None):
     """The trace a RUN_DIR or TRACE argument names (None when not given)."""
     if not target:
         return None
-    from proflab.api import load
+    from proflab.readers import load_trace as load
     from proflab.readers import expand_paths
 
     paths = expand_paths([target])
@@ -1091,7 +1091,7 @@ def _trace_in(target: str | None):
 def cmd_kernels(args: argparse.Namespace) -> int:
     import time
 
-    from proflab.analysis.deepdive import deep_dive
+    from proflab.report.deepdive import deep_dive
     from proflab.readers.ncu import load as load_ncu
     from proflab.render import format_for_path, render
 
@@ -1204,7 +1204,7 @@ def _fresh_path(stem: str, suffix: str, folder: Path = Path(".")) -> Path:
 
 def _write_html(args: argparse.Namespace) -> int:
     """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
-    from proflab.report.page import html_report
+    from proflab.cli.page import html_report
 
     all_parts = getattr(args, "all_parts", False)
     with _analysing(all_parts) as status:
@@ -1212,7 +1212,7 @@ def _write_html(args: argparse.Namespace) -> int:
                            cache=_reading(args), all_parts=all_parts, on_part=_parts_shown(status))
     _write_atomic(Path(args.output), html)
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: _check_perfetto)
-        from proflab.api import analyze
+        from proflab.report.analyze import analyze
         from proflab.collect.rundir import unprofiled_step_ms
         from proflab.readers import expand_paths
 
@@ -1264,9 +1264,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import tempfile
     from importlib import resources
 
-    from proflab.api import analyze, load
+    from proflab.cli.page import html_report
+    from proflab.readers import load_trace as load
     from proflab.render import render
-    from proflab.report.page import html_report
+    from proflab.report.analyze import analyze
 
     data = resources.files("proflab") / "demo"
     truth = json.loads((data / "ground_truth.json").read_text(encoding="utf-8"))
@@ -1325,7 +1326,7 @@ def _baseline_path(root: str, name: str) -> Path:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from proflab.api import compare
+    from proflab.report.compare import compare_runs as compare
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from proflab.analysis.calls import IS_CALL, call_names
+from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.model import Trace
 
 __all__ = ["LaunchStats", "LaunchSamples", "launch_stats", "launch_samples", "stats_of", "digest", "combined", "SHORT_KERNEL_NS"]

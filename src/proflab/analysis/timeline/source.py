@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import polars as pl
 
-from proflab.analysis.threads import ThreadClock
+from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 
 __all__ = ["FrameIndex"]

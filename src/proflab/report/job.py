@@ -38,13 +38,12 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     """Read one rank's trace, analyse it, reduce it. Runs in a Dask worker or here."""
     from proflab.analysis.context import Context
     from proflab.analysis.ranks import rank_summary
-    from proflab.api import load
-    from proflab.report.assemble import report_for
     from proflab.model.job import rank_of
+    from proflab.readers import load_trace
+    from proflab.readers.rundir import step_times_of
+    from proflab.report.assemble import report_for
 
-    from proflab.collect.rundir import step_times_of
-
-    trace = load(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"),
+    trace = load_trace(path, cache=options.get("cache"), steps=options.get("steps"), window=options.get("window"),
                  memory_budget=options.get("memory_budget", DEFAULT_BUDGET))
     rank = rank_of(trace.meta.distributed, trace.meta.source)
     # a rank trace of a `proflab run` directory: the step times its own process measured

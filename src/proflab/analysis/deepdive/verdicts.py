@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from proflab.analysis.roofline import Roofline, roofline
+from proflab.analysis.deepdive.roofline import Roofline, roofline
 from proflab.model.ncu import NcuProfile
 
 __all__ = ["KernelVerdict", "verdicts", "STALL_FIXES", "METRICS", "base_function_name", "HIGH_PCT", "LOCAL_SHARE_PCT",

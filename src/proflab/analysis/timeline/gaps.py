@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from proflab.analysis.calls import IS_CALL, call_names
-from proflab.analysis.intervals import IntervalSet
+from proflab.analysis.timeline.calls import IS_CALL, call_names
+from proflab.analysis.timeline.intervals import IntervalSet
 from proflab.model import Trace
 
 __all__ = ["CAUSES", "LAUNCH_GAP_NS", "SYNC_TOLERANCE_NS", "idle_gaps", "blocking_calls", "launch_calls"]

@@ -117,9 +117,9 @@ def ncu_flops(profile, trace: Trace) -> FlopCount:
     Every kernel launched inside the host steps must have its ncu count; otherwise none is
     given (a partial count would understate the work), and ``missing`` says how much was
     measured."""
-    from proflab.analysis.deepdive import _grid, match_kernels
-    from proflab.analysis.gaps import launch_calls
-    from proflab.analysis.verdicts import verdicts
+    from proflab.analysis.deepdive.join import _grid, match_kernels
+    from proflab.analysis.timeline.gaps import launch_calls
+    from proflab.analysis.deepdive.verdicts import verdicts
 
     dev = trace.devices["name"][0] if trace.devices.height else None
     vs = [v for v in verdicts(profile, dev) if v.roofline is not None and v.roofline.flop]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import polars as pl
 
 from proflab.analysis.labels import kernel_label
-from proflab.analysis.source import FrameIndex
+from proflab.analysis.timeline.source import FrameIndex
 from proflab.model import Trace
 
 __all__ = ["NOT_KERNEL_COLUMNS", "kernel_rows", "fp32_gemm_rows", "hot_kernels", "combined_hot_kernels", "mode_counts", "kernel_label", "TENSOR_CORE_PATTERN", "GEMM_PATTERN", "FP32_SIMT_PATTERN"]

@@ -30,21 +30,25 @@ no profiler steps on either side they are totals over the analysed window (``per
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from proflab.analysis.context import Context
-from proflab.analysis.gaps import CAUSES
-from proflab.analysis.kernels import kernel_label
+from proflab.analysis.timeline.gaps import CAUSES
+from proflab.analysis.timeline.kernels import kernel_label
+from proflab.readers import load_trace as _load
+from proflab.readers.budget import DEFAULT_BUDGET
 from proflab.report import Report
 
 __all__ = [
     "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
-    "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
+    "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "compare_runs", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
 ]  # fmt: skip
 
 SCHEMA_ID = "proflab.compare/1"
@@ -424,6 +428,9 @@ class Comparison:
     # measured unprofiled step times (ms) of each side, when the caller has them: the verdict
     # then rests on them rather than on the profiled steps (the profiler can mask a change)
     unprofiled_steps_ms: tuple[list[float], list[float]] | None = None
+    # how a notebook shows it (``_repr_html_``): a renderer's work (render.markdown), which sits
+    # above this layer, so the caller that has one hands it in (``proflab.compare`` does)
+    html_view: Callable[[Comparison], str] | None = field(default=None, repr=False, compare=False)
 
     # -- step time -------------------------------------------------------------------------
     @cached_property
@@ -735,10 +742,8 @@ class Comparison:
         """CI exit status: 1 when the verdict is a regression beyond ``fail_pct`` %, else 0."""
         return int(self.verdict[0] == "regressed" and self.step_time["delta_pct"] > fail_pct)
 
-    def _repr_html_(self) -> str:
-        from proflab.render.markdown import render_compare_html
-
-        return render_compare_html(self)
+    def _repr_html_(self) -> str | None:
+        return None if self.html_view is None else self.html_view(self)
 
     def __repr__(self) -> str:
         v, why = self.verdict
@@ -826,3 +831,105 @@ def _side_dict(side: Side) -> dict[str, Any]:
         "median_step_ms": [r.summary.get("median_step_ms") for r in side.reports],
         "step_side": [r.summary.get("step_side") for r in side.reports],
     }
+
+
+# -- two runs, read and analysed ---------------------------------------------------------------
+def compare_runs(before: Any, after: Any, *, threshold_pct: float | None = None, top_kernels: int = 15,
+                 unprofiled_steps_ms: tuple[list[float], list[float]] | None = None, load_trace: Any = None,
+                 cache: bool | None = None, steps: str | None = None, window: str | None = None,
+                 memory_budget: int | None = DEFAULT_BUDGET, all_parts: bool = False,
+                 on_part: Callable[[int, str], None] | None = None) -> Comparison:
+    """Two runs compared, each read and analysed as ``proflab.compare`` says (the public
+    function in ``proflab.api`` documents the arguments): a :class:`Comparison`."""
+    if all_parts and (steps or window):
+        from proflab.errors import UsageError
+
+        raise UsageError(f"all_parts compares every event of each trace; it takes no {'steps' if steps else 'window'}")
+    reading = {"cache": cache, "steps": steps, "window": window, "memory_budget": memory_budget}
+    read = load_trace or (lambda p: _load(p, **reading))
+    opts = {**reading, "all_parts": all_parts, "on_part": on_part}
+    sides = _side(before, "before", read, top_kernels, opts), _side(after, "after", read, top_kernels, opts)
+    result = compare(*sides, threshold_pct=threshold_pct, unprofiled_steps_ms=unprofiled_steps_ms)
+    if all_parts and any(s.run is not None for s in sides):
+        # (a run directory's energy per step reads its traces' windows and steps again, past the budget)
+        result.notes.append("energy per step: not compared with all parts (--all-parts); compare the run directories "
+                            "without it, or see proflab energy RUN_DIR")
+    return result
+
+
+def _side(what: Any, tag: str, read: Any, top_kernels: int, opts: dict[str, Any] | None = None):
+    """One side of a comparison from what ``compare_runs`` accepts."""
+    import json
+
+    from proflab.errors import SchemaError
+    from proflab.model import Trace
+    from proflab.readers import expand_paths
+
+    items = list(what) if isinstance(what, (list, tuple)) else [what]
+    run, monitor, sources = None, None, []
+    for item in items:
+        if isinstance(item, Trace):
+            sources.append(item)
+            continue
+        p = Path(item)
+        if p.is_dir() and (p / "meta.json").is_file():
+            if len(items) > 1:
+                from proflab.errors import UsageError
+
+                raise UsageError(f"{p}: a run directory is one side of a comparison on its own")
+            try:
+                run = json.loads((p / "meta.json").read_text())
+            except (OSError, ValueError) as e:
+                raise SchemaError(p / "meta.json", f"not a readable run record ({e})") from e
+            if not isinstance(run, dict):
+                raise SchemaError(p / "meta.json", "expected a JSON object")
+            if (p / "monitor.parquet").is_file():
+                from proflab.readers.monitor import read_monitor
+
+                monitor = read_monitor(p / "monitor.parquet")
+        sources.extend(expand_paths([p]))
+    if (opts or {}).get("all_parts"):
+        monitor = None  # (its energy per step is not compared: see compare)
+    # the energy of a run directory needs its traces: such a side is always read
+    got = [_trace_part(s, read, top_kernels, opts or {}, keep_trace=monitor is not None) for s in sources]
+    reports, parts = tuple(r for r, _ in got), tuple(p for _, p in got)
+    label = str(items[0]) if len(items) == 1 and not isinstance(items[0], Trace) else f"{tag} ({len(parts)} traces)"
+    return Side(label, reports, parts, run, monitor)
+
+
+def _trace_part(source: Trace | Path, read: Any, top_kernels: int, opts: dict[str, Any], *, keep_trace: bool):
+    """A trace's report and the tables a comparison takes from it: from the report cache when
+    the file was compared before with the same options, else read, analysed and kept there."""
+    from proflab.analysis.context import Context
+    from proflab.model import Trace
+    from proflab.report import cache as report_cache
+    from proflab.report.analyze import placed
+    from proflab.report.assemble import report_for
+
+    key = None
+    if isinstance(source, Path) and not keep_trace:
+        options = {"compare": 1, "top": top_kernels, "steps": opts.get("steps"), "window": opts.get("window"),
+                   "memory_budget": opts.get("memory_budget"), **({"all_parts": True} if opts.get("all_parts") else {})}
+        key = report_cache.key(source, options, opts.get("cache"))
+        got = report_cache.get_with_extra(key)
+        if got is not None and got[1] is not None:
+            try:
+                return got[0], decode_part(got[1])
+            except Exception:  # a damaged entry: analyse again (and replace it)
+                pass
+    if opts.get("all_parts") and isinstance(source, Path) and opts.get("memory_budget") is not None:
+        from proflab.readers import load_parts
+        from proflab.report.combine import report_in_parts
+
+        got = []
+        report = placed(lambda: report_in_parts(load_parts(source, budget=opts["memory_budget"], cache=opts.get("cache")),
+                                                 top_kernels=top_kernels, each=lambda c: got.append(trace_part(c)),
+                                                 on_part=opts.get("on_part")), str(source))
+        part = combined_part(got)
+    else:
+        ctx = Context(source if isinstance(source, Trace) else read(source))
+        report = report_for(ctx, top_kernels=top_kernels)
+        part = trace_part(ctx, keep_trace=keep_trace)
+    if key is not None:
+        report_cache.put(key, report, extra=encode_part(part))
+    return report, part

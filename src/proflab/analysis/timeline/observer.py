@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import polars as pl
 
-from proflab.analysis.intervals import IntervalSet
-from proflab.analysis.threads import ThreadClock
+from proflab.analysis.timeline.intervals import IntervalSet
+from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 
 __all__ = ["Observer", "observe", "step_figures", "from_steps", "EVENT_COST_US", "PYTHON_COST_US"]
@@ -284,7 +284,7 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame |
         s = clock.key_ranked(r, s)
         e = clock.key_ranked(r, e)
         # a launch in [start, end): one at the instant an annotation ends is the next work's,
-        # as a range's GPU work is counted (analysis.ranges). The event launched nothing if
+        # as a range's GPU work is counted (analysis.timeline.ranges). The event launched nothing if
         # the first launch at or after its start is at or past its end: one search, of the
         # starts, which are in order (searching the ends too: 0.97 s in all, not 0.74-0.77)
         quiet.append(at[keys[_first_at_or_after(keys, s)] >= e])

@@ -2,7 +2,8 @@
 overview timeline of each analysed window and, for a ``proflab run`` directory, its GPU monitor
 samples, its energy and its Nsight Compute results.
 
-``html_report(paths)`` is what ``proflab report`` and ``proflab analyze -o x.html`` write.
+``html_report(paths)`` is what ``proflab report`` and ``proflab analyze -o x.html`` write. It
+reads, analyses and renders, so it sits with the command, above every layer it uses.
 """
 
 from __future__ import annotations
@@ -38,10 +39,10 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
                          reading=cache or {}, on_part=on_part)
     monitor, energy = _run_extras(run_dir)
     if len(files) >= 2 and job:
-        from proflab.analysis import jobs
+        from proflab.report import job as jobs
         from proflab.analysis.context import Context
         from proflab.analysis.overview import overview
-        from proflab.api import load as _load
+        from proflab.readers import load_trace as _load
 
         read = load or _load
 
@@ -67,7 +68,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
             return render_html([got[0]], overviews=[got[1]["overview"]], monitor=monitor, energy=energy, title=title)
     from proflab.analysis.context import Context
     from proflab.analysis.overview import overview
-    from proflab.api import load as _load
+    from proflab.readers import load_trace as _load
     from proflab.report.assemble import report_for
 
     read = load or _load
@@ -76,7 +77,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         trace = traces[files[0]] = read(files[0])
         if trace.meta.format != "kineto":
             # an Nsight Systems export of a whole job holds every rank's process
-            from proflab.analysis.jobs import analyze_processes
+            from proflab.report.job import analyze_processes
 
             rep = analyze_processes(trace, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
             if rep is not None:
@@ -85,7 +86,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         trace = traces.pop(f) if f in traces else read(f)
         ctx = Context(trace, bare_step_ms=bare_step_ms or unprofiled_step_ms(f))
         if deep:
-            from proflab.analysis.deepdive import deep_dive
+            from proflab.report.deepdive import deep_dive
             from proflab.readers.ncu import load as load_ncu
 
             reports.append(deep_dive(load_ncu(deep), trace, top_kernels=top_kernels))
@@ -152,7 +153,7 @@ def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare
 
 
 def _whole(path: Path, reading: dict[str, Any]):
-    from proflab.api import load
+    from proflab.readers import load_trace as load
 
     return load(path, cache=reading.get("cache"), memory_budget=None)
 
@@ -174,7 +175,7 @@ def _run_extras(run_dir: Path | None) -> tuple[Any, dict[str, Any] | None]:
 
     monitor = read_monitor(run_dir / "monitor.parquet")  # a damaged file: one line, like every bad input
     try:
-        from proflab.api import energy
+        from proflab.report.energy import energy
 
         en = energy(run_dir).to_dict()
     except ProflabError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from proflab.analysis.threads import ThreadClock
+from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 
 __all__ = ["range_projection", "combined_range_tables"]

@@ -1,0 +1,77 @@
+"""What a diagnosis says: a :class:`Finding`, and a :class:`Missing` signal when the input
+lacks one. The rules return findings and the analyses record what is missing; the report
+(``proflab.report``) carries both. Frozen dataclasses, no polars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["Finding", "Missing", "Severity", "CATEGORIES", "SEVERITIES"]
+
+SEVERITIES = ("critical", "warning", "info")
+CATEGORIES = (
+    # timeline
+    "host_bound", "sync_bound", "launch_bound", "memcpy_bound", "pageable_memcpy",
+    "tensor_cores_unused", "low_utilization", "communication_bound", "load_imbalance",
+    # kernel
+    "memory_bound", "compute_bound", "latency_bound", "low_occupancy", "warp_stalls",
+    "uncoalesced_access", "bank_conflicts", "divergence",
+    # energy
+    "power_capped", "thermal_throttled",
+    # memory
+    "memory_leak", "memory_fragmentation", "memory_headroom",
+    "healthy",
+)  # fmt: skip
+
+Severity = Literal["critical", "warning", "info"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosis. ``evidence`` keys carry their unit (``idle_ms``, ``bandwidth_gbps``);
+    ``est_gain_ms`` is time saved over the analysed window if fixed, under ``assumption``."""
+
+    id: str
+    category: str
+    severity: Severity
+    title: str
+    evidence: dict[str, Any]
+    est_gain_ms: float
+    est_gain_pct: float
+    fix: str
+    where: dict[str, list[Any]] = field(default_factory=dict)
+    assumption: str = ""
+
+    def __post_init__(self) -> None:
+        if self.category not in CATEGORIES:
+            raise ValueError(f"unknown finding category {self.category!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "category": self.category,
+            "severity": self.severity,
+            "title": self.title,
+            "evidence": self.evidence,
+            "est_gain_ms": round(self.est_gain_ms, 3),
+            "est_gain_pct": round(self.est_gain_pct, 2),
+            "fix": self.fix,
+            "where": self.where,
+            "assumption": self.assumption,
+        }
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A signal the input lacks, and what could not be analysed because of it."""
+
+    signal: str
+    reason: str
+    skipped: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal, "reason": self.reason, "skipped": list(self.skipped)}
