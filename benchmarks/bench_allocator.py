@@ -5,8 +5,8 @@ Systems export.
 The CLI starts polars with ``_RJEM_MALLOC_CONF=dirty_decay_ms:0,muzzy_decay_ms:0`` (freed
 pages go back to the system at once) to hold the memory bounds, and with
 ``dirty_decay_ms:100`` where every input is an Nsight Systems export whose estimated whole
-analysis leaves the memory budget room for the pages kept (``cli._kept_freed_ms``: the default
-1000 MB export here has none); a user's own setting wins.
+analysis leaves the memory budget room for the pages kept (``cli._process.allocator_setting``:
+the default 1000 MB export here has none); a user's own setting wins.
 Each setting here is such a user setting. Per input and setting, each run a child process
 (``python -m proflab analyze INPUT --format json --no-cache``), the best of ``--repeats``:
 wall time, user and system CPU seconds and minor page faults (of the process and the reader's

@@ -228,9 +228,9 @@ def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
 @pytest.mark.parametrize("text, want", [("1.5G", 1_500_000_000), ("800M", 800_000_000), ("800MB", 800_000_000), ("4GiB", 4 * 2**30),
                                         ("2000000000", 2_000_000_000), ("none", None), ("2.5g", 2_500_000_000)])  # fmt: skip
 def test_budget_sizes(text, want):
-    from proflab.cli import _budget_bytes
+    from proflab.cli._reading import budget_bytes
 
-    assert _budget_bytes(text) == want
+    assert budget_bytes(text) == want
 
 
 @pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", "", "0", "512k"])  # ("0": too small, not "no limit")
@@ -552,22 +552,23 @@ def test_no_room_to_decode_a_kineto_trace_to_disk_is_one_line(monkeypatch, capsy
 
 def _setting(*argv: str) -> str:
     from proflab import cli
+    from proflab.cli import _process
 
-    return cli._allocator_setting(cli._parser().parse_args(list(argv)))
+    return _process.allocator_setting(cli._parser().parse_args(list(argv)))
 
 
 def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     """An export or a Kineto trace whose estimated whole analysis leaves the budget the room
-    kept pages may take (``cli._KEPT_PEAK``) runs with them kept a while (each kind its own
+    kept pages may take (``_process._KEPT_PEAK``) runs with them kept a while (each kind its own
     setting); one that comes near the budget, inputs of both kinds, a folder, a missing file
     or one neither reader would take returns them at once."""
-    from proflab import cli
+    from proflab.cli import _process
 
     need = limits.estimate(nsys_sqlite.table_rows(H100))
     kineto = Path(__file__).resolve().parent / "data" / "kineto" / "train_loop.pt.trace.json.gz"
-    room = str(int(need * cli._KEPT_PEAK) + 1)
-    near = str(int(need * cli._KEPT_PEAK) - 1)
-    kept, at_once = cli._EXPORT_KEPT, cli._AT_ONCE
+    room = str(int(need * _process._KEPT_PEAK) + 1)
+    near = str(int(need * _process._KEPT_PEAK) - 1)
+    kept, at_once = _process._EXPORT_KEPT, _process._AT_ONCE
     assert kept.startswith("dirty_decay_ms:100,") and at_once.startswith("dirty_decay_ms:0,")
     assert _setting("analyze", str(H100)) == kept
     assert _setting("analyze", str(H100), "--memory-budget", room) == kept
@@ -582,10 +583,10 @@ def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     kineto_need = limits.kineto_need(kineto)
     json_bytes = len(gzip.decompress(kineto.read_bytes()))  # (read alone: a gzip trace is not shared)
     assert kineto_need == limits.KINETO_FIXED + limits.KINETO_ALONE_EVENT * (json_bytes // 300)
-    assert _setting("analyze", str(kineto)) == cli._KINETO_KEPT == "dirty_decay_ms:10,muzzy_decay_ms:0,narenas:1"
-    assert _setting("compare", str(kineto), str(kineto)) == cli._KINETO_KEPT
-    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * cli._KEPT_PEAK) + 1)) == cli._KINETO_KEPT
-    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * cli._KEPT_PEAK) - 1)) == at_once
+    assert _setting("analyze", str(kineto)) == _process._KINETO_KEPT == "dirty_decay_ms:10,muzzy_decay_ms:0,narenas:1"
+    assert _setting("compare", str(kineto), str(kineto)) == _process._KINETO_KEPT
+    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * _process._KEPT_PEAK) + 1)) == _process._KINETO_KEPT
+    assert _setting("analyze", str(kineto), "--memory-budget", str(int(kineto_need * _process._KEPT_PEAK) - 1)) == at_once
     # a Kineto trace over the budget is read in a part at once (its parts' room is an export's)
     assert _setting("analyze", str(kineto), "--memory-budget", str(kineto_need - 1)) == at_once
     assert _setting("compare", str(H100), str(kineto)) == at_once  # two kinds
@@ -610,13 +611,13 @@ def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     (4.0, 0.1, False, False),  # below the fixed cost: refused
 ])
 def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, budget_gb, chosen, kept):
-    from proflab import cli
+    from proflab.cli import _process
 
     need, budget = int(need_gb * 1e9), None if budget_gb is None else int(budget_gb * 1e9)
-    assert cli._room_for_kept(need, budget, chosen) is kept
+    assert _process._room_for_kept(need, budget, chosen) is kept
     # a Kineto trace's part (decoded to disk, then read back) is not planned as an export's
-    whole = budget is None or need * cli._KEPT_PEAK <= budget
-    assert cli._room_for_kept(need, budget, chosen, part=False) is whole
+    whole = budget is None or need * _process._KEPT_PEAK <= budget
+    assert _process._room_for_kept(need, budget, chosen, part=False) is whole
 
 
 @pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])

@@ -270,13 +270,13 @@ def test_console_script(tmp_path, cpu_trace):
 
 def _ending(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
     """A process that does ``body`` (``P``: a path in ``tmp_path``), then ends as the command does."""
-    code = f"import atexit, sys, threading, time\nfrom proflab.cli import _end\nP = {str(tmp_path / 'mark')!r}\n{body}"
+    code = f"import atexit, sys, threading, time\nfrom proflab.cli._process import end\nP = {str(tmp_path / 'mark')!r}\n{body}"
     return _run([sys.executable, "-c", code], tmp_path)
 
 
 def test_end_runs_atexit_functions_and_flushes_output(tmp_path):
     r = _ending(tmp_path, "atexit.register(lambda: open(P, 'w').write('ran'))\n"
-                          "sys.stdout.write('x' * 100_000 + ' no newline'); sys.stderr.write('err, no newline')\n_end(3)")
+                          "sys.stdout.write('x' * 100_000 + ' no newline'); sys.stderr.write('err, no newline')\nend(3)")
     assert r.returncode == 3
     assert r.stdout == "x" * 100_000 + " no newline" and r.stderr == "err, no newline"
     assert (tmp_path / "mark").read_text() == "ran"
@@ -285,7 +285,7 @@ def test_end_runs_atexit_functions_and_flushes_output(tmp_path):
 def test_end_waits_for_a_thread_that_is_not_a_daemon(tmp_path):
     # a thread still working: the usual exit, which waits for it (and then its status)
     r = _ending(tmp_path, "def late():\n    time.sleep(0.5)\n    open(P, 'w').write('done')\n"
-                          "threading.Thread(target=late).start()\n_end(None)")
+                          "threading.Thread(target=late).start()\nend(None)")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "mark").read_text() == "done"
 
@@ -318,7 +318,7 @@ def test_the_allocator_returns_freed_pages_unless_the_user_said_otherwise(inheri
     env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
     if inherited is not None:
         env["_RJEM_MALLOC_CONF"] = inherited
-    code = "import os, sys; from proflab import cli; assert 'polars' not in sys.modules; cli._return_freed_memory(); print(os.environ['_RJEM_MALLOC_CONF'])"
+    code = "import os, sys; from proflab.cli import _process; assert 'polars' not in sys.modules; _process.return_freed_memory(); print(os.environ['_RJEM_MALLOC_CONF'])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == expected

@@ -250,9 +250,9 @@ def test_a_whole_read_that_would_not_fit_is_warned_about_first(monkeypatch, caps
     the available memory is set low, the one thing not real in this test."""
     import json
 
-    from proflab import cli
+    from proflab.cli import _reading
 
-    monkeypatch.setattr(cli, "_available_memory", lambda: 1 << 20)
+    monkeypatch.setattr(_reading, "available_memory", lambda: 1 << 20)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["findings"]
@@ -262,7 +262,7 @@ def test_a_whole_read_that_would_not_fit_is_warned_about_first(monkeypatch, caps
     assert "--memory-budget, --steps or --window" in lines[0]
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--window", "0ms:100ms"]) == 0
     assert capsys.readouterr().err == ""  # a part: no warning
-    monkeypatch.setattr(cli, "_available_memory", lambda: 1 << 40)
+    monkeypatch.setattr(_reading, "available_memory", lambda: 1 << 40)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json"]) == 0
     assert capsys.readouterr().err == ""
 

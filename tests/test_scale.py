@@ -682,7 +682,7 @@ def test_report_page_of_a_cached_trace_is_the_fresh_one_and_reads_no_trace(cache
 _FREED_ARRAY = """
 import ctypes, sys
 import numpy as np
-from proflab.cli import _map_large_blocks
+from proflab.cli._process import map_large_blocks
 # glibc raises its mapping threshold by itself each time it frees a mapped block (a 30 MiB
 # array freed: 30 MiB), and its heap-trim threshold to twice that; both are set here to where
 # a long analysis leaves them, so the test does not hang on this process's allocation history
@@ -690,7 +690,7 @@ libc = ctypes.CDLL(None)
 libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
 libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD
 if sys.argv[1] == "fixed":
-    _map_large_blocks()
+    map_large_blocks()
 def rss():
     return int(open("/proc/self/statm").read().split()[1]) * 4096 >> 20
 base = rss()

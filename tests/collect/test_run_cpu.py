@@ -369,14 +369,14 @@ def test_the_program_gets_the_users_environment(tmp_path, monkeypatch):
 
 def test_analysis_runs_with_one_blas_thread(tmp_path, monkeypatch):
     """The analysis commands set it (unless the user did) before numpy is imported."""
-    from proflab import cli
+    from proflab.cli import _process
 
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
     monkeypatch.delitem(sys.modules, "numpy", raising=False)  # as in a fresh `proflab analyze` process
-    cli._one_blas_thread()
+    _process.one_blas_thread()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "1"
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
-    cli._one_blas_thread()
+    _process.one_blas_thread()
     assert os.environ["OPENBLAS_NUM_THREADS"] == "8"
 
 
@@ -598,7 +598,7 @@ def test_compare_of_two_runs_uses_their_measured_step_times(tmp_path, torch_requ
 
 
 def test_scaling_command_takes_each_gpu_count():
-    from proflab.cli import _scaling_command
+    from proflab.cli.scaling import _scaling_command
     from proflab.errors import UsageError
 
     assert _scaling_command(["torchrun", "--nproc_per_node", "8", "t.py"], 2) == ["torchrun", "--nproc_per_node", "2", "t.py"]
