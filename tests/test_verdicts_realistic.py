@@ -62,13 +62,23 @@ def test_step_time_is_gpu_side(setting):
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_sync_drain_is_named_first(setting):
     report = _report("lm_sync_drain", setting)
-    top = _serious(report)[0]
-    assert top.category == "sync_bound"
-    assert "_local_scalar_dense" in top.title  # loss.item()
-    # the drain costs the bare loop 5-6 ms a step over the same model without it
-    extra = TRUTH["lm_sync_drain"]["bare"]["median_ms"] - TRUTH["lm_bf16"]["bare"]["median_ms"]
+    sync = [f for f in report.findings if f.category == "sync_bound"]
+    assert sync and "_local_scalar_dense" in sync[0].title  # loss.item()
+    if setting == "light":
+        assert _serious(report)[0].category == "sync_bound"
+    # A host-side finding beside it claims the same idle (the logging the sync makes serial):
+    # it must say so, and not add to the sync's gain.
+    for f in _serious(report, HOST_SIDE):
+        assert "sync_bound" in f.overlaps, f.id
+    # the drain costs the bare loop 5-6 ms a step over the same model without it; with the
+    # measured bare step, all the fixes together are predicted to save that, within 15 % of
+    # the step. (With stacks the split among the findings is less sure: the logging is a
+    # time-budgeted Python loop, which the profiler's frame cost does not lengthen.)
+    bare = TRUTH["lm_sync_drain"]["bare"]["median_ms"]
+    extra = bare - TRUTH["lm_bf16"]["bare"]["median_ms"]
     assert 2.0 < extra < 10.0
-    assert _serious(report, HOST_SIDE) == []
+    p = _report("lm_sync_drain", setting, bare_step_ms=bare).summary["predicted"]
+    assert abs(p["predicted_gain_ms"] - extra) <= 0.15 * bare, (p, extra)
 
 
 @pytest.mark.parametrize("setting", SETTINGS)
@@ -86,14 +96,22 @@ def test_per_parameter_optimizer_is_one_launch_finding(setting):
 
 
 def test_measured_bare_step_gives_the_measured_gain():
+    """With the measured bare step, each part of the launch finding is its fix replayed: a
+    CUDA graph, which removes all the dispatch, is predicted to save nearly all the idle the
+    bare step holds over the GPU work; the fused optimizer (the finding's headline, named first)
+    saves its part of it, less. (On the gain-truth set's own per-parameter AdamW loop, fused
+    AdamW measured 3.60 ms of 7.70, predicted 4.1: tests/test_gains_truth.py.)"""
     bare = TRUTH["mlp_foreach"]["bare"]["median_ms"]
     report = _report("mlp_foreach", "light", bare_step_ms=bare)
     obs = report.summary["observer"]
     assert obs["source"] == "measured"
     (launch,) = [f for f in report.findings if f.category == "launch_bound"]
     assert launch.severity == "critical"
-    idle_share = (bare - obs["gpu_work_ms"]) / bare
-    assert launch.est_gain_pct == pytest.approx(100 * idle_share, abs=5)
+    idle_share = 100 * (bare - obs["gpu_work_ms"]) / bare
+    parts = {p["what"].split(" (")[0].split(",")[0]: p for p in launch.evidence["breakdown"]}
+    graph = parts["many small launches"]["predicted_gain_pct"]
+    assert graph == pytest.approx(idle_share, abs=10)
+    assert launch.est_gain_pct == parts["the optimizer step"]["predicted_gain_pct"] < graph
     # and a GPU-bound loop stays GPU-bound with its measured time
     lm = _report("lm_bf16", "light", bare_step_ms=TRUTH["lm_bf16"]["bare"]["median_ms"])
     assert _serious(lm, HOST_SIDE) == []

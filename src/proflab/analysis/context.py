@@ -164,6 +164,13 @@ class Context:
     def gaps(self) -> pl.DataFrame:
         return _gaps.idle_gaps(self.trace, self.busy, self.window, self.launches, self.step_table, self.blocking)
 
+    @_table
+    def whatif(self):
+        """The what-if model: the step replayed with a fix (see ``analysis.whatif``)."""
+        from proflab.analysis.whatif.model import WhatIf
+
+        return WhatIf.of(self.trace, self)
+
     @property
     def has_launch_links(self) -> bool:
         """Whether host launch calls carry correlation ids that match GPU work."""

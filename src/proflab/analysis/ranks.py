@@ -144,6 +144,7 @@ class RankSummary:
     # under the collectives, where the rank's GPU had no compute queued (see _starved)
     starved_starts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     starved_ends: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    whatif: Any = None  # the rank's what-if model (``analysis.whatif``): the job replays the ranks together
 
 
 def _step_index(t: np.ndarray, steps: pl.DataFrame) -> np.ndarray:
@@ -275,7 +276,7 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
     }
     return RankSummary(
         rank, trace.meta.source, side, calls, cov.starts, cov.ends, per_step, stats, report, tuple(missing),
-        starved.starts, starved.ends,
+        starved.starts, starved.ends, whatif=ctx.whatif if side == "gpu" else None,
     )
 
 

@@ -30,8 +30,14 @@ Severity = Literal["critical", "warning", "info"]
 
 @dataclass(frozen=True)
 class Finding:
-    """One diagnosis. ``evidence`` keys carry their unit (``idle_ms``, ``bandwidth_gbps``);
-    ``est_gain_ms`` is time saved over the analysed window if fixed, under ``assumption``."""
+    """One diagnosis. ``evidence`` keys carry their unit (``idle_ms``, ``bandwidth_gbps``).
+
+    ``est_gain_ms`` is the bare step time its fix is predicted to save (ms per step; over
+    the analysed window where the trace has no steps), ``est_gain_pct`` that as a share of
+    the bare step, under ``assumption``. ``prediction`` says how it was predicted (the step
+    replayed with the fix, or the idle time it claims where no replay could be made);
+    ``overlaps`` names the findings whose fixes save partly the same time. ``fixes`` are the
+    what-if transformations the prediction made (not serialised)."""
 
     id: str
     category: str
@@ -43,6 +49,9 @@ class Finding:
     fix: str
     where: dict[str, list[Any]] = field(default_factory=dict)
     assumption: str = ""
+    prediction: dict[str, Any] | None = None
+    overlaps: tuple[str, ...] = ()
+    fixes: tuple = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.category not in CATEGORIES:
@@ -62,6 +71,8 @@ class Finding:
             "fix": self.fix,
             "where": self.where,
             "assumption": self.assumption,
+            **({"prediction": self.prediction} if self.prediction is not None else {}),
+            **({"overlaps": list(self.overlaps)} if self.overlaps else {}),
         }
 
 

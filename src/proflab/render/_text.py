@@ -9,7 +9,7 @@ from proflab._controls import escape
 from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
 __all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable", "esc",
-           "unprofiled_steps"]
+           "unprofiled_steps", "gain_text", "combined_text"]
 
 
 def printable(obj: Any) -> Any:
@@ -117,3 +117,31 @@ def unprofiled_steps(d: dict) -> tuple[str, str, str] | None:
         return fmt_num(lo) if lo == hi else f"{fmt_num(lo)}-{fmt_num(hi)}"
 
     return kind, side(u.get("before")), side(u.get("after"))
+
+
+def gain_text(f: dict, per: str | None = "step") -> str:
+    """A finding's gain in words: what its fix is predicted to save, per step or over the
+    window, and how (the step replayed with the fix, or the idle time it claims)."""
+    p = f.get("prediction") or {}
+    unit = "a step" if per == "step" else "over the window"
+    share = "of the bare step" if per == "step" else "of the window"
+    how = "replayed" if p.get("model") == "replay" else "from idle time" if p else "estimated"
+    text = f"predicted ({how}): saves {fmt_num(f['est_gain_ms'])} ms {unit} ({fmt_num(f['est_gain_pct'])}% {share})"
+    rng = p.get("predicted_gain_range_ms")
+    if p.get("bare_step_source") == "estimated" and rng and rng[0] != rng[1]:
+        text += f", {fmt_num(rng[0])}-{fmt_num(rng[1])} ms over the profiler's plausible cost"
+    if f.get("overlaps"):
+        text += f"; overlaps {', '.join(f['overlaps'])}"
+    return text
+
+
+def combined_text(summary: dict) -> str | None:
+    """The report's combined prediction in words: all replayed fixes made together."""
+    p = summary.get("predicted") or {}
+    if "predicted_gain_ms" not in p:
+        return None
+    return (
+        f"All {len(p['findings'])} fixes together: predicted {fmt_num(p['bare_step_ms'])} -> {fmt_num(p['predicted_step_ms'])} ms "
+        f"a step ({fmt_num(p['predicted_gain_pct'])}% saved; bare step {p['bare_step_source']}), against "
+        f"{fmt_num(p['sum_of_findings_ms'])} ms if their gains simply added; GPU work left {fmt_num(p['gpu_work_after_ms'])} ms"
+    )

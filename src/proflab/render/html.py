@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from proflab.render._text import kernel_label, printable
+from proflab.render._text import gain_text, kernel_label, printable
 
 __all__ = ["render_html", "safe_json", "SIZE_BUDGET_BYTES", "VENDORED"]
 
@@ -293,12 +293,12 @@ def _verdict(findings: Sequence[dict[str, Any]]) -> str:
     kind = str(top.get("id", "")).split(":", 1)[0]
     extra = f" ({kind})" if kind != top["category"] and re.fullmatch(r"[a-z][a-z0-9_]*", kind) else ""
     return (f'<div class="verdict {_e(top["severity"])}"><b>Verdict: {_e(top["category"])}{_e(extra)}</b> — '
-            f"{_e(top['title'])}; fixing it saves about {_e(_fmt(top['est_gain_ms']))} ms "
-            f"({_e(_fmt(top['est_gain_pct'], 1))}% of the window)</div>")
+            f"{_e(top['title'])}; fixing it saves {_e(_fmt(top['est_gain_ms']))} ms a step "
+            f"({_e(_fmt(top['est_gain_pct'], 1))}%, predicted)</div>")
 
 
 def _findings(page: _Page, findings: Sequence[dict[str, Any]]) -> None:
-    page.add('<section class="findings"><h2>Findings, largest estimated gain first</h2>')
+    page.add('<section class="findings"><h2>Findings, largest predicted gain first</h2>')
     if not findings:
         page.add('<p class="muted">No finding on this input.</p>')
     for i, f in enumerate(findings, 1):
@@ -308,8 +308,7 @@ def _findings(page: _Page, findings: Sequence[dict[str, Any]]) -> None:
         page.add(
             f'<article class="finding" data-category="{_e(f["category"])}"><h3><span class="sev {_e(f["severity"])}">'
             f"{_e(f['severity'])}</span>{i}. {_e(f['title'])}</h3>"
-            f'<div><span class="muted">{_e(f["category"])}</span> · <span class="gain">estimated gain '
-            f"{_e(_fmt(f['est_gain_ms']))} ms ({_e(_fmt(f['est_gain_pct'], 1))}%)</span>"
+            f'<div><span class="muted">{_e(f["category"])}</span> · <span class="gain">{_e(gain_text(f))}</span>'
             + (f' <span class="muted">— {_e(f["assumption"])}</span>' if f.get("assumption") else "") + "</div>"
             f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>'
             + (f'<details><summary>Evidence</summary><ul class="evidence">{ev}</ul></details>' if ev else "")

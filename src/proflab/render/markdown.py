@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from proflab.render._text import (
+    combined_text,
     esc,
     evidence_lines,
     fmt_num,
+    gain_text,
     is_scope_note,
     kernel_label,
     observer_line,
@@ -54,12 +56,14 @@ def render_markdown(report) -> str:
         lines.append(f"- Copies {esc(m['direction'])} ({esc(m['memory'])}): {fmt_num(m['count'])}, {fmt_num(m['bytes'])} bytes, "
                      f"{fmt_num(m['time_ms'])} ms, {fmt_num(m['achieved_gbps'])} GB/s")
     lines += ["", "## Findings", ""]
+    if (together := combined_text(d["summary"])):
+        lines += [esc(together), ""]
     if not d["findings"]:
         lines.append("No findings.")
     for i, f in enumerate(d["findings"], 1):
         lines.append(f"### {i}. [{f['severity']}] {esc(f['title'])}")
         lines.append("")
-        lines.append(f"*{f['category']}* — estimated gain {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])} %)"
+        lines.append(f"*{f['category']}* — {esc(gain_text(f, d['summary'].get('gain_per')))}"
                      + (f", assuming {esc(f['assumption'])}" if f.get("assumption") else ""))
         lines.append("")
         for e in evidence_lines(f["evidence"], width=200):

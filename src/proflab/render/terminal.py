@@ -15,10 +15,12 @@ from rich.table import Table
 from rich.text import Text
 
 from proflab.render._text import (
+    combined_text,
     evidence_lines,
     fmt_bytes,
     fmt_num,
     is_scope_note,
+    gain_text,
     kernel_label,
     observer_line,
     printable,
@@ -55,7 +57,7 @@ def _duration_us(v) -> str:
     return f"{fmt_num(round(v / 1000, 3))} ms" if abs(v) >= 1000 else f"{fmt_num(v)} us"
 
 
-def _verdict(findings: list[dict]) -> Text | None:
+def _verdict(findings: list[dict], per: str | None = "step") -> Text | None:
     """One line up front: the run is healthy, or what costs it most."""
     if not findings:
         return None
@@ -72,7 +74,8 @@ def _verdict(findings: list[dict]) -> Text | None:
         # a specific cause filed under a contract category (local_memory_spills is memory_bound)
         line.append(f" ({kind})")
     line.append(" — ")
-    line.append(_line(f"fixing it saves about {fmt_num(top['est_gain_ms'])} ms ({fmt_num(top['est_gain_pct'])}%)"))
+    line.append(_line(f"fixing it saves {fmt_num(top['est_gain_ms'])} ms {'a step' if per == 'step' else 'over the window'} "
+                      f"({fmt_num(top['est_gain_pct'])}%, predicted)"))
     return line
 
 
@@ -161,12 +164,15 @@ def _body(d: dict, width: int) -> Group:
             + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
                and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
-    verdict = _verdict(d["findings"])
+    verdict = _verdict(d["findings"], d["summary"].get("gain_per"))
     if verdict:
         parts.append(Text(""))
         parts.append(verdict)
+    together = combined_text(d["summary"])
+    if together:
+        parts.append(_line(together))
     parts.append(Text(""))
-    parts.append(Text("Findings, largest estimated gain first", style="bold underline"))
+    parts.append(Text("Findings, largest predicted gain first", style="bold underline"))
     if not d["findings"]:
         parts.append(Text("  none"))
     for i, f in enumerate(d["findings"], 1):
@@ -180,7 +186,7 @@ def _body(d: dict, width: int) -> Group:
             parts.append(_indent(note))
         elif f["category"] != "healthy":
             gain = _line(
-                f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
+                "   " + gain_text(f, d["summary"].get("gain_per"))
                 + (f" if {f['assumption']}" if f.get("assumption") else "")
             )
             gain.stylize("dim")

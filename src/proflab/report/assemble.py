@@ -16,6 +16,7 @@ from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
 from proflab.analysis.timeline.gaps import CAUSES
 from proflab.model import Trace
 from proflab.report import Report
+from proflab.report.predicted import combined, with_overlaps
 from proflab.rules import run_rules
 from proflab.rules._common import ms, us
 
@@ -44,6 +45,9 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
     ranges = tuple(_ranges_beside_host_only(ctx))
     _while_little_is_held(ctx)
     findings = run_rules(trace, ctx)
+    whatif = ctx.whatif if trace.has_gpu else None
+    findings = with_overlaps(findings, whatif)
+    predicted = combined(findings, whatif)
     memory = _memory(ctx)
     if memory is not None:
         from proflab.rules.memory import memory_rules
@@ -57,10 +61,16 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ctx.note_missing("datasheet peaks", peaks_missing_reason(name, info.get("sm_count")), "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
+    summary = _summary(ctx)
+    summary["gain_per"] = "step" if summary.get("step_count") else "window"
+    if predicted is not None:
+        summary["predicted"] = predicted
+    elif whatif is not None and not whatif.available:
+        summary["predicted"] = {"missing": whatif.why_not}
     return Report(
         source=_source(trace),
         device=_device(ctx),
-        summary=_summary(ctx),
+        summary=summary,
         findings=tuple(findings),
         kernels=tuple(_kernels(ctx, top_kernels)),
         steps=tuple(_steps(ctx)),

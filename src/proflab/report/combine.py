@@ -64,14 +64,18 @@ from proflab.analysis import quantiles as _quantiles
 from proflab.analysis.timeline import breakdown as _timeline
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.ranges import combined_range_tables
+from proflab.analysis.whatif import WhatIf
+from proflab.analysis.whatif.graph import concat
 from proflab.analysis.timeline.breakdown import PartLevels
 from proflab.errors import UsageError
 from proflab.model import Trace
 from proflab.report import Finding, Missing, Report
 from proflab.report import assemble as _a
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, severity
+from proflab.report.predicted import combined, with_overlaps
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, ms, repredicted, severity
 from proflab.rules._common import pct as _pct
 from proflab.rules.host import over_parts, part_sums
+from proflab.rules.memcpy import reported_without_gain
 
 __all__ = ["report_in_parts"]
 
@@ -111,6 +115,7 @@ class _Part:
     host_ops: pl.DataFrame
     events: int
     host_sums: dict | None  # what the host-side rules decide from (``rules.host.part_sums``)
+    whatif_graph: Any = None  # the part's step graph, replayed with the others' (``analysis.whatif``)
 
 
 def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None,
@@ -199,7 +204,14 @@ def _digest(ctx: Context, report: Report) -> _Part:
         host_ops=_a.host_op_table(trace),
         events=trace.gpu.height + trace.cpu.height,
         host_sums=part_sums(ctx) if gpu else None,
+        whatif_graph=_whatif_graph(ctx) if gpu else None,
     )
+
+
+def _whatif_graph(ctx: Context):
+    """The part's step graph (``Context.whatif`` puts it in the part's digest as it is built)."""
+    ctx.whatif
+    return (ctx.part_digest or {}).get("whatif_graph")
 
 
 def _gaps_of(ctx: Context) -> _Gaps:
@@ -256,6 +268,11 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
         per_step = [p.observer_steps for p in parts if p.observer_steps is not None]
         observer = _observer.from_steps(pl.concat(per_step, how="vertical_relaxed") if per_step else None, bare_step_ms)
     summary = _a.summary_of((lo, hi), breakdowns, memcpy, steps, sum(p.step_count for p in parts), observer)
+    # the what-if model over all parts' steps: their graphs replayed as one, as a whole analysis does
+    whatif = None
+    if gpu:
+        whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts]), bare_step_ms,
+                                 observer.unprofiled_step_ms[0] if observer is not None else None)  # fmt: skip
     kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),
                                             top, [p.kernel_modes for p in parts if p.kernel_modes is not None])
     idle: dict[str, Any] = {}
@@ -273,11 +290,17 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     events = sum(p.events for p in parts)
     source["inputs"] = [{**source["inputs"][0], "analysed_events": events, "parts": len(parts)}]
     missing = _missing(parts, gpu=gpu, steps=steps.height > 0 or bool(_steps_in_trace(parts)))
+    findings = with_overlaps(_findings(parts, span, breakdowns, observer, whatif), whatif)
+    summary["gain_per"] = "step" if summary.get("step_count") else "window"
+    if (predicted := combined(findings, whatif)) is not None:
+        summary["predicted"] = predicted
+    elif whatif is not None and not whatif.available:
+        summary["predicted"] = {"missing": whatif.why_not}
     return Report(
         source=source,
         device=next((p.report.device for p in parts if p.report.device.get("name")), first.device),
         summary=summary,
-        findings=tuple(_findings(parts, span, breakdowns, observer)),
+        findings=tuple(findings),
         kernels=tuple(_a.kernels_of(kernels)) if kernels.height else (),
         steps=tuple(_a.steps_of(steps, gpu)),
         memcpy=tuple(_a.memcpy_of(memcpy)),
@@ -297,8 +320,9 @@ _UNCORRECTED = ("not estimated: no part holds a whole profiler step (each is lon
                 "(--bare-step-ms) is not used; a --memory-budget that holds a few steps, or --steps, corrects for it")
 
 
-def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> list[Finding]:
-    """Each part's findings as the whole trace's (see the module doc)."""
+def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, whatif=None) -> list[Finding]:
+    """Each part's findings as the whole trace's (see the module doc); a finding with a fix
+    to replay has its gain predicted again over all parts' steps (``whatif``)."""
     from proflab.rules.utilization import healthy_of
 
     found: dict[str, list[tuple[int, Finding]]] = {}
@@ -310,14 +334,27 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer) -> l
     # the host-side rules' gains decided over all parts' sums, as the whole analysis decides them
     decided = over_parts([p.host_sums for p in parts if p.host_sums is not None], observer, span_ns)
     out = []
+    steps = [int(p.report.summary.get("step_count") or 0) for p in parts]
+    total_steps = sum(steps)
     for fid, fs in found.items():
         at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
-        if fid in decided:
+        if best.fixes and whatif is not None and whatif.available:
+            # the fix replayed over all parts' steps, as a whole analysis replays it
+            best = repredicted(best, whatif)
+            if best.est_gain_pct < MIN_GAIN_PCT and not reported_without_gain(best):
+                continue
+            gain_ms, pct, how = best.est_gain_ms, best.est_gain_pct, "its fix replayed over all parts' steps"
+        elif fid in decided:
             gain_ns, denom = decided[fid]
             gain_ns = min(gain_ns, denom) if denom > 0 else gain_ns
             if _pct(gain_ns, denom, 3) < MIN_GAIN_PCT:
                 continue  # not material over the whole trace
-            gain_ms, pct, how = gain_ns / 1e6, _pct(gain_ns, denom, 2), "gain over all parts"
+            gain_ms, pct, how = gain_ns / 1e6 / max(total_steps, 1), _pct(gain_ns, denom, 2), "gain over all parts"
+        elif total_steps and any((f.prediction or {}).get("per") == "step" for _, f in fs):
+            gain_ms = sum(f.est_gain_ms * steps[i] for i, f in fs) / total_steps
+            pct, how = sum(f.est_gain_pct * steps[i] for i, f in fs) / total_steps, "gain per step over all parts"
+            if len(fs) < len(parts) and pct < MIN_GAIN_PCT:
+                continue
         else:
             gain_ms, how = sum(f.est_gain_ms for _, f in fs), "gain summed"
             pct = _share(parts, fs, gain_ms, span_ns)

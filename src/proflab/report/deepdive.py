@@ -12,6 +12,7 @@ Reading the ncu pages is the reader's (:func:`proflab.readers.ncu.load`); the ve
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -19,10 +20,12 @@ from proflab._version import __version__
 from proflab.analysis.context import Context
 from proflab.analysis.deepdive.join import join_timeline
 from proflab.analysis.deepdive.verdicts import KernelVerdict, verdicts
+from proflab.analysis.whatif import Fix
 from proflab.model import Trace
 from proflab.model.ncu import NcuProfile
 from proflab.report import Missing, Report
 from proflab.report.assemble import report_for
+from proflab.rules._common import predicted
 from proflab.rules.kernels import kernel_findings
 
 __all__ = ["deep_dive"]
@@ -45,6 +48,7 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
     # a kernel the timeline does not contain has no share of its window: keep its verdict,
     # leave its findings out, and say so
     kfind = kernel_findings([v for v in vs if v.name in times], times, window_ns)
+    kfind = [_replayed(f, ctx, times) for f in kfind]
     kernels = []
     for k in base.kernels:
         k = dict(k)
@@ -65,6 +69,17 @@ def deep_dive(profile: NcuProfile, trace: Trace | None = None, *, top_kernels: i
         verdicts=tuple(v.to_dict() for v in vs),
         missing=tuple(missing),
     )
+
+
+def _replayed(f, ctx: Context, times: dict):
+    """A kernel finding's gain as the bare step its fix saves: the step replayed with the
+    kernel running the share of its time the finding claims faster (``analysis.whatif``)."""
+    name = (f.where.get("kernels") or [None])[0]
+    kt = times.get(name)
+    if kt is None or not kt.total_ns or not f.est_gain_ms:
+        return predicted(f, ctx)
+    factor = max(1.0 - f.est_gain_ms * 1e6 / kt.total_ns, 0.0)
+    return predicted(f, ctx, Fix("speed_ops", f"^{re.escape(name)}$", factor=factor, label=f"{name[:40]} {1 - factor:.0%} faster"))
 
 
 def _ncu_source(profile: NcuProfile) -> dict[str, Any]:

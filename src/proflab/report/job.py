@@ -53,7 +53,7 @@ def rank_task(path: str, options: dict[str, Any]) -> RankSummary:
     ctx = Context(trace, bare_step_ms=bare)
     report = report_for(ctx, top_kernels=options.get("top_kernels", 15))
     summary = rank_summary(ctx, -1 if rank is None else rank, report=report)
-    summary.stats["bare_step_ms"] = float(timed["bare_ms"]) if timed else None
+    summary.stats["bare_step_ms"] = float(timed["bare_ms"]) if timed else options.get("bare_step_ms")
     summary.stats["bare_clock"] = (timed.get("clock") or "host") if timed else None  # run directories before the GPU clock: host
     prof = timed.get("profiled_ms")
     summary.stats["profiled_step_ms"] = float(prof) if isinstance(prof, (int, float)) and prof > 0 else None

@@ -10,6 +10,7 @@ from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.rules import host, memcpy, tensor_cores, utilization
+from proflab.rules._common import predicted
 
 __all__ = ["RULES", "run_rules"]
 
@@ -21,6 +22,7 @@ RULES = (
     memcpy.pageable_memcpy,
     memcpy.memcpy_bound,
     tensor_cores.tensor_cores_unused,
+    tensor_cores.tensor_cores_tf32,
     utilization.low_utilization,
 )
 
@@ -28,6 +30,8 @@ RULES = (
 def run_rules(trace: Trace, ctx: Context) -> list[Finding]:
     """All rules, ranked by estimated gain (largest first); ``healthy`` when nothing material."""
     findings = [f for rule in RULES for f in rule(trace, ctx)]
+    # a gain no replay predicted is the idle time it claims, per step like the others
+    findings = [f if f.prediction is not None or not f.est_gain_ms else predicted(f, ctx) for f in findings]
     findings.sort(key=lambda f: (-f.est_gain_ms, f.id))
     findings.extend(utilization.healthy(trace, ctx, findings))
     return findings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from proflab.model.findings import Finding, Severity
@@ -49,3 +50,54 @@ def gain_finding(category: str, gain_ns: float, wall_ns: int, *, id: str | None 
         est_gain_pct=gain_pct,
         **fields,
     )
+
+
+def steps_in_window(ctx) -> int:
+    """The GPU-side steps the analysed window holds (0: none, the window is the unit)."""
+    obs = ctx.observer
+    if obs is not None and obs.steps:
+        return int(obs.steps)
+    return int(ctx.trace.steps.height)
+
+
+def predicted(f: Finding, ctx, *fixes) -> Finding:
+    """``f`` with its gain as the bare step time its fix saves: the step replayed with
+    ``fixes`` (``analysis.whatif``), critical path before and after. Where no replay can be
+    made (no steps, no launch links) or the finding names no fix, its idle-time gain over the
+    window is divided over the window's steps, and the finding says which model gave it."""
+    w = ctx.whatif
+    if fixes and w.available:
+        return repredicted(f, w, fixes)
+    n = steps_in_window(ctx)
+    why = w.why_not if not w.available else "its fix has no transformation in the what-if model"
+    return dataclasses.replace(
+        f, est_gain_ms=f.est_gain_ms / n if n else f.est_gain_ms,
+        prediction={"model": "idle time", "per": "step" if n else "window", "no_replay": why},
+    )  # fmt: skip
+
+
+_REPLAYED = "predicted by replaying the bare step with the fix"
+_LITTLE = "; predicted to save little: the step's critical path does not run through it"
+
+
+def repredicted(f: Finding, whatif, fixes: tuple = ()) -> Finding:
+    """``f`` with the gain ``whatif`` predicts for its fixes (``fixes``, else its own): a
+    trace analysed in parts predicts its findings' gains again over all parts' steps."""
+    fixes = tuple(fixes or f.fixes)
+    p = whatif.predict(*fixes)
+    title = f.title.removesuffix(_LITTLE)
+    if p.gain_pct < MIN_GAIN_PCT:
+        title += _LITTLE
+    assumption = f.assumption if _REPLAYED in f.assumption else (f.assumption + "; " if f.assumption else "") + _REPLAYED
+    return dataclasses.replace(
+        f, title=title, severity=severity(p.gain_pct), est_gain_ms=p.gain_ms, est_gain_pct=p.gain_pct,
+        prediction=p.to_dict(), fixes=fixes, assumption=assumption,
+    )  # fmt: skip
+
+
+def keep(f: Finding, ctx) -> list[Finding]:
+    """``[f]`` where its predicted gain is material; in a part of a trace analysed in parts,
+    any finding with a fix to replay (the combined report decides over all parts' steps)."""
+    if f.est_gain_pct >= MIN_GAIN_PCT or (ctx.part_digest is not None and f.fixes):
+        return [f]
+    return []

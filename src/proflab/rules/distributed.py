@@ -12,14 +12,18 @@ communication's (``communication_bound``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import polars as pl
 
+from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.ranks import JobTables, RankSummary, link_reference
+from proflab.analysis.whatif import Fix
+from proflab.analysis.whatif.job import JobWhatIf
 from proflab.model.findings import Finding
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, severity
 
 __all__ = ["job_rules", "load_imbalance", "communication_bound", "job_wall_ns"]
 
@@ -30,9 +34,41 @@ def job_wall_ns(summaries: list[RankSummary]) -> int:
 
 
 def job_rules(tables: JobTables, summaries: list[RankSummary]) -> list[Finding]:
-    out = [*load_imbalance(tables, summaries), *communication_bound(tables, summaries)]
+    jw = job_whatif(summaries)
+    out = [*load_imbalance(tables, summaries, jw), *communication_bound(tables, summaries, jw)]
+    out = [f if f.prediction is not None or not f.est_gain_ms else _per_step(f, tables) for f in out]
     out.sort(key=lambda f: (-f.est_gain_ms, f.id))
     return out
+
+
+def job_whatif(summaries: list[RankSummary]) -> JobWhatIf:
+    """The ranks replayed together (``analysis.whatif.job``); the job's measured bare step
+    is its slowest rank's, where every rank measured its own."""
+    bare = [s.stats.get("bare_step_ms") for s in summaries]
+    measured = max(bare) if bare and all(isinstance(b, (int, float)) and b > 0 for b in bare) else None
+    return JobWhatIf({s.rank: s.whatif for s in summaries}, measured)
+
+
+def _job_predicted(f: Finding, jw: JobWhatIf | None, fixes: dict) -> Finding:
+    """``f`` with the bare job step its fix saves, the ranks replayed together; as it is
+    (the idle model, per step in ``job_rules``) where they cannot be."""
+    p = jw.predict(fixes) if jw is not None and fixes else None
+    if p is None:
+        return f
+    return dataclasses.replace(
+        f, severity=severity(p.gain_pct), est_gain_ms=p.gain_ms, est_gain_pct=p.gain_pct, prediction=p.to_dict(),
+        assumption=f.assumption + "; predicted by replaying every rank's bare step with the fix, collectives in lockstep",
+    )  # fmt: skip
+
+
+def _per_step(f: Finding, tables: JobTables) -> Finding:
+    """A job finding's idle-time gain over the window, per step of the job."""
+    coll = tables.collectives
+    steps = int(coll.filter(pl.col("step") >= 0)["step"].n_unique()) if coll.height else 0
+    return dataclasses.replace(
+        f, est_gain_ms=f.est_gain_ms / steps if steps else f.est_gain_ms,
+        prediction={"model": "idle time", "per": "step" if steps else "window", "no_replay": "the ranks' steps could not be replayed together"},
+    )  # fmt: skip
 
 
 def _leads(waits: pl.DataFrame) -> pl.DataFrame:
@@ -48,7 +84,7 @@ def _leads(waits: pl.DataFrame) -> pl.DataFrame:
     return per.group_by("step", "rank").agg(pl.col("lead_ns").max())
 
 
-def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Finding]:
+def load_imbalance(tables: JobTables, summaries: list[RankSummary], jw: JobWhatIf | None = None) -> list[Finding]:
     w = tables.waits
     if w.height == 0 or len(summaries) < 2:
         return []
@@ -136,8 +172,10 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
                 f"no gain claimed: unprofiled, rank {slow}'s host work per step ({obs['unprofiled_host_ms_lo']} ms with the "
                 f"largest plausible profiler cost taken out) fits within its GPU work ({obs['gpu_work_ms']} ms)",
             )
+    target = {"host": "quiet", "dataloader": "loader"}.get(cause)
+    fixes = {slow: [Fix("remove_host_work", target, label=f"rank {slow}'s extra host work off its loop")]} if target else {}
     return [
-        gain_finding(
+        _job_predicted(gain_finding(
             "load_imbalance",
             gain_ns,
             wall,
@@ -152,7 +190,7 @@ def load_imbalance(tables: JobTables, summaries: list[RankSummary]) -> list[Find
                 f"the job saves rank {slow}'s typical lead per step (median over {len(values)} matched steps) "
                 "if it arrived with the others; counted once for the job, not per waiting rank"
             ),
-        )
+        ), jw, fixes)
     ]
 
 
@@ -232,7 +270,7 @@ def _cause(slow: RankSummary, others: list[RankSummary], lead_ns: float) -> tupl
     return "unknown", ex
 
 
-def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list[Finding]:
+def communication_bound(tables: JobTables, summaries: list[RankSummary], jw: JobWhatIf | None = None) -> list[Finding]:
     rt = tables.ranks
     w = tables.waits
     if rt.height == 0 or w.height == 0:
@@ -355,8 +393,14 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
             "compare the unprofiled step time at 1 and N GPUs (proflab run records it; proflab scaling)",
         )
     gain_pct = pct(gain_ns, wall, 2)
+    # the replayed fix: gradients compressed to bf16 where they travel as fp32 (the casts at a
+    # practical 80 % of the device's memory bandwidth)
+    peaks = datasheet_peaks(device)
+    compress = {}
+    if "allreduce" in kinds and any(d in ("Float", "Double") for d in dtypes) and peaks is not None:
+        compress = {None: [Fix("compress_comm", factor=0.5, rate_gbps=0.8 * peaks.hbm_gbps, label="bf16 compression hook")]}
     return [
-        gain_finding(
+        _job_predicted(gain_finding(
             "communication_bound",
             gain_ns,
             wall,
@@ -375,5 +419,5 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary]) -> list
                 "which has no compute left to hide behind; the job's time, counted once "
                 f"({gain_pct}% of the median rank's window)"
             ),
-        )
+        ), jw, compress)
     ]

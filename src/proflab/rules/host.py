@@ -19,12 +19,14 @@ import polars as pl
 from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.intervals import IntervalSet
+from proflab.analysis.timeline.memcpy import reference_link
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, us
+from proflab.analysis.whatif import Fix
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us
 
-__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts"]
+__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]
 
 _SKIP = ("GPU idle-gap causes",)
 
@@ -107,7 +109,8 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
     obs = ctx.observer
     # shares of the loop as it runs without the profiler, where that is known or estimated
     denom = int(obs.unprofiled_step_ms[1] * 1e6 * obs.steps) if obs is not None else ctx.wall_ns
-    if pct(gain, denom, 3) < MIN_GAIN_PCT:
+    replayed = ctx.whatif.available
+    if not replayed and pct(gain, denom, 3) < MIN_GAIN_PCT:
         return []
     # the operators of these syncs only (a deduplication of every operator cost 75 ms of a
     # 1.6 M event trace's analysis)
@@ -165,20 +168,20 @@ def sync_bound(trace: Trace, ctx: Context) -> list[Finding]:
         "pinned memory and an event), drop torch.cuda.synchronize() outside timing code, and move the host work "
         "that follows the sync (logging, metrics) after the next step's launches or to another thread."
     )
-    return [
-        gain_finding(
-            "sync_bound",
-            gain,
-            denom or ctx.wall_ns,
-            title=f"Host synchronisation drains the GPU: {g.height} syncs leave it idle {ms(total, 2)} ms "
-            f"({pct(total, ctx.wall_ns)}% of the window); top: {what}{then}",
-            evidence=evidence,
-            fix=fix,
-            where={"steps": _steps(g), "ops": [o for o in by_call["op"].drop_nulls().unique(maintain_order=True).head(5)], "lines": lines},
-            assumption="without the syncs the host runs ahead and its work after them overlaps the GPU work; "
-            "at most the step's GPU work can hide it",
-        )
-    ]
+    f = gain_finding(
+        "sync_bound",
+        gain,
+        denom or ctx.wall_ns,
+        title=f"Host synchronisation drains the GPU: {g.height} syncs leave it idle {ms(total, 2)} ms "
+        f"({pct(total, ctx.wall_ns)}% of the window); top: {what}{then}",
+        evidence=evidence,
+        fix=fix,
+        where={"steps": _steps(g), "ops": [o for o in by_call["op"].drop_nulls().unique(maintain_order=True).head(5)], "lines": lines},
+        assumption="without the syncs the host runs ahead and its work after them overlaps the GPU work; "
+        "at most the step's GPU work can hide it",
+    )
+    f = predicted(f, ctx, Fix("remove_syncs", label="no per-step synchronisation"))
+    return keep(f, ctx)
 
 
 # Kernels that fuse: elementwise and reduction chains torch.compile turns into one kernel.
@@ -314,6 +317,8 @@ def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -
     split = _host_split(trace, ctx)
     if split is None:
         return None, []
+    if ctx.whatif.available:  # the replay decides what fixing it saves (``predicted``)
+        return (split, []) if split["observed"][part] > 0 else (None, [])
     if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
         return split, []
     return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
@@ -376,23 +381,30 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     fix = " ".join(f"{p['what'][0].upper()}{p['what'][1:]} ({p['share_pct']}% of it): {p['fix']}." for p in parts) or (
         "Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs)."
     )
-    return [
-        gain_finding(
-            "launch_bound",
-            gain,
-            split["denom"],
-            title="Launch-bound: the host dispatches "
-            + (f"{round(ls.launches_per_step)} kernels a step" if ls.launches_per_step else f"{ls.kernel_count} kernels")
-            + " (median "
-            f"{us(ls.median_kernel_ns)} us each) slower than the GPU runs them; {ms(gain, 2)} ms idle"
-            + (" without the profiler" if split["observer"] else "") + f", mostly {top}",
-            evidence=evidence,
-            fix=fix,
-            where={"steps": _steps(g), "ops": [p["op"] for p in parts if p.get("op")], "lines": lines},
-            assumption="the dispatch/launch cost of these kernels is removed (fused, batched or graph-replayed); "
-            "gain is the idle that survives the largest plausible profiler cost",
-        )
-    ]
+    # each part's own fix, replayed; the finding's gain is its first part's fix (the one its title names)
+    w = ctx.whatif
+    for p in parts:
+        if w.available:
+            pred = w.predict(p["whatif"])
+            p["predicted_gain_ms"], p["predicted_gain_pct"] = round(pred.gain_ms, 3), pred.gain_pct
+            p["predicted_gain_range_ms"] = [round(x, 3) for x in pred.gain_range_ms]
+    evidence["breakdown"] = [{k: v for k, v in p.items() if k not in ("fix", "whatif")} for p in parts]
+    f = gain_finding(
+        "launch_bound",
+        gain,
+        split["denom"],
+        title="Launch-bound: the host dispatches "
+        + (f"{round(ls.launches_per_step)} kernels a step" if ls.launches_per_step else f"{ls.kernel_count} kernels")
+        + " (median "
+        f"{us(ls.median_kernel_ns)} us each) slower than the GPU runs them; {ms(split['observed']['launch'], 2)} ms idle"
+        + f" in this trace, mostly {top}",
+        evidence=evidence,
+        fix=fix,
+        where={"steps": _steps(g), "ops": [p["op"] for p in parts if p.get("op")], "lines": lines},
+        assumption="the dispatch/launch cost of these kernels is removed (fused, batched or graph-replayed)",
+    )
+    f = predicted(f, ctx, *([parts[0]["whatif"]] if parts else [Fix("cuda_graph", label="CUDA graph")]))
+    return keep(f, ctx) if w.available else [f]
 
 
 def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
@@ -427,12 +439,14 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
             "op": f"Optimizer.step#{opt_name}.step",
             "fix": ("it already runs multi-tensor kernels: use fused=True or capture it in a CUDA graph"
                     if fused else f"update all parameters at once with {opt_name}(..., foreach=True) or fused=True"),
+            "whatif": Fix("fuse_optimizer", label=f"{opt_name}(fused=True)"),
         })
-    for mask, what, fix in (
-        (~in_opt & elem, "elementwise/reduction chains", "fuse them into a few kernels with torch.compile"),
+    for mask, what, fix, whatif in (
+        (~in_opt & elem, "elementwise/reduction chains", "fuse them into a few kernels with torch.compile",
+         Fix("compile", label="torch.compile")),
         (~in_opt & ~elem, "many small launches",
          "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) so it "
-         "launches once, or batch the small tensors into larger ones"),
+         "launches once, or batch the small tensors into larger ones", Fix("cuda_graph", label="CUDA graph")),
     ):
         if mask.any():
             names = top_ops(mask)
@@ -441,6 +455,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
                 "share_pct": round(100 * float(w[mask].sum()) / total, 1),
                 "op": names[0] if names else None,
                 "fix": fix,
+                "whatif": whatif,
             })
     return sorted(parts, key=lambda p: -p["share_pct"])
 
@@ -490,21 +505,35 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
         **_observer_evidence(split),
     }
     title = (
-        f"Host-bound: the GPU waits {ms(gain, 2)} ms in {g.height} gaps while the host does work that launches "
-        f"nothing" + (f", mostly {top}" if top else "")
+        f"Host-bound: the GPU waits {ms(split['observed']['host'], 2)} ms in {g.height} gaps while the host does work "
+        f"that launches nothing" + (f", mostly {top}" if top else "")
     )
-    return [
-        gain_finding(
-            "host_bound",
-            gain,
-            split["denom"],
-            title=title,
-            evidence=evidence,
-            fix=fix,
-            where={"steps": _steps(g), "ops": [a["name"] for a in activity[:5]], "lines": lines},
-            assumption="the host work moves off the critical path (workers, prefetch), closing these gaps",
-        )
-    ]
+    f = gain_finding(
+        "host_bound",
+        gain,
+        split["denom"],
+        title=title,
+        evidence=evidence,
+        fix=fix,
+        where={"steps": _steps(g), "ops": [a["name"] for a in activity[:5]], "lines": lines},
+        assumption="the host work moves off the critical path (workers, prefetch), closing these gaps",
+    )
+    loader = bool(top and any(re.search(_LOADER, a["name"]) for a in activity[:2]))
+    fixes = [Fix("remove_host_work", "loader", label="DataLoader workers")] if loader else [Fix("remove_host_work", "quiet", label="host work off the loop")]
+    if loader:  # the fix names pin_memory too
+        fixes.append(Fix("pin_copies", rate_gbps=pinned_gbps(ctx), label="pin_memory=True"))
+    f = predicted(f, ctx, *fixes)
+    return keep(f, ctx) if ctx.whatif.available else [f]
+
+
+def pinned_gbps(ctx: Context) -> float:
+    """The rate pinned host-to-device copies reach (GB/s): the best measured in the trace,
+    else the link's reference (``analysis.timeline.memcpy``)."""
+    _, rows, _ = ctx.pinning
+    h2d = [r["reference_gbps"] for r in rows if r["direction"] == "HtoD"]
+    if h2d:
+        return float(h2d[0])
+    return float(reference_link(ctx.device_info.get("compute_major"))[1])
 
 
 def _host_activity(trace: Trace, g: pl.DataFrame, only: pl.DataFrame | None = None) -> list[dict]:

@@ -14,9 +14,11 @@ from proflab.analysis.context import Context
 from proflab.analysis.timeline.memcpy import copies, has_copies, pageable_host_copies
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
+from proflab.analysis.timeline.memcpy import reference_link
+from proflab.analysis.whatif import Fix
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted
 
-__all__ = ["pageable_memcpy", "memcpy_bound"]
+__all__ = ["pageable_memcpy", "memcpy_bound", "reported_without_gain"]
 
 def _pinning(ctx: Context) -> tuple[int, list[dict]]:
     saved, rows, unsized = ctx.pinning
@@ -46,7 +48,9 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
     copies = sum(r["copies"] for r in rows)
     main = max(rows, key=lambda r: r["saving_ms"] or 0)
     ops = _copy_ops(trace, pageable=True)
-    return [
+    h2d = [r for r in rows if r["direction"] == "HtoD"] or rows
+    rate = float(h2d[0]["reference_gbps"]) if h2d else reference_link(ctx.device_info.get("compute_major"))[1]
+    f = predicted(
         gain_finding(
             "pageable_memcpy",
             saved,
@@ -70,8 +74,18 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
             ),
             where={"ops": ops, "directions": [r["direction"] for r in rows]},
             assumption="pinned copies run at the reference rate stated per direction",
-        )
-    ]
+        ),
+        ctx,
+        Fix("pin_copies", rate_gbps=rate, label="pinned memory, non_blocking=True"),
+    )
+    # an async call on pageable memory is reported even where pinning saves little (it is a hidden sync)
+    return [f] if async_calls else keep(f, ctx)
+
+
+def reported_without_gain(f: Finding) -> bool:
+    """Whether ``f`` is reported whatever its gain: pageable copies behind async calls, each
+    a hidden synchronisation (``pageable_memcpy``)."""
+    return f.category == "pageable_memcpy" and bool(f.evidence.get("async_calls_made_synchronous"))
 
 
 def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
@@ -97,7 +111,9 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
         for r in table.iter_rows(named=True)
     ]
     total_copy = int(copies(trace, "device", "dur_ns").filter(pl.col("device") == device)["dur_ns"].sum())
-    return [
+    # what prefetching alone saves: a pageable copy still holds the host (pinning is the other finding's fix)
+    fixes = [Fix("prefetch_copies", label="copies prefetched on a side stream")]
+    f = predicted(
         gain_finding(
             "memcpy_bound",
             remaining,
@@ -120,8 +136,11 @@ def memcpy_bound(trace: Trace, ctx: Context) -> list[Finding]:
             ),
             where={"ops": _copy_ops(trace, pageable=None), "directions": sorted({d["direction"] for d in directions})},
             assumption="overlapped with compute (or avoided), the exposed copy time left after pinning disappears",
-        )
-    ]
+        ),
+        ctx,
+        *fixes,
+    )
+    return keep(f, ctx)
 
 
 def _copy_ops(trace: Trace, *, pageable: bool | None) -> list[str]:

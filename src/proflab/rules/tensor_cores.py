@@ -7,15 +7,18 @@ that either are named as FP32 SIMT GEMMs or were launched by an operator with fl
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, ms, pct
+from proflab.analysis.whatif import Fix
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted
 
-__all__ = ["tensor_cores_unused", "ASSUMED_SPEEDUP"]
+__all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
 # Conservative: TF32/BF16 tensor-core GEMMs beat FP32 SIMT by 2x or more on every
 # generation since Ampere (the datasheet ratio is 7-8x; real kernels rarely reach it).
@@ -58,7 +61,10 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
         evidence["datasheet_fp32_tflops"] = peaks.fp32_tflops
         evidence["datasheet_tf32_tflops"] = peaks.tf32_tflops
     lines = ctx.frames.top_lines(fp32.select("tid", pl.col("launch_start_ns").alias("t_ns")))
-    return [
+    # the replay's speed-up: the datasheet's FP32 SIMT to TF32 tensor-core ratio, else the conservative one
+    factor = peaks.fp32_tflops / peaks.tf32_tflops if peaks and peaks.tf32_tflops else 1 / ASSUMED_SPEEDUP
+    pattern = "^(?:" + "|".join(re.escape(n) for n in fp32["name"].unique().to_list()) + ")$"
+    f = predicted(
         gain_finding(
             "tensor_cores_unused",
             gain,
@@ -74,6 +80,62 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
                 "better still, run the model under torch.autocast('cuda', dtype=torch.bfloat16)."
             ),
             where={"kernels": names, "ops": ops["op"].head(5).to_list(), "lines": lines},
-            assumption=f"tensor-core GEMMs run at least {ASSUMED_SPEEDUP:g}x faster than these FP32 ones",
-        )
-    ]
+            assumption=(f"these GEMMs run {1 / factor:.1f}x faster on TF32 tensor cores (the datasheet ratio)" if peaks and peaks.tf32_tflops
+                        else f"tensor-core GEMMs run at least {ASSUMED_SPEEDUP:g}x faster than these FP32 ones"),
+        ),
+        ctx,
+        Fix("speed_ops", pattern, factor=factor, label="TF32 matmuls"),
+    )
+    return keep(f, ctx)
+
+
+# Kernels of an FP32 model that run on TF32 tensor cores or in FP32 attention: under BF16 autocast
+# they run at the BF16 rate (twice TF32's on every datasheet since Ampere).
+_TF32_CORE = r"tf32|fmha_cutlass[FB]?_f32|attention.*f32"
+_TF32_KERNEL = rf"(?i){_TF32_CORE}"
+_NOT_TF32_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}))"
+# What BF16 does to the rest of an FP32 model's kernels (elementwise, norms, reductions): half the
+# bytes, plus the casts autocast adds. An FP32 LM on an H200 went 39.7 -> 21.0 ms a step under
+# autocast, its TF32 GEMMs and FP32 attention at half their time, the rest at 0.6 (tests/data/gains).
+BF16_ELEMENTWISE_FACTOR = 0.6
+_MIN_TF32_SHARE_PCT = 20.0
+
+
+def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
+    """An FP32 model whose matmuls already run on TF32 tensor cores: under BF16 autocast they
+    (and FP32 attention) run at the BF16 rate, twice TF32's, and its elementwise kernels move
+    half the bytes."""
+    if not trace.has_gpu or ctx.fp32_gemms.height:
+        return []  # FP32 SIMT GEMMs: tensor_cores_unused says it first
+    peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
+    if peaks is None or not peaks.tf32_tflops or not peaks.bf16_tflops:
+        return []
+    rows = ctx.kernel_rows.select("name", "dur_ns")
+    tc = rows.filter(pl.col("name").str.contains(_TF32_KERNEL))
+    total = ctx.kernel_time_ns or 1
+    share = pct(int(tc["dur_ns"].sum()), total)
+    if share < _MIN_TF32_SHARE_PCT or not ctx.whatif.available:
+        return []
+    factor = peaks.tf32_tflops / peaks.bf16_tflops
+    names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
+    f = predicted(
+        gain_finding(
+            "tensor_cores_unused",
+            0,
+            ctx.wall_ns,
+            id="tensor_cores_tf32",
+            title=(f"FP32 model on TF32 tensor cores: {share}% of kernel time in TF32 matmuls and FP32 attention, "
+                   "which BF16 runs at twice the rate"),
+            evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
+                      "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops},
+            fix=("Run forward and loss under torch.autocast('cuda', dtype=torch.bfloat16) (keep the optimizer in FP32); "
+                 "attention then takes the flash kernels."),
+            where={"kernels": names},
+            assumption=(f"TF32 matmuls and FP32 attention take {factor:.2f}x their time in BF16 (datasheet ratio), the other "
+                        f"kernels {BF16_ELEMENTWISE_FACTOR}x (half the bytes, plus casts)"),
+        ),
+        ctx,
+        Fix("speed_ops", _TF32_KERNEL, factor=factor, label="bf16 autocast: matmuls"),
+        Fix("speed_ops", _NOT_TF32_KERNEL, factor=BF16_ELEMENTWISE_FACTOR, label="bf16 autocast: the rest"),
+    )
+    return keep(f, ctx)

@@ -1,0 +1,250 @@
+"""Fixes as transformations of a replay plan: what each change does to the host's work, the
+calls and the GPU operations, before the step is replayed.
+
+Each fix names what it changes and the one assumption it rests on (``Fix.assumption``); the
+figures it uses are stated here, not tuned per trace:
+
+``remove_syncs``     the selected synchronising calls stop waiting (the value is read later, or
+                     kept on the GPU): a sync returns in ``SYNC_OVERHEAD_NS``; a small
+                     device-to-host copy (a scalar) no longer holds the host.
+``remove_host_work`` the host's work that launches nothing (the input pipeline, the program's own
+                     Python) leaves the loop: moved to DataLoader workers or another process.
+``fuse_optimizer``   the optimizer's per-parameter kernels become one multi-tensor kernel per
+                     kind of update: its host time drops to ``FUSED_OPTIMIZER_NS`` a step,
+                     its GPU time to the largest of its kernels per step plus a quarter of the rest.
+``compile``          torch.compile fuses each chain of elementwise, normalisation and reduction
+                     kernels between two library kernels (GEMM, attention, convolution, copies,
+                     collectives) into one, as long as the longest of the chain and a quarter of
+                     the rest; a launch that no longer happens takes its dispatch with it, and
+                     each remaining kernel's launch costs what it did eager (generated code
+                     launches at about eager's cost per kernel).
+``cuda_graph``       the step's launches are replayed from one CUDA graph: one launch of
+                     ``GRAPH_LAUNCH_NS`` a step, no host work between kernels; syncs and the
+                     work that launches nothing stay.
+``speed_ops``        the selected kernels run ``factor`` times as long (a datasheet ratio: FP32
+                     SIMT to TF32 tensor cores, TF32 to BF16).
+``pin_copies``       pageable copies run at the pinned rate and no longer hold the host.
+``prefetch_copies``  host-to-device copies are issued a step ahead on their own stream: later
+                     work no longer waits for them.
+``allocator``        expandable segments: no ``cudaFree`` (which synchronises) and no slow
+                     ``cudaMalloc`` in the loop.
+``compress_comm``    the collectives carry ``factor`` of their bytes (a bf16 hook: half), and
+                     each pays the casts both ways on the compute stream: three passes over
+                     its payload at ``rate_gbps`` (the device's memory bandwidth at a
+                     practical share).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph
+from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
+
+__all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS"]
+
+# a fused AdamW step over 48 parameters: 350-400 us of host time on an H200 host (tests/data/gains)
+FUSED_OPTIMIZER_NS = 350_000
+# ... and the pointwise kernels it fuses into one per chain (reductions and normalisations keep
+# theirs: Inductor's own count on an eager GPT, 262 such kernels a step, was 225, not one a chain).
+POINTWISE_KERNEL = r"(?i)elementwise_kernel|vectorized_elementwise|unrolled_elementwise|copy_kernel|CatArrayBatchedCopy"
+FUSED_REST = 0.25  # a fused chain: its longest kernel and a quarter of the rest (traffic not all saved)
+GRAPH_LAUNCH_NS = 20_000
+SMALL_COPY_BYTES = 1 << 20  # a device-to-host copy this small is a value read (.item()), not data
+
+# Kernels torch.compile leaves to a library (it calls them as they are) ...
+LIBRARY_KERNEL = (
+    r"(?i)gemm|nvjet|cutlass|xmma|cublas|sgemm|hgemm|matmul|conv|cudnn|fmha|flash|attention|sdpa|nccl|"
+    r"multi_tensor_apply|fused_adam|fused_sgd|Fused|memcpy|memset|splitK|cub::|radix|sort|scan|embedding_backward"
+)
+KINDS = ("remove_syncs", "remove_host_work", "fuse_optimizer", "compile", "cuda_graph", "speed_ops", "pin_copies",
+         "prefetch_copies", "allocator", "compress_comm")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One change to replay. ``target`` selects what it acts on (by kind: sync call names
+    joined by "|", ``loader``/``quiet``/``all``, a kernel-name pattern); ``factor`` scales
+    durations (``speed_ops``); ``rate_gbps`` is the pinned copy rate (``pin_copies``)."""
+
+    kind: str
+    target: str = ""
+    factor: float = 1.0
+    rate_gbps: float = 0.0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fix {self.kind!r}")
+
+    @property
+    def assumption(self) -> str:
+        return {
+            "remove_syncs": "the synchronising calls stop waiting; the host's work after them then overlaps the GPU's",
+            "remove_host_work": "the host work that launches nothing leaves the training loop (workers, another process)",
+            "fuse_optimizer": "the optimizer updates all parameters with a few multi-tensor kernels",
+            "compile": "elementwise chains fuse into one kernel each, launched from generated code",
+            "cuda_graph": "the step's launches replay from one CUDA graph",
+            "speed_ops": f"the selected kernels take {self.factor:.2f}x their time",
+            "pin_copies": f"pageable copies run at {self.rate_gbps:.0f} GB/s and no longer hold the host",
+            "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",
+            "allocator": "no cudaFree or slow cudaMalloc inside the loop",
+            "compress_comm": f"collectives carry {self.factor:g}x their bytes, and cast them both ways at {self.rate_gbps:.0f} GB/s",
+        }[self.kind]
+
+
+def _names(g: StepGraph, pattern: str) -> np.ndarray:
+    """Which operations' names match ``pattern`` (once per distinct name)."""
+    uniq, inv = np.unique(g.op_name.astype(str), return_inverse=True)
+    hit = np.array([bool(re.search(pattern, u)) for u in uniq], dtype=bool)
+    return hit[inv]
+
+
+def _library(g: StepGraph) -> np.ndarray:
+    lib = _names(g, LIBRARY_KERNEL)
+    return lib | (g.op_kind != "kernel") | g.op_comm
+
+
+def apply(g: StepGraph, p: Plan, fix: Fix) -> Plan:
+    """``p`` with ``fix`` made (a new plan; ``p`` is left as it was)."""
+    q = p.copy()
+    getattr(_Apply, fix.kind)(g, q, fix)
+    return q
+
+
+class _Apply:
+    @staticmethod
+    def remove_syncs(g: StepGraph, q: Plan, fix: Fix) -> None:
+        names = set(filter(None, fix.target.split("|")))
+        inside = g.call_step >= 0
+        sync = (q.call_kind == SYNC) & inside
+        if names:
+            sync &= np.isin(g.call_name.astype(str), list(names))
+        q.call_kind[sync] = OTHER
+        q.call_dur[sync] = np.minimum(q.call_dur[sync], SYNC_OVERHEAD_NS)
+        # a small device-to-host copy the host waited for is a value read: it no longer waits
+        small = g.op_pageable & (g.op_bytes < SMALL_COPY_BYTES) & (g.op_bytes > 0)
+        reads = np.unique(g.op_call[small])
+        reads = reads[(q.call_kind[reads] == COPY) & inside[reads]]
+        q.call_kind[reads] = LAUNCH
+        q.call_dur[reads] = np.minimum(q.call_dur[reads], SYNC_OVERHEAD_NS)
+
+    @staticmethod
+    def remove_host_work(g: StepGraph, q: Plan, fix: Fix) -> None:
+        part = {"loader": q.loader, "quiet": q.quiet}.get(fix.target)
+        taken = q.loader + q.quiet if part is None else part
+        q.work = np.maximum(q.work - taken, 0.0)
+        if fix.target in ("loader", ""):
+            q.loader = np.zeros_like(q.loader)
+        if fix.target in ("quiet", ""):
+            q.quiet = np.zeros_like(q.quiet)
+
+    @staticmethod
+    def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
+        opt = g.call_optimizer & (g.call_step >= 0)
+        if not opt.any():
+            return
+        for s in np.unique(g.call_step[opt]):
+            calls = np.flatnonzero(opt & (g.call_step == s))
+            ops = [j for c in calls for j in g.calls_of[c] if q.op_alive[j]]
+            q.work[calls] = 0.0
+            q.call_dur[calls[1:]] = 0.0
+            q.work[calls[0]] = FUSED_OPTIMIZER_NS
+            if ops:
+                d = q.op_dur[ops]
+                keep = ops[int(np.argmax(d))]
+                q.op_alive[ops] = False
+                q.op_alive[keep] = True
+                q.op_dur[keep] = d.max() + 0.25 * (d.sum() - d.max())
+
+    @staticmethod
+    def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
+        inside = (g.call_step >= 0) & ~g.call_optimizer
+        fusible = _names(g, POINTWISE_KERNEL) & ~_library(g) & inside[g.op_call]
+        # chains: consecutive fusible operations of a step and stream in launch order
+        order = np.lexsort((g.op_start, g.call_start[g.op_call]))
+        prev_key = None
+        chain: list[int] = []
+
+        def close() -> None:
+            if len(chain) > 1:
+                d = q.op_dur[chain]
+                keep = chain[int(np.argmax(d))]
+                q.op_alive[chain] = False
+                q.op_alive[keep] = True
+                q.op_dur[keep] = d.max() + FUSED_REST * (d.sum() - d.max())
+
+        for j in order:
+            key = (int(g.call_step[g.op_call[j]]), int(g.op_stream[j]))
+            if fusible[j] and q.op_alive[j] and key == prev_key:
+                chain.append(int(j))
+                continue
+            close()
+            chain = [int(j)] if fusible[j] and q.op_alive[j] else []
+            prev_key = key if chain else None
+        close()
+        # host: a launch that no longer happens costs nothing, its dispatch with it; the
+        # generated code launches each remaining kernel at about eager's cost per kernel
+        # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)
+        launches = inside & (q.call_kind == LAUNCH)
+        live = np.zeros(g.n_calls, dtype=bool)
+        live[g.op_call[q.op_alive]] = True
+        gone = launches & ~live
+        taken = q.loader + q.quiet
+        q.work = np.where(gone, np.minimum(q.work, taken), q.work)
+        q.call_dur = np.where(gone, 0.0, q.call_dur)
+
+    @staticmethod
+    def cuda_graph(g: StepGraph, q: Plan, fix: Fix) -> None:
+        inside = g.call_step >= 0
+        replayed = inside & np.isin(q.call_kind, (LAUNCH, OTHER))
+        taken = q.loader + q.quiet
+        q.work = np.where(replayed, np.minimum(q.work, taken), q.work)
+        q.call_dur = np.where(replayed, 0.0, q.call_dur)
+        for s in np.unique(g.call_step[replayed]):
+            first = np.flatnonzero(replayed & (g.call_step == s))[0]
+            q.work[first] += GRAPH_LAUNCH_NS
+
+    @staticmethod
+    def speed_ops(g: StepGraph, q: Plan, fix: Fix) -> None:
+        sel = _names(g, fix.target) & (g.op_kind == "kernel")
+        q.op_dur = np.where(sel, q.op_dur * fix.factor, q.op_dur)
+
+    @staticmethod
+    def pin_copies(g: StepGraph, q: Plan, fix: Fix) -> None:
+        sel = g.op_pageable & (g.op_bytes > 0)
+        if fix.rate_gbps > 0:
+            q.op_dur = np.where(sel, np.minimum(q.op_dur, g.op_bytes / fix.rate_gbps), q.op_dur)
+        calls = np.unique(g.op_call[sel])
+        calls = calls[q.call_kind[calls] == COPY]
+        q.call_kind[calls] = LAUNCH
+        q.call_dur[calls] = np.minimum(q.call_dur[calls], SYNC_OVERHEAD_NS)
+
+    @staticmethod
+    def prefetch_copies(g: StepGraph, q: Plan, fix: Fix) -> None:
+        h2d = (g.op_copy == "HtoD") & (g.op_bytes >= SMALL_COPY_BYTES)
+        q.op_free = q.op_free | h2d
+        q.op_stream = np.where(h2d, -2, q.op_stream)
+
+    @staticmethod
+    def allocator(g: StepGraph, q: Plan, fix: Fix) -> None:
+        free = q.call_kind == FREE
+        q.call_kind[free] = OTHER
+        q.call_dur[free] = np.minimum(q.call_dur[free], SYNC_OVERHEAD_NS)
+        malloc = np.array([n.startswith(("cudaMalloc", "cuMemAlloc")) for n in g.call_name.astype(str)], dtype=bool)
+        q.call_dur = np.where(malloc, np.minimum(q.call_dur, 20_000.0), q.call_dur)
+
+    @staticmethod
+    def compress_comm(g: StepGraph, q: Plan, fix: Fix) -> None:
+        comm = np.flatnonzero(g.op_comm)
+        q.op_dur[comm] = q.op_dur[comm] * fix.factor
+        if fix.rate_gbps <= 0:
+            return
+        # the casts run on the compute stream (DDP's hook casts each bucket as it is ready,
+        # and back once reduced): on the work the collective waited for, else on itself
+        casts = 3.0 * g.op_comm_bytes[comm] / fix.rate_gbps
+        on = np.where(q.op_dep[comm] >= 0, q.op_dep[comm], comm)
+        np.add.at(q.op_dur, on, casts)

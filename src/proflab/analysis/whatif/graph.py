@@ -1,0 +1,360 @@
+"""The step graph the what-if model replays: the host calls that drive one device and the GPU
+work they launch, over a few analysed steps, as arrays.
+
+The host side is the sequence of CUDA runtime/driver calls of every thread that launches onto
+the device, merged in start order. In a training loop those threads take turns (the main
+thread waits while autograd's thread runs the backward pass), so the merged sequence is the
+host's critical path; the time between one call's end and the next call's start is the
+host's *work* there: operator dispatch, the framework's Python, the program's own Python, a
+DataLoader. Each stretch of work carries what it is made of, for the fixes to act on: the
+host events the profiler recorded in it (its own cost, ``observer``), the time covered by work
+that launches nothing on the calling thread (``observer.host_only_spans``), split into input
+pipeline and the rest, and whether it lies inside the optimizer's step.
+
+The GPU side is each operation (kernel, copy, memset) on the device with the call that
+launched it (CUPTI correlation), its stream, and the operation on another stream it waited
+for where the timing shows a wait nothing else explains (an event, a stream wait: the
+operation started later than its launch and its stream allowed, right after another
+stream's operation ended).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from proflab.analysis.timeline.calls import IS_CALL
+from proflab.analysis.timeline.gaps import _SYNC_CALL
+
+__all__ = ["StepGraph", "build_graph", "concat", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
+
+# call kinds
+LAUNCH, SYNC, COPY, FREE, OTHER = 0, 1, 2, 3, 4
+MAX_STEPS = 32  # steps replayed: the middle ones of a longer trace ...
+MAX_CALLS = 300_000  # ... and fewer where their host calls would be more than this (a replay is a walk over them)
+DEP_TOLERANCE_NS = 3_000  # an operation that starts this much later than its launch and stream allow waited
+DEFAULT_LATENCY_NS = 4_000  # launch to start on an idle stream, where the trace shows none
+_LOADER = r"(?i)dataloader|_next_data|__next__|collate"
+_FREE = r"^(?:cudaFree|cuMemFree)(?:_v\d+)?$"
+_HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+
+
+@dataclass
+class StepGraph:
+    """Host calls (``call_*``, merged in start order) and GPU operations (``op_*``) of one
+    device over ``steps``; times in ns. See the module doc."""
+
+    device: int
+    steps: list[int]
+    call_start: np.ndarray
+    call_dur: np.ndarray
+    call_kind: np.ndarray  # LAUNCH | SYNC | COPY (a copy the host waits for) | FREE | OTHER
+    call_name: np.ndarray  # object
+    call_step: np.ndarray  # the step the call belongs to, -1 outside the analysed steps
+    call_optimizer: np.ndarray  # bool: inside the optimizer's step
+    work: np.ndarray  # host work before each call (ns)
+    work_events: np.ndarray  # host events recorded in that work, the call included
+    work_python: np.ndarray  # Python frames recorded in it
+    work_loader: np.ndarray  # of it, ns in the input pipeline (work that launches nothing)
+    work_quiet: np.ndarray  # ns in other work that launches nothing (the program's Python, sleeps)
+    op_start: np.ndarray
+    op_dur: np.ndarray
+    op_stream: np.ndarray
+    op_kind: np.ndarray  # object: kernel | memcpy | memset
+    op_name: np.ndarray  # object
+    op_call: np.ndarray  # the launching call
+    op_dep: np.ndarray  # an operation on another stream this one waited for, or -1
+    op_pageable: np.ndarray  # bool: a copy to or from pageable host memory
+    op_bytes: np.ndarray  # copies: bytes (0 where unknown)
+    op_comm: np.ndarray  # bool: a collective's kernel
+    op_copy: np.ndarray  # object: a copy's direction (HtoD, DtoH, ...), None for others
+    op_gap: np.ndarray  # after the previous operation of the same call (a CUDA graph's), the GPU's own gap (ns)
+    op_comm_bytes: np.ndarray  # a collective's payload (bytes, from record_param_comms; 0 where unknown)
+    latency_ns: int  # launch to start on an idle stream (median)
+    wake_ns: int  # a sync's return after the GPU drained (median)
+    calls_of: list = field(default_factory=list)  # per call, its operations' indices
+    # a part of a trace analysed in parts: what its work after its last call holds (events,
+    # python, loader, quiet), which the next part's first stretch of work continues
+    tail: tuple = (0, 0, 0, 0)
+
+    @property
+    def n_calls(self) -> int:
+        return int(self.call_start.size)
+
+
+def _choose_steps(ctx, min_steps: int = 2) -> tuple[int, list[int]] | None:
+    """The device with the most GPU work and its GPU-side steps to replay (the middle
+    MAX_STEPS of them); None with fewer than ``min_steps`` GPU-side steps."""
+    st = ctx.step_table
+    if st.height == 0:
+        return None
+    gs = st.filter(pl.col("side") == "gpu") if "side" in st.columns else st
+    if gs.height == 0:
+        return None
+    dev = gs.group_by("device").agg(pl.col("busy_ns").sum()).sort("busy_ns", "device", descending=[True, False])["device"][0]
+    steps = sorted(int(s) for s in gs.filter(pl.col("device") == dev)["step"].unique())
+    if len(steps) < min_steps:
+        return None
+    calls = ctx.launches.height  # (launches, most of the calls)
+    keep = max(2, min(MAX_STEPS, int(len(steps) * MAX_CALLS / max(calls, 1))))
+    if len(steps) > keep:
+        a = (len(steps) - keep) // 2
+        steps = steps[a : a + keep]
+    return int(dev), steps
+
+
+def _covered(spans: pl.DataFrame, tid: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a, b) on thread ``tid``, the ns the ``spans`` (tid, start_ns, end_ns) of that
+    thread cover (a span list merged per thread, then a cumulative coverage looked up)."""
+    out = np.zeros(a.size, dtype=np.int64)
+    if spans.height == 0 or a.size == 0:
+        return out
+    for t, s in spans.group_by("tid"):
+        sel = np.flatnonzero(tid == t[0])
+        if sel.size == 0:
+            continue
+        s = s.sort("start_ns")
+        st, en = s["start_ns"].to_numpy(), s["end_ns"].to_numpy()
+        # merge overlaps
+        en = np.maximum.accumulate(en)
+        keep = np.ones(st.size, dtype=bool)
+        keep[1:] = st[1:] > en[:-1]
+        ms = st[keep]
+        me = np.maximum.reduceat(en, np.flatnonzero(keep))
+        cum = np.concatenate([[0], np.cumsum(me - ms)])
+
+        def upto(x):  # coverage of (-inf, x): the merged spans before x's, and x's up to x
+            k = np.searchsorted(ms, x, side="right")  # spans starting at or before x
+            at = np.maximum(k - 1, 0)
+            return np.where(k > 0, cum[at] + np.clip(x - ms[at], 0, (me - ms)[at]), 0)
+
+        out[sel] = np.maximum(upto(b[sel]) - upto(a[sel]), 0)
+    return out
+
+
+def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
+    """The step graph of ``trace`` (through its analysis context ``ctx``), or None where the
+    trace cannot give one: fewer than ``min_steps`` GPU-side steps (a replay times a step by
+    the next one's start: a part of a trace analysed in parts gives its graph with one, for
+    :func:`concat`), or no host launches tied to the GPU work."""
+    chosen = _choose_steps(ctx, min_steps)
+    if chosen is None or not ctx.has_launch_links:
+        return None
+    device, steps = chosen
+    hs = trace.steps.filter(pl.col("step").is_in(steps)).sort("start_ns").unique("step", keep="first", maintain_order=True)
+    if hs.height < min_steps:
+        return None
+    lo, hi = int(hs["start_ns"].min()), int(hs["end_ns"].max())
+    if min_steps < 2 and trace.cpu.height:
+        # a part of a trace analysed in parts: its host calls up to its cut, those between its
+        # last step and the next part's first included (a whole analysis replays them too)
+        hi = max(hi, int(trace.cpu["start_ns"].max()) + 1)
+    ops = (
+        trace.gpu.select("kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation", "external_id", "bytes", "copy_kind", "src_kind", "dst_kind", "is_comm")
+        .filter((pl.col("device") == device) & pl.col("correlation").is_not_null())
+    )
+    launches = ctx.launches.select("correlation", "tid", "launch_start_ns")
+    ops = ops.join(launches, on="correlation", how="inner").filter(
+        (pl.col("launch_start_ns") >= lo) & (pl.col("launch_start_ns") < hi)
+    ).sort("start_ns")
+    if ops.height == 0:
+        return None
+    tids = ops["tid"].unique().implode()
+    calls = (
+        trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns", "correlation")
+        .filter(IS_CALL & pl.col("tid").is_in(tids) & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+        .sort("start_ns", "dur_ns", descending=[False, True])
+        .unique(["tid", "start_ns"], keep="first", maintain_order=True)
+    )
+    n = calls.height
+    call_start = calls["start_ns"].to_numpy().astype(np.int64)
+    call_dur = calls["dur_ns"].to_numpy().astype(np.int64)
+    call_end = call_start + call_dur
+    call_tid = calls["tid"].to_numpy()
+    names = calls["name"].to_numpy()
+    corr = calls["correlation"].fill_null(-1).to_numpy()
+
+    # the operations, each tied to its call by correlation id
+    order = np.argsort(corr, kind="stable")
+    pos = np.searchsorted(corr[order], ops["correlation"].to_numpy())
+    pos = np.clip(pos, 0, max(n - 1, 0))
+    hit = corr[order][pos] == ops["correlation"].to_numpy()
+    ops = ops.filter(pl.Series(hit))
+    op_call = order[pos[hit]]
+    op_start = ops["start_ns"].to_numpy().astype(np.int64)
+    op_dur = ops["dur_ns"].to_numpy().astype(np.int64)
+    op_stream = ops["stream"].fill_null(-1).to_numpy()
+    op_kind = ops["kind"].cast(pl.String).to_numpy()
+    pageable = ((ops["src_kind"].cast(pl.String) == "Pageable") | (ops["dst_kind"].cast(pl.String) == "Pageable")).fill_null(False).to_numpy()
+    op_pageable = pageable & (op_kind == "memcpy")
+
+    kind = np.full(n, OTHER, dtype=np.int8)
+    kind[np.unique(op_call)] = LAUNCH
+    sync = np.array([bool(re.search(_SYNC_CALL, x)) for x in names], dtype=bool)
+    kind[sync] = SYNC
+    kind[np.isin(np.arange(n), op_call[op_pageable])] = COPY
+    kind[np.array([bool(re.match(_FREE, x)) for x in names], dtype=bool)] = FREE
+
+    # host work before each call: from the merged sequence's latest end to the call's start
+    reach = np.maximum.accumulate(call_end)
+    prev = np.concatenate([[call_start[0]], reach[:-1]])
+    work = np.maximum(call_start - prev, 0)
+
+    # the host events recorded in each stretch of work (and the call), for the profiler's cost;
+    # a part's first stretch from where its events start (the part before holds the rest)
+    part = min_steps < 2
+    first = int(trace.cpu["start_ns"].min()) if part and trace.cpu.height else lo
+    ev = trace.cpu.select("cat", "name", "start_ns").filter(
+        pl.col("cat").is_in(_HOST_EVENTS) & ~pl.col("name").str.starts_with("ProfilerStep#") & (pl.col("start_ns") >= first) & (pl.col("start_ns") < hi)
+    )["start_ns"].sort().to_numpy()
+    py = trace.cpu.select("cat", "start_ns").filter((pl.col("cat") == "python_function") & (pl.col("start_ns") >= first) & (pl.col("start_ns") < hi))["start_ns"].sort().to_numpy()
+    a = np.minimum(prev, call_start)
+    if part:
+        a[0] = min(first, int(a[0]))
+    work_events = np.searchsorted(ev, call_end, side="right") - np.searchsorted(ev, a, side="left")
+    work_python = np.searchsorted(py, call_end, side="right") - np.searchsorted(py, a, side="left")
+
+    # work that launches nothing, on the calling thread, inside each stretch
+    ho = ctx.host_only.filter((pl.col("end_ns") > first) & (pl.col("start_ns") < hi))
+    loader = ho.filter(pl.col("name").str.contains(_LOADER))
+    quiet = ho.filter(~pl.col("name").str.contains(_LOADER))
+    span = np.maximum(call_start - a, 0)
+    work_loader = np.minimum(_covered(loader, call_tid, a, call_start), span)
+    work_quiet = np.minimum(_covered(quiet, call_tid, a, call_start), span - work_loader)
+    tail = (0, 0, 0, 0)
+    if part:  # after the last call, up to the part's cut: the next part's first stretch continues it
+        end, t_last = int(reach[-1]), call_tid[-1:]
+        tail = (int(np.searchsorted(ev, hi) - np.searchsorted(ev, end, side="right")),
+                int(np.searchsorted(py, hi) - np.searchsorted(py, end, side="right")),
+                int(_covered(loader, t_last, np.array([end]), np.array([hi]))[0]),
+                int(_covered(quiet, t_last, np.array([end]), np.array([hi]))[0]))  # fmt: skip
+
+    opt = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")
+        & (pl.col("start_ns") < hi) & (pl.col("start_ns") + pl.col("dur_ns") > lo)
+    ).select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    call_optimizer = _covered(opt, call_tid, call_start, call_start + 1) > 0
+    # Python inside the optimizer's step is its dispatch (a per-parameter loop), not the
+    # program's own work: the optimizer's fix takes it, the host-work fix does not
+    work_quiet[call_optimizer] = 0
+
+    hs_start, hs_end, hs_step = hs["start_ns"].to_numpy(), hs["end_ns"].to_numpy(), hs["step"].to_numpy()
+    k = np.searchsorted(hs_start, call_start, side="right") - 1
+    inside = (k >= 0) & (call_start < hs_end[np.maximum(k, 0)])
+    call_step = np.where(inside, hs_step[np.maximum(k, 0)], -1)
+
+    # launch latency on an idle stream, and cross-stream waits
+    m = op_start.size
+    op_dep = np.full(m, -1, dtype=np.int64)
+    pred_end = np.full(m, np.iinfo(np.int64).min, dtype=np.int64)
+    for s in np.unique(op_stream):
+        idx = np.flatnonzero(op_stream == s)  # in start order
+        ends = op_start[idx] + op_dur[idx]
+        pred_end[idx[1:]] = np.maximum.accumulate(ends)[:-1]
+    ready = call_start[op_call]
+    idle = pred_end < ready
+    lat = op_start[idle] - ready[idle]
+    lat = lat[(lat >= 0) & (lat < 1_000_000)]
+    latency = int(np.median(lat)) if lat.size else DEFAULT_LATENCY_NS
+    late = op_start > np.maximum(ready + latency, pred_end) + DEP_TOLERANCE_NS
+    if late.any() and np.unique(op_stream).size > 1:
+        ends = op_start + op_dur
+        by_end = np.argsort(ends, kind="stable")
+        sorted_ends = ends[by_end]
+        for j in np.flatnonzero(late):
+            r = np.searchsorted(sorted_ends, op_start[j] + 1_000, side="right") - 1
+            while r >= 0 and op_stream[by_end[r]] == op_stream[j]:
+                r -= 1
+            if r >= 0 and op_start[j] - sorted_ends[r] < 50_000:
+                op_dep[j] = by_end[r]
+
+    # a sync's return after the GPU drained: its end past the last end of the work launched before it
+    by_launch = np.argsort(ready, kind="stable")
+    done = np.maximum.accumulate((op_start + op_dur)[by_launch])
+    syncs = np.flatnonzero(kind == SYNC)
+    k = np.searchsorted(ready[by_launch], call_start[syncs], side="left") - 1
+    w = np.where(k >= 0, call_end[syncs] - done[np.maximum(k, 0)], -1)
+    wake = w[(w >= 0) & (w < 200_000)]
+    calls_of = [[] for _ in range(n)]
+    for j, c in enumerate(op_call):
+        calls_of[int(c)].append(j)
+    comm_bytes = _comm_bytes(trace, ops)
+    # one call, many operations (a CUDA graph's replay): the GPU's own spacing between them
+    op_gap = np.zeros(m, dtype=np.int64)
+    for ops_of in calls_of:
+        if len(ops_of) > 1:
+            o = np.array(ops_of)
+            gaps = op_start[o[1:]] - (op_start[o[:-1]] + op_dur[o[:-1]])
+            op_gap[o[1:]] = np.clip(gaps, 0, 50_000)
+    return StepGraph(
+        device=device, steps=[int(s) for s in hs_step], call_start=call_start, call_dur=call_dur, call_kind=kind,
+        call_name=names, call_step=call_step, call_optimizer=call_optimizer, work=work, work_events=work_events,
+        work_python=work_python, work_loader=work_loader, work_quiet=work_quiet, op_start=op_start, op_dur=op_dur,
+        op_stream=op_stream, op_kind=op_kind, op_name=ops["name"].to_numpy(), op_call=op_call, op_dep=op_dep,
+        op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=ops["copy_kind"].cast(pl.String).to_numpy(), op_gap=op_gap, op_comm_bytes=comm_bytes,
+        latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, calls_of=calls_of, tail=tail,
+    )  # fmt: skip
+
+
+_DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Byte": 1, "Char": 1, "Bool": 1,
+                "Short": 2, "Float8_e4m3fn": 1, "Float8_e5m2": 1}
+
+
+def _comm_bytes(trace, ops: pl.DataFrame) -> np.ndarray:
+    """Each collective kernel's payload (bytes) from its ``record_param_comms`` metadata (the
+    larger of input and output); 0 where the trace does not say."""
+    out = np.zeros(ops.height, dtype=np.int64)
+    comms = trace.comms
+    if comms.height == 0 or not ops["is_comm"].any():
+        return out
+    meta = comms.unique("external_id", keep="first").select(
+        "external_id", pl.max_horizontal("in_nelems", "out_nelems").alias("n"), "dtype"
+    )
+    got = ops.select("external_id").join(meta, on="external_id", how="left", maintain_order="left")
+    size = got["dtype"].map_elements(lambda d: _DTYPE_BYTES.get(d, 0), return_dtype=pl.Int64, skip_nulls=True)
+    out[:] = (got["n"].fill_null(0) * size.fill_null(0)).to_numpy()
+    out[~ops["is_comm"].fill_null(False).to_numpy()] = 0
+    return out
+
+
+def concat(graphs: list[StepGraph]) -> StepGraph | None:
+    """One step graph of a trace analysed in consecutive parts, from the parts' graphs: their
+    calls and operations in order, the work before each part's first call measured from the
+    part before's last (what a whole analysis replays, of the same steps)."""
+    graphs = [g for g in graphs if g is not None and g.n_calls]
+    if not graphs:
+        return None
+    device = max({g.device for g in graphs}, key=lambda d: sum(g.op_dur.sum() for g in graphs if g.device == d))
+    graphs = sorted((g for g in graphs if g.device == device), key=lambda g: int(g.call_start[0]))
+    if len(graphs) == 1:
+        return graphs[0]
+    cat = lambda name: np.concatenate([getattr(g, name) for g in graphs])  # noqa: E731
+    call_off = np.cumsum([0] + [g.n_calls for g in graphs[:-1]])
+    op_off = np.cumsum([0] + [g.op_start.size for g in graphs[:-1]])
+    work = cat("work").copy()
+    events, python = cat("work_events").copy(), cat("work_python").copy()
+    loader, quiet = cat("work_loader").copy(), cat("work_quiet").copy()
+    for g, prev, at in zip(graphs[1:], graphs[:-1], call_off[1:]):
+        reach = int((prev.call_start + prev.call_dur).max())
+        work[at] = max(int(g.call_start[0]) - reach, 0)
+        events[at] += prev.tail[0]
+        python[at] += prev.tail[1]
+        loader[at] = min(loader[at] + prev.tail[2], work[at])
+        quiet[at] = min(quiet[at] + prev.tail[3], work[at] - loader[at])
+    op_call = np.concatenate([g.op_call + o for g, o in zip(graphs, call_off)])
+    op_dep = np.concatenate([np.where(g.op_dep >= 0, g.op_dep + o, -1) for g, o in zip(graphs, op_off)])
+    calls_of = [[j + int(o) for j in ops] for g, o in zip(graphs, op_off) for ops in g.calls_of]
+    weights = [g.op_start.size for g in graphs]
+    return StepGraph(
+        device=device, steps=sorted({s for g in graphs for s in g.steps}), call_start=cat("call_start"),
+        call_dur=cat("call_dur"), call_kind=cat("call_kind"), call_name=cat("call_name"), call_step=cat("call_step"),
+        call_optimizer=cat("call_optimizer"), work=work, work_events=events, work_python=python,
+        work_loader=loader, work_quiet=quiet, op_start=cat("op_start"), op_dur=cat("op_dur"),
+        op_stream=cat("op_stream"), op_kind=cat("op_kind"), op_name=cat("op_name"), op_call=op_call, op_dep=op_dep,
+        op_pageable=cat("op_pageable"), op_bytes=cat("op_bytes"), op_comm=cat("op_comm"), op_copy=cat("op_copy"),
+        op_gap=cat("op_gap"), op_comm_bytes=cat("op_comm_bytes"), latency_ns=int(np.average([g.latency_ns for g in graphs], weights=weights)),
+        wake_ns=int(np.average([g.wake_ns for g in graphs], weights=weights)), calls_of=calls_of,
+    )  # fmt: skip

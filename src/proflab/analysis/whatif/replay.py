@@ -1,0 +1,158 @@
+"""Replay a step graph: the times every host call and GPU operation would have with the
+durations of a :class:`Plan`, and the GPU-side step times that follow.
+
+The host issues its calls in order, each after its stretch of work. A launch makes its
+operations ready a launch latency later; an operation starts once it is ready, its stream is
+free and the operation on another stream it waited for has ended. A synchronising call (and a
+copy the host waits for, and a ``cudaFree``) returns once the work launched before it has
+ended, a wake-up later. Step k's time is the start of step k+1's first operation minus step
+k's: the step the GPU experiences, as the step table measures it, whichever side is behind.
+The critical path is what this walk follows; a fix that does not shorten it gains nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph
+
+__all__ = ["Plan", "Timeline", "replay", "SYNC_OVERHEAD_NS"]
+
+SYNC_OVERHEAD_NS = 8_000  # a synchronising call that finds the GPU drained already
+BLOCKED_FACTOR = 3.0  # a launch call this many times the median one was held up (``observer``'s rule)
+
+
+@dataclass
+class Plan:
+    """The durations a replay uses (ns), one array per graph array; fixes edit a copy."""
+
+    work: np.ndarray
+    call_dur: np.ndarray
+    call_kind: np.ndarray
+    op_dur: np.ndarray
+    op_alive: np.ndarray  # False: the operation no longer runs (fused into another)
+    op_stream: np.ndarray
+    op_dep: np.ndarray
+    op_free: np.ndarray  # True: the operation's stream order is not waited on by later work (prefetched)
+    loader: np.ndarray  # of ``work``, the input pipeline's (ns)
+    quiet: np.ndarray  # of ``work``, the program's other work that launches nothing (ns)
+    op_not_before: np.ndarray  # an operation starts no earlier (a collective waits for every rank: ``job``)
+
+    @classmethod
+    def of(cls, g: StepGraph, work: np.ndarray | None = None) -> Plan:
+        # A launch call many times the median one waited on a full launch queue (or the
+        # allocator): that wait is the GPU's pace, which the replay makes itself, not host work.
+        launch = g.call_kind == LAUNCH
+        dur = g.call_dur.astype(np.float64)
+        if launch.any():
+            cap = BLOCKED_FACTOR * float(np.median(dur[launch]))
+            dur = np.where(launch & (dur > cap), cap, dur)
+        return cls(
+            work=(g.work if work is None else work).astype(np.float64),
+            call_dur=dur,
+            call_kind=g.call_kind.copy(),
+            op_dur=g.op_dur.astype(np.float64),
+            op_alive=np.ones(g.op_start.size, dtype=bool),
+            op_stream=g.op_stream.copy(),
+            op_dep=g.op_dep.copy(),
+            op_free=np.zeros(g.op_start.size, dtype=bool),
+            loader=g.work_loader.astype(np.float64),
+            quiet=g.work_quiet.astype(np.float64),
+            op_not_before=np.zeros(g.op_start.size),
+        )
+
+    def copy(self) -> Plan:
+        return Plan(*(np.copy(getattr(self, f)) for f in self.__dataclass_fields__))
+
+
+@dataclass
+class Timeline:
+    """A replay's result: new call starts and operation starts/ends (ns, from the first call),
+    and the GPU-side time of each step that has a next one (ms)."""
+
+    call_start: np.ndarray
+    op_start: np.ndarray
+    op_end: np.ndarray
+    step_ms: dict[int, float]
+    op_ready: np.ndarray | None = None  # when each operation could have started but for ``op_not_before``
+
+    @property
+    def median_step_ms(self) -> float | None:
+        v = sorted(self.step_ms.values())
+        return v[len(v) // 2] if v else None
+
+
+def replay(g: StepGraph, p: Plan) -> Timeline:
+    n, m = g.n_calls, g.op_start.size
+    call_start = np.zeros(n)
+    op_start = np.full(m, np.nan)
+    op_end = np.full(m, np.nan)
+    op_ready = np.full(m, np.nan)
+    not_before = p.op_not_before
+    stream_end: dict[int, float] = {}
+    launched_end = 0.0  # the latest end of the work launched so far (what a sync waits for)
+    lat, wake = float(g.latency_ns), float(g.wake_ns)
+    t = 0.0
+    work, call_dur, kind = p.work, p.call_dur, p.call_kind
+    op_dur, alive, streams, deps, free = p.op_dur, p.op_alive, p.op_stream, p.op_dep, p.op_free
+    for i in range(n):
+        t += work[i]
+        cs = t
+        call_start[i] = cs
+        k = kind[i]
+        if k == LAUNCH or k == COPY:
+            last = cs
+            gap = g.op_gap
+            for j in g.calls_of[i]:
+                if not alive[j]:
+                    continue
+                s = streams[j]
+                start = max(cs + lat, stream_end.get(s, 0.0) + gap[j])
+                d = deps[j]
+                if d >= 0 and not np.isnan(op_end[d]):
+                    start = max(start, op_end[d])
+                op_ready[j] = start
+                start = max(start, not_before[j])
+                end = start + op_dur[j]
+                op_start[j], op_end[j] = start, end
+                if not free[j]:
+                    stream_end[s] = end
+                    launched_end = max(launched_end, end)
+                last = max(last, end)
+            t = max(cs + call_dur[i], last + wake) if k == COPY else cs + call_dur[i]
+        elif k == SYNC or k == FREE:
+            t = max(cs + min(call_dur[i], SYNC_OVERHEAD_NS), launched_end + wake)
+        else:
+            t = cs + call_dur[i]
+    return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
+
+
+def _step_ms(g: StepGraph, p: Plan, op_start: np.ndarray) -> dict[int, float]:
+    """Per step that has a next one: the start of the next step's first operation minus its own."""
+    first: dict[int, float] = {}
+    step_of_op = g.call_step[g.op_call]
+    ok = ~np.isnan(op_start) & (step_of_op >= 0)
+    for s in g.steps:
+        sel = ok & (step_of_op == s)
+        if sel.any():
+            first[s] = float(np.min(op_start[sel]))
+    out = {}
+    for a, b in zip(g.steps[:-1], g.steps[1:]):
+        if a in first and b in first:
+            out[a] = (first[b] - first[a]) / 1e6
+    return out
+
+
+def observed_step_ms(g: StepGraph) -> dict[int, float]:
+    """The same step times from the trace's own timings (what a replay of them must give back)."""
+    first: dict[int, float] = {}
+    step_of_op = g.call_step[g.op_call]
+    for s in g.steps:
+        sel = step_of_op == s
+        if sel.any():
+            first[s] = float(g.op_start[sel].min())
+    return {a: (first[b] - first[a]) / 1e6 for a, b in zip(g.steps[:-1], g.steps[1:]) if a in first and b in first}
+
+

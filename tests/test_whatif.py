@@ -1,0 +1,185 @@
+"""The what-if model (``analysis.whatif``): the step graph replayed, and what fixes save.
+
+Golden replays on small hand-built graphs (the semantics: a sync waits for the work launched
+before it, a stream runs in order, a dependency holds, the critical path decides), then the
+replay of real recorded traces (it must give back their own step times), then predictions
+that must follow from the critical path: a fix off it gains nothing, fixes together never
+save past the GPU work that is left, and overlapping findings say so."""
+
+from __future__ import annotations
+
+import glob
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import proflab
+from proflab.analysis import Context
+from proflab.analysis.whatif import Fix, WhatIf
+from proflab.analysis.whatif.fixes import apply
+from proflab.analysis.whatif.graph import LAUNCH, OTHER, SYNC, StepGraph
+from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
+
+DATA = Path(__file__).parent / "data"
+GAINS = DATA / "gains"
+US = 1_000
+
+
+def _graph(calls, ops, steps=(1, 2, 3)) -> StepGraph:
+    """A step graph from (kind, work_us, dur_us, step) calls and (call, stream, dur_us, dep) ops."""
+    n = len(calls)
+    kind = np.array([c[0] for c in calls], dtype=np.int8)
+    work = np.array([c[1] * US for c in calls], dtype=np.int64)
+    dur = np.array([c[2] * US for c in calls], dtype=np.int64)
+    start = np.cumsum(work + np.concatenate([[0], dur[:-1]]))
+    op_call = np.array([o[0] for o in ops], dtype=np.int64)
+    calls_of = [[j for j, o in enumerate(ops) if o[0] == i] for i in range(n)]
+    zeros = np.zeros(n, dtype=np.int64)
+    return StepGraph(
+        device=0, steps=list(steps), call_start=start, call_dur=dur, call_kind=kind, call_name=np.array(["call"] * n, dtype=object),
+        call_step=np.array([c[3] for c in calls]), call_optimizer=np.zeros(n, dtype=bool), work=work, work_events=zeros,
+        work_python=zeros, work_loader=zeros, work_quiet=zeros, op_start=start[op_call], op_dur=np.array([o[2] * US for o in ops]),
+        op_stream=np.array([o[1] for o in ops]), op_kind=np.array(["kernel"] * len(ops), dtype=object),
+        op_name=np.array([f"k{j}" for j in range(len(ops))], dtype=object), op_call=op_call, op_dep=np.array([o[3] for o in ops]),
+        op_pageable=np.zeros(len(ops), dtype=bool), op_bytes=np.zeros(len(ops), dtype=np.int64), op_comm=np.zeros(len(ops), dtype=bool),
+        op_copy=np.array([None] * len(ops), dtype=object), op_gap=np.zeros(len(ops), dtype=np.int64),
+        op_comm_bytes=np.zeros(len(ops), dtype=np.int64), latency_ns=5 * US,
+        wake_ns=2 * US, calls_of=calls_of,
+    )  # fmt: skip
+
+
+def _loop(host_us: float, gpu_us: float, sync: bool) -> StepGraph:
+    """Three steps of one launch (``gpu_us`` of kernel) after ``host_us`` of host work, each
+    ending in a synchronising call when ``sync``."""
+    calls, ops = [], []
+    for s in (1, 2, 3):
+        calls.append((LAUNCH, host_us, 3, s))
+        ops.append((len(calls) - 1, 7, gpu_us, -1))
+        if sync:
+            calls.append((SYNC, 1, 4, s))
+    calls.append((LAUNCH, host_us, 3, 4))  # the next step's first launch closes step 3
+    ops.append((len(calls) - 1, 7, gpu_us, -1))
+    return _graph(calls, ops, steps=(1, 2, 3, 4))
+
+
+def test_a_gpu_bound_loop_steps_at_its_gpu_work():
+    g = _loop(host_us=100, gpu_us=1000, sync=False)
+    t = replay(g, Plan.of(g))
+    assert list(t.step_ms.values()) == pytest.approx([1.0, 1.0, 1.0])
+
+
+def test_a_sync_adds_the_host_work_after_it_to_a_gpu_bound_step():
+    # GPU-bound (1 ms of kernel, 0.1 ms of host): with a sync each step, the host's 0.1 ms of
+    # work and its launch come after the drain, so they no longer overlap the GPU
+    g = _loop(host_us=100, gpu_us=1000, sync=True)
+    t = replay(g, Plan.of(g))
+    step = 1000 + 5 + 2 + 1 + 100 + 5  # kernel, latency, wake, work, next launch's work and latency ...
+    assert np.median(list(t.step_ms.values())) * 1e3 == pytest.approx(step, abs=10)
+    gain = t.median_step_ms - replay(g, apply(g, Plan.of(g), Fix("remove_syncs"))).median_step_ms
+    assert gain == pytest.approx(0.11, abs=0.01)
+
+
+def test_removing_a_sync_in_a_host_bound_loop_saves_only_the_gpu_tail_it_waited_for():
+    # host-bound (2 ms of host, then a 0.2 ms kernel the sync waits for): without the sync the
+    # kernel runs under the next step's host work; the host's 2 ms stay on the critical path
+    g = _loop(host_us=2000, gpu_us=200, sync=True)
+    before = replay(g, Plan.of(g)).median_step_ms
+    after = replay(g, apply(g, Plan.of(g), Fix("remove_syncs"))).median_step_ms
+    # with the sync the host resumes 3 + 5 + 200 + 2 us after its launch began (launch call,
+    # latency, kernel, wake); without, 3 + 1 + 4 us after (launch call, work, the sync call)
+    assert before - after == pytest.approx(0.210 - 0.008 - 0.003, abs=0.001)
+    assert after == pytest.approx(2.008, abs=0.001)
+
+
+def test_a_stream_runs_in_order_and_a_dependency_holds():
+    # op 1 on stream 8 waits for op 0 (stream 7) though launched at once; op 2 follows op 0 on 7
+    g = _graph([(LAUNCH, 10, 2, 1), (LAUNCH, 1, 2, 1), (LAUNCH, 1, 2, 1)],
+               [(0, 7, 500, -1), (1, 8, 100, 0), (2, 7, 50, -1)], steps=(1,))  # fmt: skip
+    t = replay(g, Plan.of(g))
+    assert t.op_start[1] == pytest.approx(t.op_end[0])
+    assert t.op_start[2] == pytest.approx(t.op_end[0])
+
+
+def test_speeding_kernels_off_the_critical_path_gains_nothing():
+    g = _loop(host_us=2000, gpu_us=200, sync=False)  # host-bound: the kernels wait for the host
+    before = replay(g, Plan.of(g)).median_step_ms
+    after = replay(g, apply(g, Plan.of(g), Fix("speed_ops", "k", factor=0.5))).median_step_ms
+    assert before == pytest.approx(after)
+
+
+def _committed():
+    return sorted(str(p) for p in GAINS.glob("*.pt.trace.json.gz") if ".shapes." not in p.name and ".nosteps." not in p.name) + sorted(
+        glob.glob(str(DATA / "realistic" / "*.light.pt.trace.json.gz")))  # fmt: skip
+
+
+@pytest.mark.parametrize("path", _committed(), ids=lambda p: Path(p).name.split(".pt.")[0])
+def test_the_replay_gives_back_a_recorded_trace_s_own_step_times(path):
+    trace = proflab.load(path)
+    w = WhatIf.of(trace, Context(trace))
+    if not w.available:
+        pytest.skip(f"no step graph: {w.why_not}")
+    observed = observed_step_ms(w.graph)
+    replayed = replay(w.graph, Plan.of(w.graph)).step_ms
+    med = lambda d: sorted(d.values())[len(d) // 2]  # noqa: E731
+    # within 5 % (an H200's profiled steps; the first of a window can hold a one-off wait)
+    assert med(replayed) == pytest.approx(med(observed), rel=0.05)
+
+
+def test_a_measured_bare_step_within_reach_is_met_by_the_calibration():
+    trace = proflab.load(GAINS / "foreach_adam.base.pt.trace.json.gz")
+    w = WhatIf.of(trace, Context(trace, bare_step_ms=7.70))
+    assert w._median(w.bare_plan()) == pytest.approx(7.70, rel=0.01)
+    assert "unplaced_ms" not in w.calibration
+
+
+def test_fixes_together_never_save_past_the_gpu_work_left():
+    trace = proflab.load(GAINS / "host_busy.base.pt.trace.json.gz")
+    report = proflab.analyze(trace, bare_step_ms=22.54)
+    p = report.summary["predicted"]
+    assert p["predicted_step_ms"] >= p["gpu_work_after_ms"] * 0.95
+    assert p["predicted_gain_ms"] <= p["sum_of_findings_ms"] + 1e-6
+
+
+def test_host_work_is_host_bound_and_its_gaps_are_not_claimed_again_as_launch_bound():
+    # The loop with 20 ms of Python a step, a pageable copy and ten GEMMs: host_bound predicts
+    # nearly all of the saving; launch_bound, if reported at all, predicts little
+    report = proflab.analyze(proflab.load(GAINS / "host_busy.base.pt.trace.json.gz"), bare_step_ms=22.54)
+    by = {f.id: f for f in report.findings}
+    assert by["host_bound"].est_gain_pct > 80
+    assert "launch_bound" not in by or by["launch_bound"].est_gain_pct < 5
+
+
+def test_findings_whose_fixes_save_the_same_time_say_so():
+    report = proflab.analyze(proflab.load(GAINS / "gpt_char.base.pt.trace.json.gz"), bare_step_ms=11.70)
+    by = {f.id: f for f in report.findings}
+    assert "sync_bound" in by["launch_bound"].overlaps and "launch_bound" in by["sync_bound"].overlaps
+    p = report.summary["predicted"]
+    assert p["predicted_gain_ms"] < p["sum_of_findings_ms"]
+
+
+def test_a_trace_without_steps_keeps_the_idle_time_model_and_says_why():
+    report = proflab.analyze(proflab.load(GAINS / "host_busy.base.nosteps.pt.trace.json.gz"))
+    assert report.summary["gain_per"] == "window"
+    assert report.summary["predicted"] == {"missing": "fewer than two GPU-side profiler steps"}
+    f = next(f for f in report.findings if f.id == "host_bound")
+    assert f.prediction["model"] == "idle time" and f.prediction["per"] == "window"
+
+
+def test_predictions_say_predicted_in_json_and_text():
+    report = proflab.analyze(proflab.load(GAINS / "pageable_h2d.base.pt.trace.json.gz"), bare_step_ms=33.69)
+    d = report.to_dict()
+    f = d["findings"][0]
+    assert f["prediction"]["model"] == "replay" and f["prediction"]["predicted_gain_ms"] == pytest.approx(f["est_gain_ms"], abs=1e-3)
+    from proflab.render import render
+
+    text = render([report], "term", width=100)
+    assert "predicted (replayed): saves" in text and "a step" in text
+
+
+def test_an_unknown_fix_is_refused():
+    with pytest.raises(ValueError):
+        Fix("faster_please")
+
+
+_ = OTHER
