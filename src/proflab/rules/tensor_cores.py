@@ -16,7 +16,7 @@ from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.analysis.whatif import Fix
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
@@ -86,6 +86,7 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
         ctx,
         Fix("speed_ops", pattern, factor=factor, label="TF32 matmuls"),
     )
+    f = with_try(f, "tf32")
     return keep(f, ctx)
 
 
