@@ -317,8 +317,13 @@ def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -
     split = _host_split(trace, ctx)
     if split is None:
         return None, []
-    if ctx.whatif.available:  # the replay decides what fixing it saves (``predicted``)
-        return (split, []) if split["observed"][part] > 0 else (None, [])
+    if ctx.whatif.available:
+        # the replay decides what fixing it saves (``predicted``), of a cause still there
+        # without the profiler at its lowest plausible cost: a fix's other savings (fusion's
+        # fewer bytes) are not this cause's
+        if split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT:
+            return split, []
+        return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
     if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
         return split, []
     return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
