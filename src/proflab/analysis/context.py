@@ -145,7 +145,7 @@ class Context:
     @_table
     def observer(self) -> _observer.Observer | None:
         """The profiler's own cost and the unprofiled step (see ``analysis.timeline.observer``)."""
-        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches)
+        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches, self.host_only)
         if self.part_digest is not None:
             self.part_digest["observer_steps"] = per_step
         return _observer.from_steps(per_step, self.bare_step_ms)
