@@ -121,7 +121,7 @@ def test_hostile_names_are_escaped_everywhere(tmp_path):
 
 def test_memory_section_from_a_recorded_trace(tmp_path):
     """A trace recorded with profile_memory on an H100 (tests/data/memory): the page shows the
-    peak per device (the allocator's own max_memory_allocated / max_memory_reserved, in MB),
+    peak per device (the allocator's own max_memory_allocated / max_memory_reserved, in MiB),
     when in the step it comes, what is live at it, and the allocated/reserved chart with the
     peak and the steps marked."""
     trace = MEMORY / "activation_heavy.pt.trace.json.gz"
@@ -131,28 +131,28 @@ def test_memory_section_from_a_recorded_trace(tmp_path):
     page = out.read_text(encoding="utf-8")
     assert len(page.encode()) < SIZE_BUDGET_BYTES
     d = proflab.analyze(trace).memory["devices"][0]
-    assert d["peak_allocated_mb"] == pytest.approx(gt["max_memory_allocated_mb"], rel=0.02)
+    assert d["peak_allocated_mib"] == pytest.approx(gt["max_memory_allocated_mib"], rel=0.02)
     own, _ = _page_parts(page)
     section = own[own.index("<h2>GPU memory</h2>"):]
     cells = re.findall(r'<td[^>]*data-v="([^"]*)"', section)
-    for v in (d["peak_allocated_mb"], d["peak_reserved_mb"], d["peak_at_ms"], d["peak_step"], d["device_memory_mb"]):
+    for v in (d["peak_allocated_mib"], d["peak_reserved_mib"], d["peak_at_ms"], d["peak_step"], d["device_memory_mib"]):
         assert str(v) in cells, f"{v} is not in the memory tables"
     assert d["peak_phase"] == "backward" and '<td data-v="backward">backward</td>' in section
     assert "<h3>GPU 0: live at the peak, by category</h3>" in section
-    assert all(str(v) in cells for v in d["by_category_mb"].values())
+    assert all(str(v) in cells for v in d["by_category_mib"].values())
     assert "<h3>GPU 0: largest allocations live at the peak</h3>" in section
     for r in d["top_allocations"]:
-        assert str(r["mb"]) in cells and f'<td class="name" data-v="{r["op"]}">{r["op"]}</td>' in section
+        assert str(r["mib"]) in cells and f'<td class="name" data-v="{r["op"]}">{r["op"]}</td>' in section
     # the chart: allocated and reserved over the window, the peak point, one rule per step
     chart = next(s for s in _chart_specs(page)
                  if s.get("layer") and any(r.get("kind") == "allocated" for r in s["layer"][0]["data"]["values"]))
     series, steps, peak = chart["layer"]
-    mb = {k: [r["mb"] for r in series["data"]["values"] if r["kind"] == k] for k in ("allocated", "reserved")}
+    mb = {k: [r["mib"] for r in series["data"]["values"] if r["kind"] == k] for k in ("allocated", "reserved")}
     assert len(mb["allocated"]) == len(mb["reserved"]) == d["series"]["points"] <= 2000
-    assert max(mb["allocated"]) == d["peak_allocated_mb"] and max(mb["reserved"]) == d["peak_reserved_mb"]
+    assert max(mb["allocated"]) == d["peak_allocated_mib"] and max(mb["reserved"]) == d["peak_reserved_mib"]
     assert series["mark"]["interpolate"] == "step-after"
     assert [r["what"] for r in steps["data"]["values"]] == [f"step {i} starts" for i in range(gt["active_steps"])]
-    assert peak["data"]["values"][0]["t"] == d["peak_at_ms"] and peak["data"]["values"][0]["mb"] == d["peak_allocated_mb"]
+    assert peak["data"]["values"][0]["t"] == d["peak_at_ms"] and peak["data"]["values"][0]["mib"] == d["peak_allocated_mib"]
 
 
 def test_memory_names_are_escaped(tmp_path):
@@ -182,7 +182,7 @@ def test_minimal_and_cpu_only_reports_render(cpu_report):
 
 
 def test_size_budget_holds_for_a_100_mb_trace(tmp_path):
-    """The page's size is bounded whatever the trace's size: at most 3 MB for a trace of
+    """The page's size is bounded whatever the trace's size: at most 3 MiB for a trace of
     more than 100 MB (gen_realistic.py: deep model, NCCL stream, 100k+ gaps)."""
     big = tmp_path / "big.pt.trace.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_realistic.py"), str(big), "--size-mb", "100"],
