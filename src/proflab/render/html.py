@@ -723,8 +723,8 @@ def _comparison(page: _Page, comparison: Any) -> None:
     page.add("<h1>proflab compare</h1>")
     cls = {"regressed": "critical", "improved": "healthy"}.get(d["verdict"], "")
     page.add(f'<div class="verdict {cls}"><b>Verdict: {_e(d["verdict"].replace("_", " "))}</b> — {_e(d["verdict_reason"])}</div>')
-    page.add(_kv([("before", _side_label(d.get("before"))), ("after", _side_label(d.get("after"))),
-                  ("noise floor", f"{_fmt(d['noise_floor_pct'])} % ({d['noise_floor_source']})"), ("per", d["per"])]))
+    floor = [] if "noise floor" in d["verdict_reason"] else [("noise floor", f"{_fmt(d['noise_floor_pct'])} % ({d['noise_floor_source']})")]
+    page.add(_kv([("before", _side_label(d.get("before"))), ("after", _side_label(d.get("after"))), *floor, ("per", d["per"])]))
     st = comparison.steps
     if st.height and "dur_ms" in st.columns:
         rows = [{"side": r["side"], "i": i, "ms": r["dur_ms"]}
