@@ -342,3 +342,27 @@ def test_demo_into_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("proflab: error:") and "taken" in err and "\n" not in err
     assert taken.read_text() == "mine"
+
+
+def test_a_report_and_a_job_show_themselves_in_jupyter():
+    """``proflab.analyze(...)`` as a cell's last line shows its HTML report (a Comparison
+    did; a Report showed a wall of dataclass text): the page in a frame of its own, whose
+    findings are the report's; a JobReport the same with its job view; both repr in a line."""
+    import html as _html
+
+    import proflab
+    from proflab.report import JobReport, Report
+    from proflab.report.job import analyze_job
+
+    report = proflab.analyze(ROOT / "tests" / "data" / "gains" / "cnn_loader.base.pt.trace.json.gz")
+    assert isinstance(report, Report)
+    shown = report._repr_html_()
+    assert shown.startswith('<iframe srcdoc="') and shown.endswith("</iframe>")
+    page = _html.unescape(shown.split('srcdoc="', 1)[1].split('" style=', 1)[0])
+    assert page.startswith("<!DOCTYPE html>") and _html.escape(report.findings[0].title) in page
+    assert repr(report).startswith("<Report cnn_loader.base.pt.trace.json.gz: ") and "host_bound" in repr(report)
+    job = analyze_job(sorted((ROOT / "tests" / "data" / "kineto" / "ddp").glob("*.pt.trace.json.gz")), in_process=True)
+    assert isinstance(job, JobReport)
+    page = _html.unescape(job._repr_html_().split('srcdoc="', 1)[1])
+    assert "proflab job report" in page and "Rank 1" in page
+    assert repr(job).startswith("<JobReport 2 ranks: ")
