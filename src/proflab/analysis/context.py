@@ -192,6 +192,12 @@ class Context:
         return _kernels.fp32_gemm_rows(self.kernel_rows)
 
     @_table
+    def kernel_time_by_name(self) -> pl.DataFrame:
+        """Each kernel name's summed duration (``name``, ``dur_ns``): what rules that weigh
+        kernels by name read once the kernel rows are freed (``report.assemble``)."""
+        return self.kernel_rows.group_by("name").agg(pl.col("dur_ns").sum())
+
+    @_table
     def kernel_time_ns(self) -> int:
         """All kernels' summed duration (ns)."""
         return int(self.kernel_rows.get_column("dur_ns").sum())

@@ -110,8 +110,8 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
     if peaks is None or not peaks.tf32_tflops or not peaks.bf16_tflops:
         return []
-    rows = ctx.kernel_rows.select("name", "dur_ns")
-    tc = rows.filter(pl.col("name").str.contains(_TF32_KERNEL))
+    # (by name: the kernel rows are freed before the rules run, ``report.assemble``)
+    tc = ctx.kernel_time_by_name.filter(pl.col("name").str.contains(_TF32_KERNEL))
     total = ctx.kernel_time_ns or 1
     share = pct(int(tc["dur_ns"].sum()), total)
     if share < _MIN_TF32_SHARE_PCT or not ctx.whatif.available:
