@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from proflab.readers._cachedir import analysis_version, cache_root, enabled, touch, trace_key, trim
+from proflab.model.findings import Fix
 from proflab.report import Finding, Missing, Report
 
 __all__ = ["key", "get", "get_with_extra", "put"]
@@ -78,7 +79,10 @@ def _encode(report: Report) -> Any:
     for f in dataclasses.fields(Report):
         v = getattr(report, f.name)
         if f.name == "findings":
-            v = tuple({g.name: getattr(x, g.name) for g in dataclasses.fields(Finding)} for x in v)
+            # (a finding's fixes, what-if transformations, as their fields: a report read from
+            # the cache predicts again over parts and overlaps as a fresh one does)
+            v = tuple({g.name: (tuple(dataclasses.asdict(fx) for fx in x.fixes) if g.name == "fixes" else getattr(x, g.name))
+                       for g in dataclasses.fields(Finding)} for x in v)
         elif f.name == "missing":
             v = tuple({"signal": m.signal, "reason": m.reason, "skipped": m.skipped} for m in v)
         out[f.name] = v
@@ -87,7 +91,7 @@ def _encode(report: Report) -> Any:
 
 def _decode(d: dict[str, Any]) -> Report:
     kw = dict(d)
-    kw["findings"] = tuple(Finding(**f) for f in kw["findings"])
+    kw["findings"] = tuple(Finding(**{**f, "fixes": tuple(Fix(**fx) for fx in f.get("fixes", ()))}) for f in kw["findings"])
     kw["missing"] = tuple(Missing(**m) for m in kw["missing"])
     return Report(**kw)
 

@@ -37,12 +37,13 @@ figures it uses are stated here, not tuned per trace:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph
 from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
+from proflab.model.findings import FIX_KINDS as KINDS
+from proflab.model.findings import Fix
 
 __all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS"]
 
@@ -60,40 +61,6 @@ LIBRARY_KERNEL = (
     r"(?i)gemm|nvjet|cutlass|xmma|cublas|sgemm|hgemm|matmul|conv|cudnn|fmha|flash|attention|sdpa|nccl|"
     r"multi_tensor_apply|fused_adam|fused_sgd|Fused|memcpy|memset|splitK|cub::|radix|sort|scan|embedding_backward"
 )
-KINDS = ("remove_syncs", "remove_host_work", "fuse_optimizer", "compile", "cuda_graph", "speed_ops", "pin_copies",
-         "prefetch_copies", "allocator", "compress_comm")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One change to replay. ``target`` selects what it acts on (by kind: sync call names
-    joined by "|", ``loader``/``quiet``/``all``, a kernel-name pattern); ``factor`` scales
-    durations (``speed_ops``); ``rate_gbps`` is the pinned copy rate (``pin_copies``)."""
-
-    kind: str
-    target: str = ""
-    factor: float = 1.0
-    rate_gbps: float = 0.0
-    label: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown fix {self.kind!r}")
-
-    @property
-    def assumption(self) -> str:
-        return {
-            "remove_syncs": "the synchronising calls stop waiting; the host's work after them then overlaps the GPU's",
-            "remove_host_work": "the host work that launches nothing leaves the training loop (workers, another process)",
-            "fuse_optimizer": "the optimizer updates all parameters with a few multi-tensor kernels",
-            "compile": "elementwise chains fuse into one kernel each, launched from generated code",
-            "cuda_graph": "the step's launches replay from one CUDA graph",
-            "speed_ops": f"the selected kernels take {self.factor:.2f}x their time",
-            "pin_copies": f"pageable copies run at {self.rate_gbps:.0f} GB/s and no longer hold the host",
-            "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",
-            "allocator": "no cudaFree or slow cudaMalloc inside the loop",
-            "compress_comm": f"collectives carry {self.factor:g}x their bytes, and cast them both ways at {self.rate_gbps:.0f} GB/s",
-        }[self.kind]
 
 
 def _names(g: StepGraph, pattern: str) -> np.ndarray:
