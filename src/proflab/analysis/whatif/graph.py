@@ -174,7 +174,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     call_dur = calls["dur_ns"].to_numpy().astype(np.int64)
     call_end = call_start + call_dur
     call_tid = calls["tid"].to_numpy()
-    names = calls["name"].to_numpy()
+    names = calls["name"].fill_null("").to_numpy()  # (a call whose name an export lost: no name)
     corr = calls["correlation"].fill_null(-1).to_numpy()
 
     # the operations, each tied to its call by correlation id
