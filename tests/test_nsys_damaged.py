@@ -154,3 +154,33 @@ def test_any_value_in_any_column_ends_in_a_report_or_one_line(tmp_path, pure):
     # the issue's own: an integer column holding text that is not UTF-8 is refused, naming it
     (issue,) = [err for label, rc, err in done if label == "CUPTI_ACTIVITY_KIND_KERNEL.correlationId = text not UTF-8"]
     assert "CUPTI_ACTIVITY_KIND_KERNEL" in issue and "text where integers belong" in issue
+
+
+def test_a_message_quoting_bytes_that_are_not_utf8_is_a_reason(tmp_path, capsys):
+    """SQLite's message for a damaged export may quote the export's own bytes (here, a schema
+    whose text ends in b"\\x93\\x94"): the compiled reader's reason shows them replaced (it
+    raised UnicodeDecodeError out of the reader, found by fuzzing it), and the CLI says one
+    line. The same export is a fuzzer's crasher (tests/fuzz/crashers/sqlscan)."""
+    from proflab.readers import _sqlite_native as sn
+    from proflab.readers.nsys_sqlite import read_only_uri
+
+    path = build_export(tmp_path / "e.sqlite")
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA writable_schema=1")
+    sql = b"CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL) \x93\x94"
+    con.execute("UPDATE sqlite_master SET sql = CAST(? AS TEXT) WHERE name = 'StringIds'", (sql,))
+    con.commit()
+    con.close()
+    crasher = Path(__file__).parent / "fuzz" / "crashers" / "sqlscan" / "message-quotes-schema-bytes-not-utf8"
+    assert crasher.read_bytes()[:100] == path.read_bytes()[:100]
+    if sn.available():
+        conns = sn.Connections(read_only_uri(path))
+        try:
+            con = conns._mine()
+            got = sn._sqlscan.read(con, "SELECT id, value FROM StringIds", b"it", ("id", "value"), (), 0)
+        finally:
+            conns.close()
+        assert isinstance(got, str) and "\ufffd" in got
+    assert main(["analyze", str(path), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "e.sqlite" in err
