@@ -29,10 +29,11 @@ from proflab.readers import budget as limits
 from proflab.readers import load, nsys_sqlite
 from test_nsys_slicing import with_steps
 
-NSYS = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nsys"
+from shared_fixtures import ABSENT, NSYS  # noqa: E402
+
 H100 = NSYS / "h100_2gpu_1s.sqlite"
 
-pytestmark = pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+needs_nsys = pytest.mark.skipif(not H100.exists(), reason=f"{ABSENT}: no {H100.name}")
 
 
 def _budget(path: Path, share: float) -> int:
@@ -52,6 +53,7 @@ def _origin(path: Path) -> int:
     return min(f for f in firsts if f is not None)
 
 
+@needs_nsys
 def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
     budget = _budget(H100, 0.5)
     whole = load(H100, cache=False)
@@ -99,6 +101,7 @@ def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
     assert f"({points:.1f} points apart)" in budget_notes[1]
 
 
+@needs_nsys
 def test_an_export_within_the_budget_is_read_whole():
     need = limits.estimate(nsys_sqlite.table_rows(H100))
     got = load(H100, cache=False, budget=need)
@@ -107,6 +110,7 @@ def test_an_export_within_the_budget_is_read_whole():
     assert_frame_equal(got.cpu, whole.cpu)
 
 
+@needs_nsys
 def test_an_export_with_steps_is_read_in_whole_steps_from_its_middle(tmp_path):
     stepped = with_steps(H100, tmp_path / "stepped.sqlite", n=20, first=0)
     got = load(stepped, cache=False, budget=_budget(stepped, 0.5))
@@ -141,6 +145,7 @@ def alike(tmp_path_factory) -> Path:
     return out
 
 
+@needs_nsys
 def test_a_part_like_the_whole_export_says_how_alike(alike):
     got = load(alike, cache=False, budget=_budget(alike, 0.5))
     note = [n for n in got.meta.notes if n.startswith("memory budget: ")][1]
@@ -149,6 +154,7 @@ def test_a_part_like_the_whole_export_says_how_alike(alike):
     assert points < 2.0
 
 
+@needs_nsys
 def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     """The kernels of the repeated export's first 30 % renamed to one new kernel: the whole
     export's top kernel is then one the middle part does not run, and the note says the part
@@ -170,6 +176,7 @@ def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     assert "analyse other parts with --steps / --window" in note
 
 
+@needs_nsys
 def test_a_part_copying_unlike_the_whole_export_is_named(alike, tmp_path):
     """Every kernel of the repeated export's first 30 % made 40 times longer: kernel for kernel
     the shares of kernel time stay alike, but copies take another share of the GPU time where
@@ -208,6 +215,7 @@ def test_the_share_of_copies_is_said_beside_alike_kernels():
         assert "copies" not in note
 
 
+@needs_nsys
 def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
     budget = _budget(H100, 0.5)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
@@ -233,6 +241,7 @@ def test_budget_sizes(text, want):
     assert budget_bytes(text) == want
 
 
+@needs_nsys
 @pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", "", "0", "512k"])  # ("0": too small, not "no limit")
 def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
     with pytest.raises(SystemExit) as e:
@@ -241,6 +250,7 @@ def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
     assert "--memory-budget" in capsys.readouterr().err
 
 
+@needs_nsys
 def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
     with pytest.raises(UsageError, match="below the 160 MB any analysis of this trace needs"):
         load(H100, cache=False, budget=100_000_000)
@@ -249,6 +259,7 @@ def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
     assert len(err) == 1 and "below the 160 MB" in err[0]
 
 
+@needs_nsys
 def test_the_report_cache_tells_budgets_apart(tmp_path, monkeypatch, capsys):
     """A report made within one budget is not answered for another (nor for none)."""
     monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
@@ -264,6 +275,7 @@ def test_the_report_cache_tells_budgets_apart(tmp_path, monkeypatch, capsys):
     assert not any(n.startswith("memory budget") for n in second["notes"])
 
 
+@needs_nsys
 def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
     budget = _budget(H100, 0.5)
     assert main(["sql", str(H100), "SELECT count(*) AS n FROM gpu", "--no-cache", "--memory-budget", str(budget), "-f", "json"]) == 0
@@ -275,6 +287,7 @@ def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
     assert lines[0].endswith("; the query sees that part")
 
 
+@needs_nsys
 def test_reports_say_what_the_budget_left_out_under_their_header():
     """A reader of the terminal or Markdown report sees that a part was analysed before any
     figure of it (the notes at the end are easy to miss); the HTML page puts every note above
@@ -296,6 +309,7 @@ def test_reports_say_what_the_budget_left_out_under_their_header():
     assert html.index("note: memory budget: reading") < html.index("Findings")
 
 
+@needs_nsys
 def test_compare_says_a_side_was_analysed_in_a_part():
     """Without profiler steps a comparison sets totals side by side: parts of different spans
     would pass for a change, so the caveats say a side was read for the budget, and how to
@@ -486,6 +500,7 @@ def _recording(fn, calls: list):
     return wrapper
 
 
+@needs_nsys
 def test_steps_longer_than_the_room_leave_a_time_window(tmp_path):
     """Two steps, each half the export, and room for a quarter: no whole step fits, so a time
     window from the middle is read, and the note says why."""
@@ -619,6 +634,7 @@ def _setting(*argv: str) -> str:
     return _process.allocator_setting(cli._parser().parse_args(list(argv)))
 
 
+@needs_nsys
 def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     """An export or a Kineto trace whose estimated whole analysis leaves the budget the room
     kept pages may take (``_process._KEPT_PEAK``) runs with them kept a while (each kind its own
@@ -682,6 +698,7 @@ def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, bu
     assert _process._room_for_kept(need, budget, chosen, part=False) is whole
 
 
+@needs_nsys
 @pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])
 def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expected):
     """The setting is made after the command line is read and before polars loads: a fresh
@@ -694,6 +711,7 @@ def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expecte
     assert out.stdout.strip().splitlines()[-1].endswith(expected), out.stderr
 
 
+@needs_nsys
 def test_whole_export_scans_split_by_rowid_give_what_one_scan_gives(monkeypatch):
     """The extent and the kernel and copy comparison run in a rowid range per reading thread,
     each on a connection of its own (``_Ctx.halves`` / ``scan``): their counts, first start and

@@ -24,7 +24,7 @@ from proflab.cli import main
 DATA = Path(__file__).parent / "data"
 R = DATA / "realistic"
 RUNS = DATA / "runs"
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 GROUND = json.loads((R / "ground_truth.json").read_text())["loops"]
 
 

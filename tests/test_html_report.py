@@ -18,6 +18,7 @@ import pytest
 import proflab
 from proflab.cli import main
 from proflab.render.html import SIZE_BUDGET_BYTES, VENDORED, render_html, safe_json
+from shared_fixtures import NSYS
 
 ROOT = Path(__file__).resolve().parent.parent
 REALISTIC = ROOT / "tests" / "data" / "realistic"
@@ -326,7 +327,7 @@ def test_several_unrelated_traces_get_a_section_each(tmp_path):
 
 
 def test_nsys_export_of_a_job_gets_the_job_view(tmp_path):
-    export = ROOT.parent / "shared" / "fixtures" / "nsys" / "mfu_2gpu_before.sqlite"
+    export = NSYS / "mfu_2gpu_before.sqlite"
     if not export.is_file():
         pytest.skip(f"{export.name}: the Nsight Systems fixtures are not beside this checkout")
     out = tmp_path / "nsys.html"
