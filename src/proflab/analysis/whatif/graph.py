@@ -320,11 +320,17 @@ def _comm_bytes(trace, ops: pl.DataFrame) -> np.ndarray:
     return out
 
 
-def concat(graphs: list[StepGraph]) -> StepGraph | None:
+def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph | None:
     """One step graph of a trace analysed in consecutive parts, from the parts' graphs: their
     calls and operations in order, the work before each part's first call measured from the
-    part before's last (what a whole analysis replays, of the same steps)."""
-    graphs = [g for g in graphs if g is not None and g.n_calls]
+    part before's last (what a whole analysis replays, of the same steps). ``parts``: each
+    graph's part number, where some parts' graphs were left out (``report.combine`` keeps a
+    spread of them within the memory budget): a part after one left out keeps its own first
+    stretch of work, measured from its own first event."""
+    parts = list(range(len(graphs))) if parts is None else parts
+    kept = [(g, i) for g, i in zip(graphs, parts) if g is not None and g.n_calls]
+    graphs = [g for g, _ in kept]
+    number = {id(g): i for g, i in kept}
     if not graphs:
         return None
     device = max({g.device for g in graphs}, key=lambda d: sum(g.op_dur.sum() for g in graphs if g.device == d))
@@ -338,6 +344,8 @@ def concat(graphs: list[StepGraph]) -> StepGraph | None:
     events, python = cat("work_events").copy(), cat("work_python").copy()
     loader, quiet = cat("work_loader").copy(), cat("work_quiet").copy()
     for g, prev, at in zip(graphs[1:], graphs[:-1], call_off[1:]):
+        if number[id(g)] != number[id(prev)] + 1:
+            continue  # (the part before it was left out: its own first stretch stands)
         reach = int((prev.call_start + prev.call_dur).max())
         work[at] = max(int(g.call_start[0]) - reach, 0)
         events[at] += prev.tail[0]
