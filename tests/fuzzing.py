@@ -26,7 +26,7 @@ from pathlib import Path
 
 TESTS_DIR = Path(__file__).resolve().parent
 DATA = TESTS_DIR / "data"
-FIXTURES = TESTS_DIR.parent.parent / "shared" / "fixtures"
+from shared_fixtures import FIXTURES  # noqa: E402
 
 # Names a trace may carry that must never reach a terminal or a page as markup or escapes.
 HOSTILE_NAMES = (

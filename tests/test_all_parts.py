@@ -27,7 +27,7 @@ from proflab.readers import kineto, load, load_parts, nsys_sqlite
 from test_nsys_slicing import with_steps
 
 HERE = Path(__file__).resolve().parent
-NSYS = HERE.parent.parent / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 KINETO = HERE / "data" / "kineto" / "train_loop.pt.trace.json.gz"
 ALPHA = quantiles.ALPHA
 

@@ -29,10 +29,11 @@ from proflab.readers import budget as limits
 from proflab.readers import load, nsys_sqlite
 from test_nsys_slicing import with_steps
 
-NSYS = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nsys"
+from shared_fixtures import ABSENT, NSYS  # noqa: E402
+
 H100 = NSYS / "h100_2gpu_1s.sqlite"
 
-pytestmark = pytest.mark.skipif(not H100.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")
+needs_nsys = pytest.mark.skipif(not H100.exists(), reason=f"{ABSENT}: no {H100.name}")
 
 
 def _budget(path: Path, share: float) -> int:
@@ -52,6 +53,7 @@ def _origin(path: Path) -> int:
     return min(f for f in firsts if f is not None)
 
 
+@needs_nsys
 def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
     budget = _budget(H100, 0.5)
     whole = load(H100, cache=False)
@@ -99,6 +101,7 @@ def test_an_export_over_the_budget_is_read_in_a_middle_window_that_fits():
     assert f"({points:.1f} points apart)" in budget_notes[1]
 
 
+@needs_nsys
 def test_an_export_within_the_budget_is_read_whole():
     need = limits.estimate(nsys_sqlite.table_rows(H100))
     got = load(H100, cache=False, budget=need)
@@ -107,6 +110,7 @@ def test_an_export_within_the_budget_is_read_whole():
     assert_frame_equal(got.cpu, whole.cpu)
 
 
+@needs_nsys
 def test_an_export_with_steps_is_read_in_whole_steps_from_its_middle(tmp_path):
     stepped = with_steps(H100, tmp_path / "stepped.sqlite", n=20, first=0)
     got = load(stepped, cache=False, budget=_budget(stepped, 0.5))
@@ -141,6 +145,7 @@ def alike(tmp_path_factory) -> Path:
     return out
 
 
+@needs_nsys
 def test_a_part_like_the_whole_export_says_how_alike(alike):
     got = load(alike, cache=False, budget=_budget(alike, 0.5))
     note = [n for n in got.meta.notes if n.startswith("memory budget: ")][1]
@@ -149,6 +154,7 @@ def test_a_part_like_the_whole_export_says_how_alike(alike):
     assert points < 2.0
 
 
+@needs_nsys
 def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     """The kernels of the repeated export's first 30 % renamed to one new kernel: the whole
     export's top kernel is then one the middle part does not run, and the note says the part
@@ -170,6 +176,7 @@ def test_a_part_unlike_the_whole_export_is_named(alike, tmp_path):
     assert "analyse other parts with --steps / --window" in note
 
 
+@needs_nsys
 def test_a_part_copying_unlike_the_whole_export_is_named(alike, tmp_path):
     """Every kernel of the repeated export's first 30 % made 40 times longer: kernel for kernel
     the shares of kernel time stay alike, but copies take another share of the GPU time where
@@ -208,6 +215,7 @@ def test_the_share_of_copies_is_said_beside_alike_kernels():
         assert "copies" not in note
 
 
+@needs_nsys
 def test_the_cli_takes_a_budget_and_says_what_it_read(capsys, report_schema):
     budget = _budget(H100, 0.5)
     assert main(["analyze", str(H100), "--no-cache", "-f", "json", "--memory-budget", str(budget)]) in (0, 1)
@@ -233,6 +241,7 @@ def test_budget_sizes(text, want):
     assert budget_bytes(text) == want
 
 
+@needs_nsys
 @pytest.mark.parametrize("text", ["lots", "1.5X", "-1G", "", "0", "512k"])  # ("0": too small, not "no limit")
 def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
     with pytest.raises(SystemExit) as e:
@@ -241,6 +250,7 @@ def test_a_budget_that_is_no_size_is_a_usage_error(text, capsys):
     assert "--memory-budget" in capsys.readouterr().err
 
 
+@needs_nsys
 def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
     with pytest.raises(UsageError, match="below the 160 MB any analysis of this trace needs"):
         load(H100, cache=False, budget=100_000_000)
@@ -249,6 +259,7 @@ def test_a_budget_below_what_any_analysis_needs_is_refused(capsys):
     assert len(err) == 1 and "below the 160 MB" in err[0]
 
 
+@needs_nsys
 def test_the_report_cache_tells_budgets_apart(tmp_path, monkeypatch, capsys):
     """A report made within one budget is not answered for another (nor for none)."""
     monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
@@ -264,6 +275,7 @@ def test_the_report_cache_tells_budgets_apart(tmp_path, monkeypatch, capsys):
     assert not any(n.startswith("memory budget") for n in second["notes"])
 
 
+@needs_nsys
 def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
     budget = _budget(H100, 0.5)
     assert main(["sql", str(H100), "SELECT count(*) AS n FROM gpu", "--no-cache", "--memory-budget", str(budget), "-f", "json"]) == 0
@@ -275,6 +287,7 @@ def test_sql_over_a_part_read_for_the_budget_says_so_on_stderr(capsys):
     assert lines[0].endswith("; the query sees that part")
 
 
+@needs_nsys
 def test_reports_say_what_the_budget_left_out_under_their_header():
     """A reader of the terminal or Markdown report sees that a part was analysed before any
     figure of it (the notes at the end are easy to miss); the HTML page puts every note above
@@ -296,6 +309,7 @@ def test_reports_say_what_the_budget_left_out_under_their_header():
     assert html.index("note: memory budget: reading") < html.index("Findings")
 
 
+@needs_nsys
 def test_compare_says_a_side_was_analysed_in_a_part():
     """Without profiler steps a comparison sets totals side by side: parts of different spans
     would pass for a change, so the caveats say a side was read for the budget, and how to
@@ -486,6 +500,7 @@ def _recording(fn, calls: list):
     return wrapper
 
 
+@needs_nsys
 def test_steps_longer_than_the_room_leave_a_time_window(tmp_path):
     """Two steps, each half the export, and room for a quarter: no whole step fits, so a time
     window from the middle is read, and the note says why."""
@@ -506,23 +521,85 @@ def test_choose_on_a_sample_of_one_instant():
     assert (plan.lo_ns, plan.hi_ns, plan.steps) == (5_000, 5_001, None)
 
 
-def test_a_json_array_trace_over_the_budget_is_read_whole_and_says_so(tmp_path):
-    """The Chrome "JSON array" form on one line cannot be cut into slices: a part cannot be
-    read from it without decoding it whole, so it is read whole, and the notes say the
-    budget was not held."""
-    import gzip
+def _layouts(doc: dict) -> dict[str, str]:
+    """The same document in layouts other than Kineto's: one compact event a line, indented
+    by json.dumps(indent=2), all on one line, and the Chrome "JSON array" form on one line."""
+    rest = {k: v for k, v in doc.items() if k != "traceEvents"}
+    lines = json.dumps(rest)[:-1] + ', "traceEvents": [\n' + ",\n".join(json.dumps(e, separators=(",", ":")) for e in doc["traceEvents"]) + "\n]}"
+    return {"compact_lines": lines, "indent2": json.dumps(doc, indent=2), "one_line": json.dumps(doc, separators=(",", ":")),
+            "array": json.dumps(doc["traceEvents"])}
 
-    from proflab.readers import kineto
+
+@pytest.mark.parametrize("layout", ["compact_lines", "indent2", "one_line", "array"])
+@pytest.mark.parametrize("gz", [False, True], ids=["plain", "gz"])
+def test_any_layout_is_cut_into_slices_and_read_in_a_part(tmp_path, monkeypatch, layout, gz):
+    """A trace in any layout of valid JSON is cut into slices by its structure (a plain file
+    planned, a .gz one streamed): small slices (about 60 of them, each read's state carried
+    across 100 kB reads) give the same trace as the Kineto-layout original; under a budget
+    that holds half its events it is read in the same part as the original (step 4 of 3-5),
+    the same tables, and analysed into the same report (once: "not in Kineto's own layout
+    ... read whole over the budget")."""
+    from proflab.readers import _slices, kineto
+    from proflab.report.analyze import analyze
 
     doc = json.loads(gzip.decompress(KINETO.read_bytes()))
-    flat = tmp_path / "array.json"
-    flat.write_text(json.dumps(doc["traceEvents"]))
-    budget = limits.KINETO_PART_FIXED + 1
-    got = load(flat, cache=False, budget=budget)
-    assert got.meta.budget is None
-    _same_trace(got, dataclasses_with_notes(kineto.read(flat), got.meta.notes))
-    assert got.meta.notes[-1] == (f"memory budget: array.json is not in Kineto's own layout (one event a line), which a part is read "
-                                  f"from, so it was read whole ({got.meta.event_count:,} events) over the budget of 190 MB")
+    text = _layouts(doc)[layout].encode()
+    path = tmp_path / ("t.pt.trace.json" + (".gz" if gz else ""))
+    path.write_bytes(gzip.compress(text, 1) if gz else text)
+    want = kineto.read(KINETO)
+    monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 * 1024)
+    monkeypatch.setattr(_slices, "_READ_BYTES", 100_000)
+    monkeypatch.setattr(_slices, "_INFLATED_BYTES", 50_000)
+    cuts: list = []
+    plan = _slices.MappedSlicer._general_plan
+    monkeypatch.setattr(_slices.MappedSlicer, "_general_plan", lambda self: cuts.append(1) or plan(self))
+    got = kineto.read(path)
+    # (the array form holds events only: no device properties)
+    tables = ("gpu", "cpu", "steps", "comms") + (() if layout == "array" else ("devices",))
+    for table in tables:
+        assert_frame_equal(getattr(got, table), getattr(want, table))
+    assert gz or cuts  # a plain file was planned by its structure
+    budget = _kineto_budget(KINETO)
+    part = load(path, cache=False, budget=budget)
+    ref = load(KINETO, cache=False, budget=budget)
+    assert part.meta.budget == budget and part.steps["step"].to_list() == [4]
+    for table in ("gpu", "cpu", "steps"):
+        assert_frame_equal(getattr(part, table), getattr(ref, table))
+    assert not any("read whole" in n for n in part.meta.notes)
+    if layout == "array":
+        return
+    a, b = analyze(part).to_dict(), analyze(ref).to_dict()
+    for d in (a, b):
+        d.pop("source", None)
+        d["notes"] = [n.replace(path.name, "X").replace(KINETO.name, "X") for n in d.get("notes", [])]
+    assert a == b
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 64])
+def test_the_structure_is_found_across_reads(chunk):
+    """Strings holding brackets, commas, colons, escaped quotes and runs of backslashes, a
+    key named like the events array inside an event, and reads of a few bytes each (every
+    state carried across a read's edge): the separators found are the array's own."""
+    from proflab.readers._slices import boundaries
+
+    events = [{"name": 'a\\"],[{', "args": {"traceEvents": [1, 2], "s": "\\\\"}},
+              {"name": "\\", "x": [{"y": "]"}]}, {"k": "tr\"aceEvents"}, {}, {"z": ",,::"}]
+    doc = json.dumps({"deviceProperties": [{"name": "[x]"}], "traceEvents": events, "after": "]}"})
+    data = doc.encode()
+    chunks = [data[i : i + chunk] for i in range(0, len(data), chunk)]
+    open_at, ranges, close, array_form, last = boundaries(chunks, 1)
+    assert not array_form and data[open_at : close + 1] == json.dumps(events).encode()
+    pieces = [json.loads(b"[" + data[a + 1 : b] + b"]") for a, b in ranges]
+    assert [e for p in pieces for e in p] == events and len(ranges) == len(events)
+    assert last == ranges[-1][0]
+
+
+@pytest.mark.parametrize("text", ['{"traceEvents": {}}', '{"a": 1}', '"x"', "[1, 2", '{"traceEvents": [1, 2]', "nope"])
+def test_no_events_array_is_not_sliceable(text):
+    from proflab.readers._slices import NotSliceable, boundaries
+
+    with pytest.raises(NotSliceable):
+        boundaries([text.encode()], 1)
 
 
 def dataclasses_with_notes(trace, notes):
@@ -557,6 +634,7 @@ def _setting(*argv: str) -> str:
     return _process.allocator_setting(cli._parser().parse_args(list(argv)))
 
 
+@needs_nsys
 def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     """An export or a Kineto trace whose estimated whole analysis leaves the budget the room
     kept pages may take (``_process._KEPT_PEAK``) runs with them kept a while (each kind its own
@@ -620,6 +698,7 @@ def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, bu
     assert _process._room_for_kept(need, budget, chosen, part=False) is whole
 
 
+@needs_nsys
 @pytest.mark.parametrize("budget, expected", [(None, "dirty_decay_ms:100,muzzy_decay_ms:0"), ("1M", "dirty_decay_ms:0,muzzy_decay_ms:0")])
 def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expected):
     """The setting is made after the command line is read and before polars loads: a fresh
@@ -632,6 +711,7 @@ def test_the_cli_starts_polars_with_the_setting_its_input_allows(budget, expecte
     assert out.stdout.strip().splitlines()[-1].endswith(expected), out.stderr
 
 
+@needs_nsys
 def test_whole_export_scans_split_by_rowid_give_what_one_scan_gives(monkeypatch):
     """The extent and the kernel and copy comparison run in a rowid range per reading thread,
     each on a connection of its own (``_Ctx.halves`` / ``scan``): their counts, first start and

@@ -24,7 +24,7 @@ from proflab.cli import main
 DATA = Path(__file__).parent / "data"
 R = DATA / "realistic"
 RUNS = DATA / "runs"
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 GROUND = json.loads((R / "ground_truth.json").read_text())["loops"]
 
 
@@ -137,11 +137,14 @@ def test_light_vs_heavy_of_a_gpu_bound_loop_is_no_change(loop):
 
 def test_light_vs_heavy_of_a_host_bound_loop_is_flagged_not_trusted():
     """A host-bound loop is slower under heavy recording (stacks cost the host 2-5 us per
-    frame): the profiled step really is +56 %, so the verdict is regressed, but the GPU work
-    is unchanged and the caveat names the differing profiler settings as the likely cause.
-    Light vs heavy is not a fair "unchanged" case for such a loop."""
+    frame): the profiled step is +56 %, but one run a side of a loop whose host holds most of
+    the step, and whose runs drift about 19 % apart (tests/data/repeats), cannot make that
+    clear at 95 % (the interval spans about -10 to +168 %); the GPU work is unchanged and the
+    caveat names the differing profiler settings as the likely cause. Light vs heavy is not
+    a fair "unchanged" case for such a loop."""
     c = cmp(trace("mlp_foreach", "light"), trace("mlp_foreach", "heavy"))
-    assert c.verdict[0] == "regressed"
+    assert c.step_time["delta_pct"] > 50 and c.step_time["ci_pct"][1] > 100
+    assert c.verdict[0] == "no_change" and "not measured" in c.verdict[1]
     assert abs(c.gpu_work["delta_pct"]) < 1
     assert any("profiler settings differ" in x and "with_stack: no -> yes" in x for x in c.caveats)
     assert c.breakdown["part"][0] in ("idle:host", "idle:launch")
@@ -312,13 +315,21 @@ def test_repeats_of_an_unchanged_program_are_no_change(loop, a, b):
     assert (c.kernels["status"] == "matched").all()
 
 
-def test_host_bound_floor_comes_from_the_host_share():
+def test_between_run_variation_is_assumed_from_the_host_share_with_one_run_a_side():
+    """One run a side cannot show how runs differ: the comparison assumes it from the
+    recorded repeats (a run's median moves 0.19 % plus 20 % of the host's share of the step)
+    and says so. The host-bound loop's repeats drift -31 % apart, inside that interval; the
+    GPU-bound loop's assumption is small, and the floor is the default 5 % for both."""
     c = cmp(rep(1, "mlp_foreach"), rep(3, "mlp_foreach"), unprofiled_steps_ms=(rep_bare(1, "mlp_foreach"), rep_bare(3, "mlp_foreach")))
-    floor, src = c.noise_floor
-    assert floor > 40 and "host" in src
+    assert all(15 < a < 21 for a in c.assumed_drift_pct)
     assert c.step_time["delta_pct"] < -25  # the drift is real, and larger than the run's own spread
+    lo, hi = c.step_time["ci_pct"]
+    assert lo < c.step_time["delta_pct"] < 0 < hi
+    assert "not measured" in c.step_time["between_runs"] and "assumed" in c.verdict[1]
+    assert c.noise_floor[0] == 5.0
     g = cmp(rep(1, "lm_bf16"), rep(2, "lm_bf16"), unprofiled_steps_ms=(rep_bare(1, "lm_bf16"), rep_bare(2, "lm_bf16")))
-    assert g.noise_floor[0] == 5.0
+    assert all(a < 1 for a in g.assumed_drift_pct) and g.noise_floor[0] == 5.0
+    assert g.verdict[0] == "no_change"
 
 
 def test_a_trace_set_is_resampled_by_run():
@@ -368,3 +379,98 @@ def test_unprofiled_step_times_from_files(tmp_path, capsys):
     a.write_text("12\nfast\n")
     assert main(argv) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+# -- the interval of the change in medians (issue 48, item 4) ------------------------------------------
+GAINS = DATA / "gains"
+
+
+def gains(name: str) -> str:
+    return str(GAINS / f"{name}.pt.trace.json.gz")
+
+
+def test_a_real_91_percent_change_is_improved():
+    """The DataLoader-fed CNN, num_workers=0 against 6 workers with pinned memory (measured
+    bare: 33.0 -> 2.93 ms, -91 %). Its steps spread widely within a run, which once set a
+    noise floor above the change; the interval of the change in medians is clear of it."""
+    c = cmp(gains("cnn_loader.base"), gains("cnn_loader.workers"))
+    assert c.verdict[0] == "improved", c.verdict
+    s = c.step_time
+    assert s["delta_pct"] < -80 and s["ci_pct"][1] < -40
+    assert c.noise_floor == (5.0, "the smallest change reported by default")
+
+
+@pytest.mark.parametrize("program,variant,verdict", [
+    ("cnn_loader", "workers", "improved"), ("pageable_h2d", "pinned", "improved"), ("tf32_mlp", "tf32", "improved"),
+    ("amp_lm", "bf16", "improved"), ("foreach_adam", "fused", "improved"), ("graph_mlp", "graph", "improved"),
+    ("host_busy", "offloaded", "improved"), ("alloc_frag", "expandable", "no_change"),
+])
+def test_the_gain_truth_pairs(program, variant, verdict):
+    """Each program of the gain-truth set against its fix, one profiled run a side: the
+    fixes that saved 28-91 % of the bare step are improvements; the allocator fix that saved
+    nothing measurable (0.12 ms, its interval across 0) is no change."""
+    c = cmp(gains(f"{program}.base"), gains(f"{program}.{variant}"))
+    assert c.verdict[0] == verdict, c.verdict
+
+
+def test_the_interval_narrows_with_steps_and_runs():
+    """The same 10 % change of a loop whose steps spread 5 % and whose runs differ 2 %: more
+    steps a run, or more runs a side, give a narrower interval; several runs a side are
+    replicates whose own spread is the between-run variation (none assumed)."""
+    from proflab.report.compare import median_change
+
+    rng = np.random.default_rng(3)
+
+    def side(mean: float, runs: int, steps: int):
+        centers = mean * np.exp(rng.normal(0, 0.02, runs))
+        v = np.concatenate([c * np.exp(rng.normal(0, 0.05, steps)) for c in centers])
+        return v, np.repeat(np.arange(runs), steps)
+
+    def width(runs: int, steps: int, reps: int = 30) -> float:
+        w = []
+        for _ in range(reps):
+            (x, gx), (y, gy) = side(10.0, runs, steps), side(11.0, runs, steps)
+            lo, hi = median_change(x, y, gx, gy, assumed_pct=(2.0, 2.0))["ci_pct"]
+            w.append(hi - lo)
+        return float(np.median(w))
+
+    assert width(1, 40) < width(1, 10) < width(1, 4)
+    assert width(6, 10) < width(3, 10) < width(2, 10)
+    (x, gx), (y, gy) = side(10.0, 3, 10), side(11.0, 3, 10)
+    got = median_change(x, y, gx, gy)
+    assert "between the before side's 3 runs" in got["between_runs"] and "assumed" not in got["between_runs"]
+    assert got["runs_before"] == 3 and got["df"] is not None
+    one = median_change(x[gx == 0], y[gy == 0], assumed_pct=(2.0, 2.0))
+    assert "not measured" in one["between_runs"] and one["df"] is None
+
+
+def test_two_runs_a_side_of_a_clear_change_is_improved():
+    """The issue's case: two runs a side, 6 steps each, steps spreading 20 % within a run,
+    runs 1 % apart, the step 20 % shorter after. Replicates that agree make the change clear
+    (once: "below the 36.4 % noise floor: NO CHANGE", one run's p10-p90 spread)."""
+    from proflab.report.compare import step_spread_pct
+
+    rng = np.random.default_rng(11)
+    x = np.concatenate([m * np.exp(rng.normal(0, 0.08, 6)) for m in (154.0, 152.0)])
+    y = np.concatenate([m * np.exp(rng.normal(0, 0.08, 6)) for m in (123.0, 124.0)])
+    g = np.repeat([0, 1], 6)
+    assert step_spread_pct(x[:6]) > 15
+    from proflab.report.compare import median_change
+
+    got = median_change(x, y, g, g)
+    lo, hi = got["ci_pct"]
+    assert hi < 0 and -30 < got["delta_pct"] < -12
+
+
+def test_the_floor_is_said_once(capsys):
+    """In every format the floor appears once: in the reason where it decided the verdict,
+    else beside it."""
+    from proflab.render import render
+    from proflab.render.html import render_html
+
+    for pair, kw in (((trace("lm_fp32"), trace("lm_bf16")), {}), ((trace("lm_bf16"), trace("lm_bf16")), {}),
+                     ((trace("lm_fp32"), trace("lm_bf16")), {"threshold_pct": 90})):
+        c = cmp(*pair, **kw)
+        for fmt in ("term", "md", "html"):
+            text = (render_html(c) if fmt == "html" else render(c, fmt)).lower()
+            assert text.count("noise floor") == 1, (fmt, kw)

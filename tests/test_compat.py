@@ -13,6 +13,7 @@ import pytest
 
 import proflab
 from proflab.cli import main
+from shared_fixtures import FIXTURES
 
 COMPAT = Path(__file__).parent / "data" / "compat"
 KINETO = Path(__file__).parent / "data" / "kineto"
@@ -273,7 +274,7 @@ def test_recorded_pytorch_2_11_gpu_traces_read_without_coercion(path):
 def test_nsys_chrome_export_is_read_as_the_array_of_events_it_is():
     """A Chrome-trace JSON derived from Nsight Systems (not Kineto), recorded elsewhere: it has
     its own categories; proflab says what it found instead of failing on a value's type."""
-    path = Path(__file__).parents[1] / ".." / "shared" / "fixtures" / "kineto" / "t4_power_iteration_baseline_nsys_chrome.json"
+    path = FIXTURES / "kineto" / "t4_power_iteration_baseline_nsys_chrome.json"
     if not path.exists():
         pytest.skip("shared fixtures are not present (../shared/fixtures)")
     try:

@@ -177,18 +177,56 @@ def _simulated_throttle(bit: int, *, temp_c: float = 60.0) -> pl.DataFrame:
 
 
 def test_power_capped_on_a_simulated_throttle():
-    f, missing = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 700.0}, idle_power_w={0: 80.0})
+    """A limit lowered below the board's default (500 of 700 W): the user's to raise, a
+    finding like any, critical at ~20 % of the busy time."""
+    f, missing = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 500.0}, idle_power_w={0: 80.0},
+                              default_limits_w={0: (700.0, "NVML's default limit for the board")})
     assert missing == []
     (p,) = f
     ev = p.evidence
     assert p.category == "power_capped" and ev["reasons"] == ["sw_power_cap"]
     assert ev["busy_time_share_pct"] == pytest.approx(50, abs=3)
     assert ev["clock_loss_pct"] == pytest.approx(100 * (1 - 1400 / 1980), abs=0.1)
-    assert ev["power_of_limit_pct"] == pytest.approx(98.6, abs=0.1)
+    assert ev["power_of_limit_pct"] == pytest.approx(138.0, abs=0.1)
     extra_s = ev["throttled_s"] * (1980 / 1400 - 1)
     assert p.est_gain_ms == pytest.approx(extra_s * 1e3, rel=0.01)
     assert ev["est_energy_cost_j"] == pytest.approx(extra_s * 80.0, rel=0.01)
     assert p.severity == "critical"  # ~20 % of the busy time
+    assert ev["power_limit_lowered"] is True and "lowered to 500 W" in p.title and "-pl 700" in p.fix
+
+
+def test_power_at_the_boards_default_limit_is_power_bound_not_critical():
+    """The same throttle at the board's default limit: the user cannot act on the limit, so
+    it is an info finding that the work is power-bound, with no gain claimed and what lowers
+    energy per result; the clock loss stays in its evidence."""
+    f, _ = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 700.0}, idle_power_w={0: 80.0},
+                        default_limits_w={0: (700.0, "NVML's default limit for the board")})
+    (p,) = f
+    assert p.category == "power_capped" and p.severity == "info" and p.est_gain_ms == 0 and p.est_gain_pct == 0
+    assert "power-bound at its default 700 W limit" in p.title
+    assert "energy per result" in p.fix and "bf16" in p.fix and "-pl 700" not in p.fix
+    assert p.evidence["power_limit_lowered"] is False and p.evidence["clock_loss_pct"] > 25
+
+
+def test_power_cap_whose_default_is_unknown_is_at_most_a_warning():
+    f, _ = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 700.0}, idle_power_w={0: 80.0})
+    (p,) = f
+    assert p.severity == "warning" and "default limit is not known" in p.title
+    assert p.evidence["power_limit_lowered"] is None and p.est_gain_ms > 0
+
+
+def test_the_boards_default_comes_from_nvml_else_the_datasheet():
+    from proflab.analysis.devices import default_power_limit_w
+    from proflab.analysis.energy import _default_limits
+
+    assert default_power_limit_w("NVIDIA H200") == 700 and default_power_limit_w("NVIDIA H100 PCIe") == 350
+    assert default_power_limit_w("NVIDIA A100-SXM4-80GB") == 400 and default_power_limit_w("NVIDIA L4") == 72
+    assert default_power_limit_w("NVIDIA GH200 480GB") is None and default_power_limit_w(None) is None
+    meta = {"gpu": {"gpus": [{"index": 0, "name": "NVIDIA H200", "power_limit_default_w": 650.0},
+                             {"index": 1, "name": "NVIDIA H200"}, {"index": 2, "name": "Some GPU"}]}}
+    got = _default_limits(meta)
+    assert got[0] == (650.0, "NVML's default limit for the board") and got[1][0] == 700.0 and "datasheet" in got[1][1]
+    assert 2 not in got
 
 
 def test_thermal_throttled_on_a_simulated_throttle():
@@ -232,7 +270,8 @@ def test_cli_json_validates(run, capsys):
 
 def test_schema_accepts_a_finding_and_rejects_a_broken_document(h100):
     doc = h100.to_dict()
-    f, _ = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 700.0}, idle_power_w={0: 80.0})
+    f, _ = energy_rules(_simulated_throttle(0x4), power_limits_w={0: 500.0}, idle_power_w={0: 80.0},
+                        default_limits_w={0: (700.0, "NVML's default limit for the board")})
     doc["findings"] = [x.to_dict() for x in f]
     v = _validator()
     v.validate(doc)

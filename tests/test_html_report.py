@@ -18,6 +18,7 @@ import pytest
 import proflab
 from proflab.cli import main
 from proflab.render.html import SIZE_BUDGET_BYTES, VENDORED, render_html, safe_json
+from shared_fixtures import NSYS
 
 ROOT = Path(__file__).resolve().parent.parent
 REALISTIC = ROOT / "tests" / "data" / "realistic"
@@ -121,7 +122,7 @@ def test_hostile_names_are_escaped_everywhere(tmp_path):
 
 def test_memory_section_from_a_recorded_trace(tmp_path):
     """A trace recorded with profile_memory on an H100 (tests/data/memory): the page shows the
-    peak per device (the allocator's own max_memory_allocated / max_memory_reserved, in MB),
+    peak per device (the allocator's own max_memory_allocated / max_memory_reserved, in MiB),
     when in the step it comes, what is live at it, and the allocated/reserved chart with the
     peak and the steps marked."""
     trace = MEMORY / "activation_heavy.pt.trace.json.gz"
@@ -131,28 +132,28 @@ def test_memory_section_from_a_recorded_trace(tmp_path):
     page = out.read_text(encoding="utf-8")
     assert len(page.encode()) < SIZE_BUDGET_BYTES
     d = proflab.analyze(trace).memory["devices"][0]
-    assert d["peak_allocated_mb"] == pytest.approx(gt["max_memory_allocated_mb"], rel=0.02)
+    assert d["peak_allocated_mib"] == pytest.approx(gt["max_memory_allocated_mib"], rel=0.02)
     own, _ = _page_parts(page)
     section = own[own.index("<h2>GPU memory</h2>"):]
     cells = re.findall(r'<td[^>]*data-v="([^"]*)"', section)
-    for v in (d["peak_allocated_mb"], d["peak_reserved_mb"], d["peak_at_ms"], d["peak_step"], d["device_memory_mb"]):
+    for v in (d["peak_allocated_mib"], d["peak_reserved_mib"], d["peak_at_ms"], d["peak_step"], d["device_memory_mib"]):
         assert str(v) in cells, f"{v} is not in the memory tables"
     assert d["peak_phase"] == "backward" and '<td data-v="backward">backward</td>' in section
     assert "<h3>GPU 0: live at the peak, by category</h3>" in section
-    assert all(str(v) in cells for v in d["by_category_mb"].values())
+    assert all(str(v) in cells for v in d["by_category_mib"].values())
     assert "<h3>GPU 0: largest allocations live at the peak</h3>" in section
     for r in d["top_allocations"]:
-        assert str(r["mb"]) in cells and f'<td class="name" data-v="{r["op"]}">{r["op"]}</td>' in section
+        assert str(r["mib"]) in cells and f'<td class="name" data-v="{r["op"]}">{r["op"]}</td>' in section
     # the chart: allocated and reserved over the window, the peak point, one rule per step
     chart = next(s for s in _chart_specs(page)
                  if s.get("layer") and any(r.get("kind") == "allocated" for r in s["layer"][0]["data"]["values"]))
     series, steps, peak = chart["layer"]
-    mb = {k: [r["mb"] for r in series["data"]["values"] if r["kind"] == k] for k in ("allocated", "reserved")}
+    mb = {k: [r["mib"] for r in series["data"]["values"] if r["kind"] == k] for k in ("allocated", "reserved")}
     assert len(mb["allocated"]) == len(mb["reserved"]) == d["series"]["points"] <= 2000
-    assert max(mb["allocated"]) == d["peak_allocated_mb"] and max(mb["reserved"]) == d["peak_reserved_mb"]
+    assert max(mb["allocated"]) == d["peak_allocated_mib"] and max(mb["reserved"]) == d["peak_reserved_mib"]
     assert series["mark"]["interpolate"] == "step-after"
     assert [r["what"] for r in steps["data"]["values"]] == [f"step {i} starts" for i in range(gt["active_steps"])]
-    assert peak["data"]["values"][0]["t"] == d["peak_at_ms"] and peak["data"]["values"][0]["mb"] == d["peak_allocated_mb"]
+    assert peak["data"]["values"][0]["t"] == d["peak_at_ms"] and peak["data"]["values"][0]["mib"] == d["peak_allocated_mib"]
 
 
 def test_memory_names_are_escaped(tmp_path):
@@ -182,7 +183,7 @@ def test_minimal_and_cpu_only_reports_render(cpu_report):
 
 
 def test_size_budget_holds_for_a_100_mb_trace(tmp_path):
-    """The page's size is bounded whatever the trace's size: at most 3 MB for a trace of
+    """The page's size is bounded whatever the trace's size: at most 3 MiB for a trace of
     more than 100 MB (gen_realistic.py: deep model, NCCL stream, 100k+ gaps)."""
     big = tmp_path / "big.pt.trace.json"
     subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gen_realistic.py"), str(big), "--size-mb", "100"],
@@ -326,7 +327,7 @@ def test_several_unrelated_traces_get_a_section_each(tmp_path):
 
 
 def test_nsys_export_of_a_job_gets_the_job_view(tmp_path):
-    export = ROOT.parent / "shared" / "fixtures" / "nsys" / "mfu_2gpu_before.sqlite"
+    export = NSYS / "mfu_2gpu_before.sqlite"
     if not export.is_file():
         pytest.skip(f"{export.name}: the Nsight Systems fixtures are not beside this checkout")
     out = tmp_path / "nsys.html"
@@ -342,3 +343,27 @@ def test_demo_into_a_file_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("proflab: error:") and "taken" in err and "\n" not in err
     assert taken.read_text() == "mine"
+
+
+def test_a_report_and_a_job_show_themselves_in_jupyter():
+    """``proflab.analyze(...)`` as a cell's last line shows its HTML report (a Comparison
+    did; a Report showed a wall of dataclass text): the page in a frame of its own, whose
+    findings are the report's; a JobReport the same with its job view; both repr in a line."""
+    import html as _html
+
+    import proflab
+    from proflab.report import JobReport, Report
+    from proflab.report.job import analyze_job
+
+    report = proflab.analyze(ROOT / "tests" / "data" / "gains" / "cnn_loader.base.pt.trace.json.gz")
+    assert isinstance(report, Report)
+    shown = report._repr_html_()
+    assert shown.startswith('<iframe srcdoc="') and shown.endswith("</iframe>")
+    page = _html.unescape(shown.split('srcdoc="', 1)[1].split('" style=', 1)[0])
+    assert page.startswith("<!DOCTYPE html>") and _html.escape(report.findings[0].title) in page
+    assert repr(report).startswith("<Report cnn_loader.base.pt.trace.json.gz: ") and "host_bound" in repr(report)
+    job = analyze_job(sorted((ROOT / "tests" / "data" / "kineto" / "ddp").glob("*.pt.trace.json.gz")), in_process=True)
+    assert isinstance(job, JobReport)
+    page = _html.unescape(job._repr_html_().split('srcdoc="', 1)[1])
+    assert "proflab job report" in page and "Rank 1" in page
+    assert repr(job).startswith("<JobReport 2 ranks: ")

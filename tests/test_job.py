@@ -223,7 +223,7 @@ def test_dask_scheduler_address():
     assert job.findings[0].category == "load_imbalance"
 
 
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 
 
 @pytest.mark.skipif(not (NSYS / "mfu_2gpu_before.sqlite").exists(), reason="the shared Nsight Systems fixtures are not here")

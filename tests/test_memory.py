@@ -36,12 +36,12 @@ def _mem_findings(rep):
 def test_peak_matches_the_allocator(reports, name):
     d = reports[name].memory["devices"][0]
     gt = GT[name]
-    assert d["peak_allocated_mb"] == pytest.approx(gt["max_memory_allocated_mb"], rel=0.02)
-    assert d["peak_reserved_mb"] == pytest.approx(gt["max_memory_reserved_mb"], rel=0.02)
-    assert d["device_memory_mb"] == pytest.approx(gt["device_total_memory_mb"], rel=0.02)
+    assert d["peak_allocated_mib"] == pytest.approx(gt["max_memory_allocated_mib"], rel=0.02)
+    assert d["peak_reserved_mib"] == pytest.approx(gt["max_memory_reserved_mib"], rel=0.02)
+    assert d["device_memory_mib"] == pytest.approx(gt["device_total_memory_mib"], rel=0.02)
     # per step: the unprofiled repeat of the same steps peaks where the trace says
-    peaks = [s["peak_allocated_mb"] for s in reports[name].memory["steps"]]
-    want = [p["allocated_mb"] for p in gt["per_step_peak_unprofiled"]]
+    peaks = [s["peak_allocated_mib"] for s in reports[name].memory["steps"]]
+    want = [p["allocated_mib"] for p in gt["per_step_peak_unprofiled"]]
     assert peaks == pytest.approx(want, rel=0.02)
 
 
@@ -63,13 +63,13 @@ def test_right_finding_on_top(reports, name, top):
 
 def test_leak_rate_and_steps_until_full(reports):
     f = _mem_findings(reports["graph_leak"])[0]
-    after = GT["graph_leak"]["memory_allocated_after_step_mb"]
-    rate = (after[-1] - after[0]) / (len(after) - 1)  # the allocator's own, 40 MB a step
+    after = GT["graph_leak"]["memory_allocated_after_step_mib"]
+    rate = (after[-1] - after[0]) / (len(after) - 1)  # the allocator's own, 40 MiB a step
     assert f.evidence["growth_mb_per_step"] == pytest.approx(rate, rel=0.02)
-    total = GT["graph_leak"]["device_total_memory_mb"]
-    want = (total - GT["graph_leak"]["max_memory_allocated_mb"]) / rate
+    total = GT["graph_leak"]["device_total_memory_mib"]
+    want = (total - GT["graph_leak"]["max_memory_allocated_mib"]) / rate
     assert f.evidence["steps_until_device_full"] == pytest.approx(want, rel=0.02)
-    assert "MB per step" in f.title and "steps" in f.title
+    assert "MiB per step" in f.title and "steps" in f.title
     # what is kept: the validation forward's outputs (relu, mse_loss) made in the forward
     kept = f.evidence["retained_never_freed"]
     assert kept[0]["phase"] == "forward" and kept[0]["op"] in ("aten::clamp_min", "aten::relu", "aten::addmm")
@@ -79,7 +79,7 @@ def test_leak_rate_and_steps_until_full(reports):
 def test_fragmentation_names_the_allocator_setting(reports):
     f = _mem_findings(reports["fragmenting"])[0]
     gt = GT["fragmenting"]
-    assert f.evidence["reserved_unused_at_peak_mb"] == pytest.approx(gt["max_memory_reserved_mb"] - gt["max_memory_allocated_mb"], rel=0.02)
+    assert f.evidence["reserved_unused_at_peak_mib"] == pytest.approx(gt["max_memory_reserved_mib"] - gt["max_memory_allocated_mib"], rel=0.02)
     assert "expandable_segments:True" in f.fix
     assert f.evidence["reserved_growth_with_free_cache"]["events"] >= 1
     # a growing-shape loop keeps nothing: no leak, though the level after each step rises
@@ -89,7 +89,7 @@ def test_fragmentation_names_the_allocator_setting(reports):
 def test_what_holds_the_peak(reports):
     act = reports["activation_heavy"].memory["devices"][0]
     assert act["dominant_category"] == "activation"
-    assert act["by_category_mb"]["activation"] > 0.7 * act["peak_allocated_mb"]
+    assert act["by_category_mib"]["activation"] > 0.7 * act["peak_allocated_mib"]
     assert act["peak_phase"] in ("forward", "backward")  # the end of the forward / start of the backward
     # recorded with stacks: activations carry the module and the user's line that made them
     top = [r for r in act["top_allocations"] if r["category"] == "activation"]
@@ -98,7 +98,7 @@ def test_what_holds_the_peak(reports):
     assert opt["peak_phase"] == "optimizer"
     assert opt["dominant_category"] == "optimizer_state"
     # Adam's two states of a 268M-parameter model: 2 GiB, estimated from the gradients' bytes
-    assert opt["persistent_split"]["optimizer_state_mb"] == pytest.approx(2048, rel=0.02)
+    assert opt["persistent_split"]["optimizer_state_mib"] == pytest.approx(2048, rel=0.02)
     assert opt["top_allocations"][0]["within"].startswith("aten::_foreach_")
     head = _mem_findings(reports["optimizer_heavy"])[0]
     assert "fused=True" in head.fix and "optimizer state" in head.title
@@ -125,13 +125,13 @@ def test_run_directory_sources_and_collection_cost(report_schema):
     rep = proflab.analyze(next((RUN / "traces").glob("*.pt.trace.json.gz")))
     m = rep.to_dict()["memory"]
     assert {k for k, v in m["sources"].items() if v["available"]} == {"kineto_memory_events", "nvml", "snapshot"}
-    assert m["nvml"][0]["max_used_mb"] >= m["devices"][0]["peak_reserved_mb"]  # NVML counts the context too
+    assert m["nvml"][0]["max_used_mib"] >= m["devices"][0]["peak_reserved_mib"]  # NVML counts the context too
     assert m["snapshot"]["devices"][0]["reserved_bytes"] > 0
     c = m["collection"]
     proc = json.loads(next((RUN / "processes").glob("*.json")).read_text())["step_times"]
     assert c["run_bare_step_ms"] == proc["bare_ms"] and c["run_profiled_step_ms"] == proc["profiled_ms"]
     assert any(n.startswith("--profile-memory recorded") for n in m["notes"])
-    # steps come from ProfilerStep here: four of them, 40 MB more kept after each
+    # steps come from ProfilerStep here: four of them, 40 MiB more kept after each
     assert [s["step"] for s in m["steps"]] == [4, 5, 6, 7]
     assert _mem_findings(rep)[0].category == "memory_leak"
 
@@ -140,7 +140,7 @@ def test_cli_memory_section_and_plots(tmp_path, capsys):
     trace = DATA / "fragmenting.pt.trace.json.gz"
     assert main(["memory", str(trace)]) == 0
     out = capsys.readouterr().out
-    assert "peak 2,647.8 MB allocated" in out and "expandable_segments" in out
+    assert "peak 2,647.8 MiB allocated" in out and "expandable_segments" in out
     assert main(["memory", str(RUN), "-f", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["findings"][0]["category"] == "memory_leak"
@@ -167,10 +167,10 @@ def test_real_snapshot_pickle_reads_without_globals(capsys):
     assert main(["memory", str(DATA / "graph_leak.snapshot.pickle.gz")]) == 0
     out = capsys.readouterr().out
     # the snapshot was taken at the end of the graph_leak window: what was allocated then
-    assert "snapshot GPU 0: 393 MB" in out and "record_memory.py:94 step" in out
+    assert "snapshot GPU 0: 393 MiB" in out and "record_memory.py:94 step" in out
     # what proflab run writes: JSON converted inside the profiled process
     assert main(["memory", str(next(RUN.glob("memory_snapshot_*.json.gz")))]) == 0
-    assert "snapshot GPU 0: 65 MB in 3 blocks of 930 MB reserved" in capsys.readouterr().out
+    assert "snapshot GPU 0: 65 MiB in 3 blocks of 930 MiB reserved" in capsys.readouterr().out
 
 
 class _Payload:
@@ -209,7 +209,7 @@ def test_run_directory_with_a_hostile_snapshot_still_reports(tmp_path):
     assert not marker.exists()
     assert any(m.signal == "memory snapshot" and "refused" in m.reason for m in rep.missing)
     m = rep.to_dict()["memory"]  # the rest of the section stands
-    assert m["sources"]["snapshot"]["available"] is False and m["devices"][0]["peak_allocated_mb"] > 0
+    assert m["sources"]["snapshot"]["available"] is False and m["devices"][0]["peak_allocated_mib"] > 0
 
 
 def test_run_notes_carry_the_profile_memory_cost(tmp_path):
@@ -236,11 +236,11 @@ def test_series_thinned_keeps_measured_points_and_the_peaks():
     assert full["points"] == full["events"] == len(t["ts_ns"]) == len(full["t_ms"])
     s = _series(t["ts_ns"], t["allocated"], t["reserved"], a.origin_ns, a.step_bounds, max_points=300)
     assert s["events"] == len(t["ts_ns"]) and 0 < s["points"] <= 300
-    measured = set(zip(full["t_ms"], full["allocated_mb"], full["reserved_mb"]))
-    assert set(zip(s["t_ms"], s["allocated_mb"], s["reserved_mb"])) <= measured
+    measured = set(zip(full["t_ms"], full["allocated_mib"], full["reserved_mib"]))
+    assert set(zip(s["t_ms"], s["allocated_mib"], s["reserved_mib"])) <= measured
     assert s["t_ms"] == sorted(s["t_ms"])
-    assert max(s["allocated_mb"]) == a.devices[0]["peak_allocated_mb"] and max(s["reserved_mb"]) == a.devices[0]["peak_reserved_mb"]
-    assert min(s["allocated_mb"]) == min(full["allocated_mb"])
+    assert max(s["allocated_mib"]) == a.devices[0]["peak_allocated_mib"] and max(s["reserved_mib"]) == a.devices[0]["peak_reserved_mib"]
+    assert min(s["allocated_mib"]) == min(full["allocated_mib"])
     assert [x["step"] for x in s["step_starts_ms"]] == [0, 1, 2, 3]
 
 
@@ -266,3 +266,50 @@ def test_an_unmarked_gz_trace_over_the_scan_size_is_not_read_again(monkeypatch):
     monkeypatch.setattr(am, "_SCAN_UNMARKED_BYTES", 2 * trace.meta.size_bytes)
     am.memory_for_trace(trace)
     assert read == [str(path)]
+
+
+def test_sizes_of_2_20_bytes_are_labelled_mib(capsys):
+    """``proflab memory`` once printed "peak 6,306.0 MB" and wrote ``peak_allocated_mb`` for
+    6,612,276,736 bytes (6,306 MiB, 6,612 MB). A size of 2^20-byte units says MiB, in its key
+    and its text, in every format: the peak is the largest allocated total in bytes over 2^20."""
+    trace = DATA / "fragmenting.pt.trace.json.gz"
+    assert main(["memory", str(trace), "-f", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+
+    def keys(x):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                yield k
+                yield from keys(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from keys(v)
+
+    assert not [k for k in keys(d) if k == "mb" or k.endswith("_mb")]
+    dev = d["memory"]["devices"][0] if "memory" in d else d["devices"][0]
+    events = json.loads(gzip.open(trace).read())["traceEvents"]
+    peak_bytes = max(e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1)
+    assert peak_bytes == 2_776_384_512  # 2,647.8 MiB; 2,776.4 MB
+    assert dev["peak_allocated_mib"] == pytest.approx(peak_bytes / 2**20, abs=1e-3)
+    for fmt in ("term", "md"):
+        assert main(["memory", str(trace), "-f", fmt]) == 0
+        out = capsys.readouterr().out
+        assert "MiB" in out and " MB" not in out and "(MB)" not in out
+    report = proflab.analyze(trace)
+    for f in report.findings:
+        if f.category.startswith("memory_"):
+            assert " MB" not in f.title and " MB" not in f.fix
+            assert not [k for k in f.evidence if k.endswith("_mb")]
+
+
+def test_no_key_in_the_package_says_mb_for_2_20_bytes():
+    """Keys ending ``_mb`` in the package are PyTorch's own option names (``bucket_cap_mb``,
+    ``max_split_size_mb``, both in MiB but not ours to rename); everything proflab names in
+    2^20-byte units ends ``_mib``; the schemas name no ``_mb`` key."""
+    import re
+
+    src = Path(proflab.__file__).parent
+    found = set()
+    for p in list(src.rglob("*.py")) + list(src.rglob("*.json")):
+        found |= set(re.findall(r"\b(\w+_mb)\b", p.read_text()))
+    assert found <= {"bucket_cap_mb", "max_split_size_mb"}, found

@@ -70,12 +70,18 @@ def _agrees(payload: bytes) -> str:
     return "same"
 
 
-def _slices_of(path: Path, size: int) -> list[bytes]:
-    slicer = _slices.open_slicer(path, size)
+def _slices_of(path: Path, size: int, general: bool = False) -> list[bytes]:
+    """The file's slices: in Kineto's layout where it is in it, else cut by its structure
+    (a plain file's plan falls back by itself, a compressed one is read again)."""
+    slicer = _slices.open_slicer(path, size, general=general)
     try:
         if isinstance(slicer, _slices.MappedSlicer):
             return [bytes(slicer.piece(b, e)) for b, e in slicer.plan()]
         return [bytes(p) for p in slicer.pieces()]
+    except _slices.NotSliceable:
+        if general or isinstance(slicer, _slices.MappedSlicer):
+            raise
+        return _slices_of(path, size, general=True)
     finally:
         slicer.close()
 
@@ -96,7 +102,7 @@ def test_every_slice_of_every_recorded_trace(path):
     try:
         pieces = _slices_of(path, 1 << 20)
     except _slices.NotSliceable:
-        pytest.skip("not in Kineto's layout: decoded whole by the msgspec path")
+        pytest.skip("no traceEvents array to cut: decoded whole by the msgspec path")
     got = [_agrees(p) for p in pieces]
     if path.name.startswith("tracelens_mi300x_rocm_gemm"):
         assert "gave up" in got  # its streams are strings ("0x1f"): the tolerant decoder reads them
@@ -539,7 +545,7 @@ def test_large_plain_files_are_cut_in_wider_slices_where_threads_decode(monkeypa
     monkeypatch.setattr(kineto, "_CHUNK_BYTES", 64 << 10)
     cut: list[int] = []
     opened = kineto.open_slicer
-    monkeypatch.setattr(kineto, "open_slicer", lambda path, size: cut.append(size) or opened(path, size))
+    monkeypatch.setattr(kineto, "open_slicer", lambda path, size, **kw: cut.append(size) or opened(path, size, **kw))
     narrow = kineto.read(plain)
     monkeypatch.setattr(kineto, "WIDE_FROM_BYTES", plain.stat().st_size)
     wide = kineto.read(plain)
@@ -638,3 +644,47 @@ def test_a_build_of_another_version_is_not_used(monkeypatch):
         monkeypatch.undo()
         importlib.reload(native)
     assert native.available()
+
+
+def test_a_slice_of_only_braces_sizes_its_tables_from_what_was_parsed():
+    """A first slice of only '{' once sized each table from its braces (216 bytes of room an
+    input byte: 3.6 GB for 16 MiB, where nothing was parsed), and the MemoryError where that
+    failed was not caught. In a child held to 1 GiB of address space, a 16 MiB slice of
+    braces is given up with a reason; a slice of real events gets room for what it holds."""
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))\n"
+        "from proflab.readers import _kineto_native as n\n"
+        "got = n.scan(b'[' + b'{' * (16 << 20))\n"
+        "assert isinstance(got, str), got\n"
+        "events = b'[' + b','.join(b'{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":\"k\",\"ts\":%d,\"dur\":1}' % i for i in range(5000)) + b']'\n"
+        "count, tables, strings = n._kscan.scan(events, n._categories())\n"
+        "shapes = [t.shape() for t in tables]\n"
+        "assert count == 5000 and all(cap <= 2 * max(rows, 1024) for rows, cap, _ in shapes), shapes\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_any_failure_of_the_decoder_falls_back_to_the_usual_path(monkeypatch):
+    """A MemoryError (or any error) where the compiled decoder sizes or builds a slice's
+    tables: the slice is decoded by msgspec, the same trace comes out."""
+    from proflab.readers import _kscan
+
+    path = DATA / "kineto" / "train_loop.pt.trace.json.gz"
+    want = kineto.read(path)
+
+    def refuse(*a):
+        raise MemoryError
+
+    monkeypatch.setattr(_kscan, "scan", refuse)
+    assert native.scan(b"[]") == "out of memory" and native.tables(b"[]") is None
+    got = kineto.read(path)
+    for table in ("gpu", "cpu", "steps", "devices"):
+        assert getattr(got, table).equals(getattr(want, table)), table
+    monkeypatch.setattr(native, "_tables_of", lambda payload: 1 / 0)
+    assert native.tables(b"[]") is None

@@ -20,7 +20,7 @@ from proflab.model.slicing import parse_window
 from proflab.readers import _export_rows, nsys_sqlite
 from proflab.readers._merge import gather_text, merge_by_start
 
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 T4 = NSYS / "t4_power_iteration_baseline.sqlite"
 
 

@@ -24,7 +24,9 @@ from peak_rss import analyze_peak
 
 ROOT = Path(__file__).resolve().parent.parent
 GEN = ROOT / "benchmarks" / "gen_nsys.py"
-SOURCE = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
+from shared_fixtures import NSYS  # noqa: E402
+
+SOURCE = NSYS / "h100_2gpu_1s.sqlite"
 EVENT_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
                 "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")  # fmt: skip
 

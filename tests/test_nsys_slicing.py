@@ -19,7 +19,7 @@ from proflab.errors import UsageError
 from proflab.model.slicing import parse_steps, parse_window, slice_trace
 from proflab.readers import load
 
-NSYS = Path(__file__).resolve().parent.parent.parent / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 
 
 def with_steps(src: Path, dst: Path, n: int = 8, first: int = 10) -> Path:

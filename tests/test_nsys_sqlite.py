@@ -13,7 +13,7 @@ import pytest
 import proflab
 from proflab.cli import main
 
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 T4 = NSYS / "t4_power_iteration_baseline.sqlite"
 H100 = NSYS / "h100_2gpu_1s.sqlite"
 ALL = sorted(NSYS.glob("*.sqlite")) if NSYS.exists() else []

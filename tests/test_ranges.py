@@ -17,7 +17,7 @@ from proflab.analysis import Context
 from proflab.report.assemble import report_for
 
 KINETO = Path(__file__).parent / "data" / "kineto"
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 
 
 def _project(ranges, calls, work, name):

@@ -184,7 +184,9 @@ def _after_helper_starts(claim, timeout_s: float = 300.0):
     return wrapper
 
 
-SHARED_CHROME = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kineto" / "t4_power_iteration_baseline_nsys_chrome.json"
+from shared_fixtures import FIXTURES  # noqa: E402
+
+SHARED_CHROME = FIXTURES / "kineto" / "t4_power_iteration_baseline_nsys_chrome.json"
 
 
 def test_chrome_json_from_nsys_is_refused_with_its_categories(capsys):

@@ -464,7 +464,9 @@ def test_cli_shows_reading_and_analysing_on_a_terminal(small):
     assert "reading" in shown and "analysing" in shown, shown[-500:]
 
 
-NSYS_EXPORT = ROOT.parent / "shared" / "fixtures" / "nsys" / "h100_2gpu_1s.sqlite"
+from shared_fixtures import NSYS  # noqa: E402
+
+NSYS_EXPORT = NSYS / "h100_2gpu_1s.sqlite"
 
 
 def test_cache_round_trip_of_an_nsys_export(cache_dir, tmp_path):

@@ -13,7 +13,7 @@ import proflab
 from proflab.cli import main
 
 KINETO = Path(__file__).parent / "data" / "kineto"
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 TRACES = sorted(KINETO.rglob("*.json.gz")) + (sorted(NSYS.glob("*.sqlite")) if NSYS.exists() else [])
 
 

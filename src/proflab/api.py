@@ -13,9 +13,27 @@ from typing import Any
 
 from proflab.model import Trace
 from proflab.readers.budget import DEFAULT_BUDGET
-from proflab.report import Report
+from proflab.report import JobReport, Report
 
 __all__ = ["load", "analyze", "compare", "energy"]
+
+
+def _notebook_html(subject) -> str:
+    """A report or a job shown in a notebook: its single-file HTML report in a frame of its
+    own (``srcdoc``), so the page's styles, scripts and content policy stay inside it."""
+    import html
+
+    from proflab.render.html import render_html
+
+    page = render_html(subject if isinstance(subject, JobReport) else [subject])
+    return (f'<iframe srcdoc="{html.escape(page, quote=True)}" style="width:100%;height:900px;border:1px solid #ddd" '
+            f'title="proflab report"></iframe>')
+
+
+# a Report or a JobReport shows itself in Jupyter as its HTML report (the renderer sits above
+# the report layer, so it is handed in here, where both are in reach)
+Report.html_view = _notebook_html
+JobReport.html_view = _notebook_html
 
 
 def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None,

@@ -145,7 +145,7 @@ class Context:
     @_table
     def observer(self) -> _observer.Observer | None:
         """The profiler's own cost and the unprofiled step (see ``analysis.timeline.observer``)."""
-        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches)
+        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches, self.host_only)
         if self.part_digest is not None:
             self.part_digest["observer_steps"] = per_step
         return _observer.from_steps(per_step, self.bare_step_ms)
@@ -190,6 +190,12 @@ class Context:
     def fp32_gemms(self) -> pl.DataFrame:
         """Kernel rows of FP32 GEMMs that ran without tensor cores (see ``kernels.fp32_gemm_rows``)."""
         return _kernels.fp32_gemm_rows(self.kernel_rows)
+
+    @_table
+    def kernel_time_by_name(self) -> pl.DataFrame:
+        """Each kernel name's summed duration (``name``, ``dur_ns``): what rules that weigh
+        kernels by name read once the kernel rows are freed (``report.assemble``)."""
+        return self.kernel_rows.group_by("name").agg(pl.col("dur_ns").sum())
 
     @_table
     def kernel_time_ns(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DevicePeaks", "datasheet_peaks", "peaks_missing_reason"]
+__all__ = ["DevicePeaks", "datasheet_peaks", "peaks_missing_reason", "default_power_limit_w"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,27 @@ _TABLE: list[tuple[tuple[str, ...], DevicePeaks]] = [
     (("mi300a",), DevicePeaks("MI300A", 5300, 122.6, 490.3, 980.6, units=228)),
     (("mi210",), DevicePeaks("MI210", 1638.4, 22.6, None, 181.0, units=104)),
 ]
+
+
+# The boards' default power limits (W: the datasheet's maximum TDP, which the driver enforces
+# unless someone lowered it), for recordings that did not read NVML's own default. Whole-word
+# keys, first match wins; a board whose makers set it differently (GH200) has none.
+_DEFAULT_POWER_W: list[tuple[tuple[str, ...], float]] = [
+    (("h200", "nvl"), 600.0), (("h200",), 700.0),
+    (("h100", "pcie"), 350.0), (("h100", "nvl"), 400.0), (("h100",), 700.0),
+    (("a100", "pcie", "80gb"), 300.0), (("a100", "pcie"), 250.0), (("a100",), 400.0),
+    (("l40s",), 350.0), (("l4",), 72.0), (("a10",), 150.0), (("t4",), 70.0),
+    (("v100", "pcie"), 250.0), (("v100",), 300.0),
+    (("mi325x",), 1000.0), (("mi300x",), 750.0), (("mi210",), 300.0),
+]
+
+
+def default_power_limit_w(name: str | None) -> float | None:
+    """The board's default power limit (W) from its datasheet, or None where not known."""
+    if not name:
+        return None
+    words = set(re.findall(r"[a-z0-9]+", name.lower()))
+    return next((w for keys, w in _DEFAULT_POWER_W if all(k in words for k in keys)), None)
 
 
 def _lookup(name: str | None) -> DevicePeaks | None:

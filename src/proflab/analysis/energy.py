@@ -117,9 +117,11 @@ def _trapezoid(p: np.ndarray, t_s: np.ndarray) -> float:
     return float(np.sum((p[1:] + p[:-1]) / 2 * np.diff(t_s)))
 
 
-def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None) -> dict[str, Any]:
+def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None,
+                  default_limit: tuple[float | None, str | None] = (None, None)) -> dict[str, Any]:
     """One device over the monitored run: energy (counter, integrated-power cross-check),
-    mean/peak power, idle power and the energy spent idle."""
+    mean/peak power, idle power and the energy spent idle; the power limit and the board's
+    default limit (W, and where it comes from: NVML's default, or the datasheet's)."""
     dev = int(d["device"][0])
     t = d["time_ns"].to_numpy().astype(np.float64) / 1e9
     pw = d.select("time_ns", "power_w").drop_nulls()
@@ -140,6 +142,8 @@ def device_energy(d: pl.DataFrame, *, power_limit_w: float | None = None) -> dic
         "peak_power_w": _r(d["power_w"].max()),
         "peak_power_instant_w": _r(d["power_instant_w"].max()) if "power_instant_w" in d.columns else None,
         "power_limit_w": _r(power_limit_w),
+        "power_limit_default_w": _r(default_limit[0]),
+        "power_limit_default_source": default_limit[1],
         **counter_resolution(d),
     }
     # what the throttle signal said (null column: the GPU did not report it; missing, not none)
@@ -242,6 +246,12 @@ class EnergyAnalysis:
         return {d["device"]: d["power_limit_w"] for d in self.devices if d.get("power_limit_w") is not None}
 
     @property
+    def default_power_limits_w(self) -> dict[int, tuple[float, str]]:
+        """Per device, the board's default power limit (W) and where it comes from."""
+        return {d["device"]: (d["power_limit_default_w"], d["power_limit_default_source"]) for d in self.devices
+                if d.get("power_limit_default_w") is not None}
+
+    @property
     def idle_power_w(self) -> dict[int, float | None]:
         return {d["device"]: d.get("idle_power_w") for d in self.devices}
 
@@ -261,6 +271,22 @@ def _limits(meta: dict[str, Any]) -> dict[int, float]:
     gpus = ((meta.get("gpu") or {}).get("gpus")) or []
     return {int(g["index"]): float(g["power_limit_w"]) for g in gpus
             if isinstance(g, dict) and g.get("index") is not None and g.get("power_limit_w") is not None}
+
+
+def _default_limits(meta: dict[str, Any]) -> dict[int, tuple[float | None, str | None]]:
+    """Per GPU, its board's default power limit (W) and its source: NVML's own, as the run
+    recorded it, else the datasheet's for its name (``analysis.devices``), else unknown."""
+    from proflab.analysis.devices import default_power_limit_w
+
+    out = {}
+    for g in ((meta.get("gpu") or {}).get("gpus")) or []:
+        if not isinstance(g, dict) or g.get("index") is None:
+            continue
+        if g.get("power_limit_default_w") is not None:
+            out[int(g["index"])] = (float(g["power_limit_default_w"]), "NVML's default limit for the board")
+        elif (w := default_power_limit_w(g.get("name"))) is not None:
+            out[int(g["index"])] = (w, f"the {g['name']} datasheet's maximum TDP")
+    return out
 
 
 def _names(meta: dict[str, Any]) -> dict[int, str]:
@@ -311,7 +337,9 @@ def energy_of(mon: pl.DataFrame, meta: dict[str, Any] | None, traces: list, *, l
     mon = mon.sort("device", "time_ns")
     limits = _limits(meta)
     per_dev = {int(k[0]): g for k, g in mon.group_by("device", maintain_order=True)}
-    devices = [device_energy(g, power_limit_w=limits.get(dev)) for dev, g in sorted(per_dev.items())]
+    defaults = _default_limits(meta)
+    devices = [device_energy(g, power_limit_w=limits.get(dev), default_limit=defaults.get(dev, (None, None)))
+               for dev, g in sorted(per_dev.items())]
     names = _names(meta)
     for d in devices:
         d["gpu_name"] = names.get(d["device"])

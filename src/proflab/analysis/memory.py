@@ -43,7 +43,7 @@ from proflab.model.findings import Missing
 
 __all__ = ["MemoryAnalysis", "analyze_memory", "memory_for_trace", "PHASES", "CATEGORIES"]
 
-MB = float(1 << 20)
+MIB = float(1 << 20)
 PHASES = ("forward", "backward", "optimizer", "zero_grad", "other")
 CATEGORIES = ("persistent", "parameters", "optimizer_state", "gradient", "activation", "temporary", "retained", "other")
 # state tensors per parameter, by optimizer class (torch.optim defaults)
@@ -52,8 +52,8 @@ _PY_FRAME = r"\.py\(\d+\)"  # "file.py(123): function"
 _NOT_USER = r"^(torch/|<|nn\.Module|enum\.py|threading\.py|contextlib\.py|functools\.py|typing\.py|site-packages/)"
 
 
-def _mb(b: float | int | None, nd: int = 3) -> float | None:
-    return None if b is None else round(float(b) / MB, nd)
+def _mib(b: float | int | None, nd: int = 3) -> float | None:
+    return None if b is None else round(float(b) / MIB, nd)
 
 
 @dataclass
@@ -217,7 +217,7 @@ SERIES_MAX_POINTS = 2000
 
 
 def _series(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, origin_ns: int, bounds, max_points: int = SERIES_MAX_POINTS) -> dict[str, Any]:
-    """Allocated and reserved MB over the window, at most ``max_points`` events: where there
+    """Allocated and reserved MiB over the window, at most ``max_points`` events: where there
     are more, the events are cut into equal runs and each run keeps its highest and lowest
     allocated and its highest reserved event, so every point is a measured one and the peaks
     are kept. Step starts in ms on the same clock (the first allocation event is 0)."""
@@ -234,8 +234,8 @@ def _series(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, origin_ns: int, 
         "events": n,
         "points": len(keep),
         "t_ms": [round((int(ts[i]) - origin_ns) / 1e6, 4) for i in keep],
-        "allocated_mb": [_mb(alloc[i]) for i in keep],
-        "reserved_mb": [_mb(res[i]) for i in keep],
+        "allocated_mib": [_mib(alloc[i]) for i in keep],
+        "reserved_mib": [_mib(res[i]) for i in keep],
         "step_starts_ms": [
             {"step": step, "t_ms": round((s0 - origin_ns) / 1e6, 4)} for step, s0, _ in bounds if origin_ns <= s0 <= end
         ],
@@ -276,8 +276,8 @@ def analyze_memory(
             {
                 "device": int(d),
                 "samples": g.height,
-                "max_used_mb": _mb(g["mem_used_bytes"].max()),
-                "total_mb": _mb(g["mem_total_bytes"].max()),
+                "max_used_mib": _mib(g["mem_used_bytes"].max()),
+                "total_mib": _mib(g["mem_total_bytes"].max()),
                 "note": "NVML counts every process and the CUDA context, not only the allocator's blocks",
             }
             for (d,), g in sorted(nvml.group_by("device"), key=lambda kv: kv[0][0])
@@ -416,46 +416,46 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
     top_rows = sorted(groups.items(), key=lambda kv: -kv[1][0])[:top]
     peak_step = bounds[step_of[ipk]][0] if step_of[ipk] >= 0 else None
     total_b, total_src = total if total else (None, None)
-    by_cat = {c: _mb(v) for c, v in cats.items() if v}
+    by_cat = {c: _mib(v) for c, v in cats.items() if v}
     scored = {c: v for c, v in cats.items() if v and c != "other"}
     dominant = max(scored, key=scored.get) if scored else None
     out: dict[str, Any] = {
         "device": dev,
         "events": n,
-        "allocated_at_window_start_mb": _mb(base_alloc),
-        "allocated_at_window_end_mb": _mb(alloc[-1]),
-        "peak_allocated_mb": _mb(alloc[ipk]),
-        "peak_reserved_mb": _mb(res[ipr]),
-        "reserved_at_peak_mb": _mb(res[ipk]),
-        "reserved_unused_at_peak_mb": _mb(res[ipk] - alloc[ipk]),
+        "allocated_at_window_start_mib": _mib(base_alloc),
+        "allocated_at_window_end_mib": _mib(alloc[-1]),
+        "peak_allocated_mib": _mib(alloc[ipk]),
+        "peak_reserved_mib": _mib(res[ipr]),
+        "reserved_at_peak_mib": _mib(res[ipk]),
+        "reserved_unused_at_peak_mib": _mib(res[ipk] - alloc[ipk]),
         "peak_at_ms": round((ts[ipk] - a.origin_ns) / 1e6, 3),
         "peak_step": peak_step,
         "peak_phase": str(phase[ipk]),
         "peak_op": attrib(int(tid[ipk]), int(ts[ipk]))["op"] if nb[ipk] > 0 else None,
-        "device_memory_mb": _mb(total_b),
+        "device_memory_mib": _mib(total_b),
         "device_memory_source": total_src,
         "peak_allocated_pct_of_device": None if not total_b else round(100 * alloc[ipk] / total_b, 2),
         "peak_reserved_pct_of_device": None if not total_b else round(100 * res[ipr] / total_b, 2),
-        "by_category_mb": by_cat,
+        "by_category_mib": by_cat,
         "dominant_category": dominant,
         "persistent_split": None if est is None else {
-            "parameters_mb": _mb(est["parameters"]),
-            "optimizer_state_mb": _mb(est["optimizer_state"]),
+            "parameters_mib": _mib(est["parameters"]),
+            "optimizer_state_mib": _mib(est["optimizer_state"]),
             "optimizer": opt_class,
             "assumption": f"parameters ~ the gradients' bytes; {opt_class} keeps {_STATES[opt_class]} state tensor(s) of each parameter's size",
         },
         "top_allocations": [
             {
                 "op": k[0], "within": k[1], "module": k[2], "source": k[3], "phase": k[4], "category": k[5],
-                "mb": _mb(v[0]), "count": v[1],
+                "mib": _mib(v[0]), "count": v[1],
             }
             for k, v in top_rows
         ],
         "reserved_growth_with_free_cache": {
             "events": len(reserved_grew_despite_free),
-            "reserved_added_mb": _mb(sum(x[3] for x in reserved_grew_despite_free)),
-            "largest_request_mb": _mb(max((x[1] for x in reserved_grew_despite_free), default=0)),
-            "cached_free_then_mb": _mb(max((x[2] for x in reserved_grew_despite_free if x[1] == max(y[1] for y in reserved_grew_despite_free)), default=0)) if reserved_grew_despite_free else 0.0,
+            "reserved_added_mib": _mib(sum(x[3] for x in reserved_grew_despite_free)),
+            "largest_request_mib": _mib(max((x[1] for x in reserved_grew_despite_free), default=0)),
+            "cached_free_then_mib": _mib(max((x[2] for x in reserved_grew_despite_free if x[1] == max(y[1] for y in reserved_grew_despite_free)), default=0)) if reserved_grew_despite_free else 0.0,
         },
     }
     out["series"] = _series(ts, alloc, res, a.origin_ns, bounds)
@@ -470,12 +470,12 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
             {
                 "step": step,
                 "device": dev,
-                "peak_allocated_mb": _mb(alloc[j]),
-                "peak_reserved_mb": _mb(res[m].max()),
+                "peak_allocated_mib": _mib(alloc[j]),
+                "peak_reserved_mib": _mib(res[m].max()),
                 "peak_phase": str(phase[j]),
-                "min_allocated_mb": _mb(alloc[m].min()),
-                "end_allocated_mb": _mb(alloc[m[-1]]),
-                "never_freed_mb": _mb(nb[kept].sum()),  # allocated in the step, still live at the window's end
+                "min_allocated_mib": _mib(alloc[m].min()),
+                "end_allocated_mib": _mib(alloc[m[-1]]),
+                "never_freed_mib": _mib(nb[kept].sum()),  # allocated in the step, still live at the window's end
                 "events": int(len(m)),
             }
         )
@@ -489,7 +489,7 @@ def _device(a, trace, d, dev, bounds, iv, attrib, total, opt_class, top) -> dict
             g[0] += int(nb[i])
             g[1] += 1
     out["retained_never_freed"] = [
-        {"op": k[0], "within": k[1], "source": k[2], "phase": k[3], "mb": _mb(v[0]), "count": v[1]}
+        {"op": k[0], "within": k[1], "source": k[2], "phase": k[3], "mib": _mib(v[0]), "count": v[1]}
         for k, v in sorted(retained.items(), key=lambda kv: -kv[1][0])[:top]
     ]
     return out

@@ -19,7 +19,7 @@ def add_parsers(sub) -> None:
         help="before/after: what changed between two runs and whether it is real; a CI regression gate",
         description=(
             "Compare two traces, trace sets (folders) or run directories: median GPU-side step time with a "
-            "bootstrap confidence interval and a noise floor, where the time moved, kernels matched by "
+            "confidence interval of its change (the runs of a side as replicates) and a noise floor, where the time moved, kernels matched by "
             "normalised name, operators, ranges, findings resolved/new/persisting, and for run directories "
             "the environment and energy. --baseline NAME compares against a stored baseline."
         ),
@@ -33,7 +33,7 @@ def add_parsers(sub) -> None:
     c.add_argument("paths", nargs="+", metavar="PATH", help="BEFORE and AFTER: traces, folders of traces or run directories (only AFTER with --baseline)")
     c.add_argument("--baseline", metavar="NAME", help="use the stored baseline NAME as BEFORE (see proflab baseline)")
     c.add_argument("--baseline-dir", default=".proflab/baselines", metavar="DIR", help="where baselines are stored (default .proflab/baselines)")
-    c.add_argument("--threshold", type=float, default=None, metavar="PCT", help="noise floor in %%: smaller changes are no_change (default: the largest of 5, the runs' own step spread and the host's share of the step x 51)")
+    c.add_argument("--threshold", type=float, default=None, metavar="PCT", help="noise floor in %%: smaller changes are no_change even where clear (default 5; noise itself is in the interval of the change)")
     c.add_argument("--fail-on-regression", type=float, default=None, metavar="PCT", help="exit 1 when the verdict is a regression of more than PCT %%")
     c.add_argument("--unprofiled-steps", nargs=2, metavar=("BEFORE_FILE", "AFTER_FILE"),
                    help="step times in ms measured without the profiler (a JSON list, or one number per line): the verdict rests on them")

@@ -161,6 +161,8 @@ def device_info() -> dict[str, Any]:
                 continue
             mem = _try(lambda: pynvml.nvmlDeviceGetMemoryInfo(h).total)
             limit = _try(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h))
+            # the board's own default: a limit at it is not one someone lowered (rules.energy)
+            default = _try(lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h))
             gpus.append(
                 {
                     "index": i,
@@ -168,6 +170,7 @@ def device_info() -> dict[str, Any]:
                     "uuid": _try(lambda: _text(pynvml.nvmlDeviceGetUUID(h))),
                     "memory_total_bytes": mem,
                     "power_limit_w": None if limit is None else limit / 1000,
+                    "power_limit_default_w": None if default is None else default / 1000,
                     "gpm_supported": bool(_try(lambda: pynvml.nvmlGpmQueryDeviceSupport(h).isSupportedDevice)),
                 }
             )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Finding", "Missing", "Severity", "CATEGORIES", "SEVERITIES"]
+__all__ = ["Finding", "Missing", "Severity", "CATEGORIES", "SEVERITIES", "Fix", "FIX_KINDS"]
 
 SEVERITIES = ("critical", "warning", "info")
 CATEGORIES = (
@@ -86,3 +86,41 @@ class Missing:
 
     def to_dict(self) -> dict[str, Any]:
         return {"signal": self.signal, "reason": self.reason, "skipped": list(self.skipped)}
+
+
+# What-if fixes a finding names (``analysis.whatif.fixes`` applies them): plain values, so a
+# report carries them (and the report cache keeps them) without the analysis loaded.
+FIX_KINDS = ("remove_syncs", "remove_host_work", "fuse_optimizer", "compile", "cuda_graph", "speed_ops", "pin_copies",
+             "prefetch_copies", "allocator", "compress_comm")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One change to replay. ``target`` selects what it acts on (by kind: sync call names
+    joined by "|", ``loader``/``quiet``/``all``, a kernel-name pattern); ``factor`` scales
+    durations (``speed_ops``); ``rate_gbps`` is the pinned copy rate (``pin_copies``)."""
+
+    kind: str
+    target: str = ""
+    factor: float = 1.0
+    rate_gbps: float = 0.0
+    label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in FIX_KINDS:
+            raise ValueError(f"unknown fix {self.kind!r}")
+
+    @property
+    def assumption(self) -> str:
+        return {
+            "remove_syncs": "the synchronising calls stop waiting; the host's work after them then overlaps the GPU's",
+            "remove_host_work": "the host work that launches nothing leaves the training loop (workers, another process)",
+            "fuse_optimizer": "the optimizer updates all parameters with a few multi-tensor kernels",
+            "compile": "elementwise chains fuse into one kernel each, launched from generated code",
+            "cuda_graph": "the step's launches replay from one CUDA graph",
+            "speed_ops": f"the selected kernels take {self.factor:.2f}x their time",
+            "pin_copies": f"pageable copies run at {self.rate_gbps:.0f} GB/s and no longer hold the host",
+            "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",
+            "allocator": "no cudaFree or slow cudaMalloc inside the loop",
+            "compress_comm": f"collectives carry {self.factor:g}x their bytes, and cast them both ways at {self.rate_gbps:.0f} GB/s",
+        }[self.kind]

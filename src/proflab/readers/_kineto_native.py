@@ -77,7 +77,10 @@ def scan(payload) -> tuple[int, dict[int, dict[str, np.ndarray]], list[str]] | s
     """The slice's events, its tables by kind (``_GPU``, ``_OP``, ``_FRAME``, 0 for the rest's
     categories: each a column per record word it keeps) and its strings, or the decoder's
     reason for giving up."""
-    got = _kscan.scan(payload, _categories())
+    try:
+        got = _kscan.scan(payload, _categories())
+    except MemoryError:  # (no room for its tables: the usual path decodes the slice)
+        return "out of memory"
     if isinstance(got, str):
         return got
     count, tables, strings = got
@@ -183,7 +186,16 @@ _EXTERNAL_ID = pl.col("external_id").fill_null(pl.col("external_id_old"))
 
 
 def tables(payload) -> _k._Tables | None:
-    """The slice's tables, or None where the usual decode must do it."""
+    """The slice's tables, or None where the usual decode must do it: where the decoder gives
+    up, and where anything fails after it (the slice is then decoded the usual way, which
+    names a broken document's problem precisely)."""
+    try:
+        return _tables_of(payload)
+    except Exception:
+        return None
+
+
+def _tables_of(payload) -> _k._Tables | None:
     got = scan(payload)
     if isinstance(got, str):
         return None

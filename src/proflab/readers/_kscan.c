@@ -1005,12 +1005,18 @@ static PyObject *strings(P *p) {
     return list;
 }
 
-/* Opening braces: one per event, and one per event's args (the first slice's guess of its
- * tables' rows). */
-static Py_ssize_t braces(const unsigned char *s, const unsigned char *e) {
-    Py_ssize_t n = 0;
-    while ((s = memchr(s, '{', (size_t)(e - s))) != NULL) { n++; s++; }
-    return n;
+/* A table's first room, in rows: as many a byte as the last slice's parse found (rows are what
+ * was parsed, never what the bytes might hold), no more than an event of MIN_EVENT_BYTES a
+ * row, and FIRST_ROWS in a first slice; a table that fills grows by doubling (grow_table).
+ * Sizing a first slice by its braces gave a slice of only '{' 8 M rows a table, 216 bytes of
+ * room an input byte (3.6 GB for 16 MiB), where no event was parsed at all. */
+#define MIN_EVENT_BYTES 64
+#define FIRST_ROWS 1024
+static Py_ssize_t first_room(Py_ssize_t len, Py_ssize_t last_rows_k, Py_ssize_t last_bytes_) {
+    Py_ssize_t most = len / MIN_EVENT_BYTES + 16;
+    if (!last_bytes_) return FIRST_ROWS < most ? FIRST_ROWS : most;
+    double g = (double)len * (double)last_rows_k / (double)last_bytes_ * 1.1 + 16;
+    return g < (double)most ? (Py_ssize_t)g : most;
 }
 
 /* One table of a slice, handed to Python without a copy: the buffer the parse wrote, freed
@@ -1111,15 +1117,13 @@ static PyObject *scan(PyObject *self, PyObject *args) {
     for (int k = 0; k < N_KINDS; k++) guess[k] = last_rows[k];
     p.thread = PyEval_SaveThread();
     /* one allocation a table in most slices (growing by doubling copies a table twice): each
-     * kind's rows a byte as in the last slice (counting the braces instead cost 3 % of the
-     * parse), and in the first, the events the braces tell for each */
-    Py_ssize_t guessed = bytes ? 0 : braces(p.s, p.end) / 2 + 16;
+     * kind's rows a byte as the last slice's parse found them (``first_room``) */
     int ok = 1;
     for (int k = 0; k < N_KINDS && ok; k++) {
         Table *t = &p.tables[k];
         t->fields = TABLE_FIELDS[k];
         while (t->fields[t->ncols] >= 0) t->ncols++;
-        t->cap = bytes ? (Py_ssize_t)((double)view.len * (double)guess[k] / (double)bytes * 1.1) + 16 : guessed;
+        t->cap = first_room(view.len, guess[k], bytes);
         t->data = malloc((size_t)t->ncols * (size_t)t->cap * sizeof(uint64_t));
         if (!t->data) p.nomem = 1, ok = 0;
     }

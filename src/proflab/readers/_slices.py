@@ -7,8 +7,14 @@ slice is returned as its own small JSON array; the document around the array (de
 properties, versions...) is kept as ``head`` + ``[]`` + ``tail``.
 
 Memory stays at one slice plus one read chunk, however large the trace (plain or gzip).
-A stream that does not have this layout raises :class:`NotSliceable`; the reader then
-decodes the whole document, which also produces the precise error for broken input.
+Any other layout of valid JSON (one compact event a line, ``indent=2``, all on one line, the
+Chrome "JSON array" form) is cut by a scan of its structure (:class:`_Structure`): the
+strings (quotes not escaped by an odd run of backslashes) and the nesting depth outside them
+give the events array and the commas between its elements, vectorised a read at a time with
+the state carried over. Such a slice is copied out with its brackets added (its neighbours
+share the comma between them). A stream that is not JSON with a ``traceEvents`` array (or an
+array of events) raises :class:`NotSliceable`; the reader then decodes the whole document,
+which also produces the precise error for broken input.
 """
 
 from __future__ import annotations
@@ -20,9 +26,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from proflab.errors import CorruptInput, TruncatedInput
 
-__all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "claim", "GZIP_MAGIC"]
+__all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "claim", "GZIP_MAGIC", "boundaries"]
 
 GZIP_MAGIC = b"\x1f\x8b"
 EVENT_START = b"\n  {"
@@ -98,8 +106,11 @@ def _inflater() -> tuple[Callable[..., Any], tuple[type[Exception], ...]]:
     return isal_zlib.decompressobj, (isal_zlib.error, zlib.error)
 
 
-def open_slicer(path: Path, slice_bytes: int) -> Slicer | MappedSlicer:
-    """A mapped slicer for a plain file (no copies), a streaming one for gzip."""
+def open_slicer(path: Path, slice_bytes: int, *, general: bool = False) -> Slicer | MappedSlicer:
+    """A mapped slicer for a plain file (no copies in Kineto's layout), a streaming one for
+    gzip. ``general``: a streaming one cuts by the document's structure from the start (its
+    Kineto-layout cut raised NotSliceable part way: the caller reads it again this way); a
+    mapped one falls back by itself."""
     try:
         with open(path, "rb") as f:
             magic = f.read(2)
@@ -107,7 +118,7 @@ def open_slicer(path: Path, slice_bytes: int) -> Slicer | MappedSlicer:
                 return MappedSlicer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY), slice_bytes)
     except (OSError, ValueError):
         pass
-    return Slicer(slice_bytes, path)
+    return Slicer(slice_bytes, path, general=general)
 
 
 class MappedSlicer:
@@ -125,9 +136,31 @@ class MappedSlicer:
         self._starts: dict[int, int] = {}  # id(slice view) -> offset, for done()
 
     def plan(self) -> list[tuple[int, int]]:
-        """Every slice as (begin, stop): the offsets of its opening newline and of the comma
-        (or the array's ``]``) after its last event. Also reads ``head`` and ``tail``."""
+        """Every slice as (begin, stop): in Kineto's layout the offsets of its opening newline
+        and of the comma (or the array's ``]``) after its last event; in any other, of the
+        ``[`` or comma before its first event and the comma or ``]`` after its last
+        (``piece`` tells them apart by the first: a blank or not). Also reads ``head`` and
+        ``tail``."""
+        try:
+            return self._kineto_plan()
+        except NotSliceable:
+            return self._general_plan()
+
+    def _general_plan(self) -> list[tuple[int, int]]:
+        """The plan from the document's structure (``boundaries``), a read at a time."""
+        view = self.view
+        chunks = (view[i : i + _READ_BYTES] for i in range(0, self.size, _READ_BYTES))
+        open_at, ranges, close, self.array_form, last_sep = boundaries(chunks, self.slice_bytes)
+        self.head, self.tail = bytes(self.mm[:open_at]), bytes(self.mm[close + 1 :])
+        begin = ranges[-1][0]
+        if begin <= last_sep and not self.mm[last_sep + 1 : close].strip():
+            # a comma right before the ']' (as Kineto once wrote): it ends the last slice
+            ranges[-1:] = [] if last_sep == begin and len(ranges) > 1 else [(begin, last_sep)]
+        return ranges
+
+    def _kineto_plan(self) -> list[tuple[int, int]]:
         mm = self.mm
+        self.array_form = False
         found = _array_start(mm)
         if found is None:
             raise NotSliceable
@@ -148,8 +181,15 @@ class MappedSlicer:
             begin = cut
         return ranges
 
-    def piece(self, begin: int, stop: int) -> memoryview:
-        """The slice as a JSON array, bracketed in place (no copy)."""
+    def piece(self, begin: int, stop: int) -> memoryview | bytearray:
+        """The slice as a JSON array: bracketed in place (no copy) in Kineto's layout, where
+        ``begin`` is the blank before its first event; else copied out between the
+        separators at ``begin`` and ``stop`` (a neighbour holds each), brackets added."""
+        if self.mm[begin] not in _BLANK:
+            out = bytearray(stop - begin + 1)
+            out[1:-1] = self.view[begin + 1 : stop]
+            out[0], out[-1] = _OPEN, _CLOSE
+            return out
         self.mm[begin], self.mm[stop] = _OPEN, _CLOSE
         view = self.view[begin : stop + 1]
         self._starts[id(view)] = begin
@@ -159,9 +199,11 @@ class MappedSlicer:
         for begin, stop in self.plan():
             yield self.piece(begin, stop)
 
-    def done(self, piece: memoryview) -> None:
+    def done(self, piece: memoryview | bytearray) -> None:
         """Release a decoded slice and drop its whole pages (not the ones it shares with its
         neighbours, whose brackets live there)."""
+        if not isinstance(piece, memoryview):
+            return  # a copy: nothing of the mapping held
         start = self._starts.pop(id(piece), None)
         n = piece.nbytes
         piece.release()
@@ -177,6 +219,8 @@ class MappedSlicer:
                 pass
 
     def document(self) -> bytes:
+        if getattr(self, "array_form", False):
+            return b'{"traceEvents":[]}'
         return (self.head or b"") + b"[]" + (self.tail or b"")
 
     def close(self) -> None:
@@ -198,6 +242,10 @@ def _array_start(buf) -> tuple[int, int] | None:
     buffer does not reach the first event yet. Anything but blanks between: NotSliceable."""
     key = buf.find(b'"traceEvents"')
     start = buf.find(b"[", key) if key >= 0 else -1
+    if start >= 0:  # an event not at Kineto's place (another layout) is known at once
+        at = _skip_blank(buf, start + 1)
+        if at < len(buf) and buf[at - 3 : at + 1] != EVENT_START:
+            raise NotSliceable
     first = buf.find(EVENT_START, start) if start >= 0 else -1
     if first < 0:
         return None
@@ -239,13 +287,18 @@ class Slicer:
     """Streaming slicer for compressed input: yields bracketed ``bytearray`` slices of about
     ``slice_bytes`` while the file is decompressed chunk by chunk."""
 
-    def __init__(self, slice_bytes: int, path: Path | None = None) -> None:
+    def __init__(self, slice_bytes: int, path: Path | None = None, *, general: bool = False) -> None:
         self.path = path
         self.slice_bytes = slice_bytes
         self.buf = bytearray()
         self.head: bytes | None = None  # document up to the events array
         self.tail: bytes | None = None  # document after it
         self.size = 0
+        self.array_form = False
+        # any layout: the structure scanned as the bytes come (``_Structure``); ``_base`` is
+        # the stream offset of ``buf[0]``
+        self._scan = _Structure() if general else None
+        self._base = 0
 
     def pieces(self) -> Iterator[bytearray]:
         for chunk in byte_chunks(self.path):
@@ -259,6 +312,9 @@ class Slicer:
         self.buf = bytearray()
 
     def feed(self, chunk: bytes) -> Iterator[bytearray]:
+        if self._scan is not None:
+            yield from self._feed_general(chunk)
+            return
         self.size += len(chunk)
         self.buf += chunk
         if self.head is None and not self._find_array():
@@ -269,7 +325,57 @@ class Slicer:
                 return
             yield self._take(_stop_before(self.buf, cut), cut)
 
+    def _feed_general(self, chunk: bytes) -> Iterator[bytearray]:
+        """Any layout: ``buf`` holds the stream from ``_base`` on, once the array opened from
+        its ``[`` or the comma of the last cut; a slice is cut at the first comma of the array
+        a slice's worth past that, copied out (``_copy_out``)."""
+        scan = self._scan
+        at = self.size
+        self.size += len(chunk)
+        self.buf += chunk
+        seps = scan.feed(chunk, at)
+        if scan.open_at is None:
+            if len(self.buf) > _MAX_HEAD_BYTES:
+                raise NotSliceable
+            return
+        if self.head is None:  # the array opened: the head kept, the buffer from its '['
+            cut = scan.open_at - self._base
+            self.head = bytes(self.buf[:cut])
+            self.array_form = scan.array_form
+            del self.buf[:cut]
+            self._base = scan.open_at
+        while seps.size:
+            j = int(np.searchsorted(seps, self._base + self.slice_bytes))
+            if j >= seps.size:
+                break
+            cut = int(seps[j])
+            yield self._copy_out(cut - self._base)
+            del self.buf[: cut - self._base]
+            self._base, seps = cut, seps[j + 1 :]
+
+    def _copy_out(self, stop: int) -> bytearray:
+        """``buf[1:stop]`` (between two separators) as an array of its own."""
+        out = bytearray(stop + 1)
+        out[1:-1] = self.buf[1:stop]
+        out[0], out[-1] = _OPEN, _CLOSE
+        return out
+
+    def _finish_general(self) -> Iterator[bytearray]:
+        scan = self._scan
+        scan.end()
+        close, last = scan.close_at - self._base, scan.last_sep - self._base
+        self.tail = bytes(self.buf[close + 1 :])
+        if 0 <= last and not self.buf[last + 1 : close].strip():
+            # a comma right before the ']' (as Kineto once wrote): it ends the last slice
+            if last > 0 or self._base == scan.open_at:
+                yield self._copy_out(last)
+            return
+        yield self._copy_out(close)
+
     def finish(self) -> Iterator[bytearray]:
+        if self._scan is not None:
+            yield from self._finish_general()
+            return
         if self.head is None:
             raise NotSliceable
         close = _array_close(self.buf)
@@ -278,6 +384,8 @@ class Slicer:
 
     def document(self) -> bytes:
         """The JSON document with an empty events array, for its top-level fields."""
+        if self.array_form:
+            return b'{"traceEvents":[]}'
         return (self.head or b"") + b"[]" + (self.tail or b"")
 
     def _find_array(self) -> bool:
@@ -318,3 +426,176 @@ def claim(folder: Path, index: int) -> bool:
     except FileExistsError:
         return False
     return True
+
+
+# -- any layout: the document's structure ---------------------------------------------------------
+_STRUCT = np.zeros(256, dtype=bool)
+_STRUCT[list(b"{}[],:")] = True
+_DEPTH = np.zeros(256, dtype=np.int64)
+_DEPTH[list(b"{[")] = 1
+_DEPTH[list(b"}]")] = -1
+_NOT_BLANK = np.ones(256, dtype=bool)
+_NOT_BLANK[list(_BLANK)] = False
+_QUOTE, _BACKSLASH, _COLON = ord('"'), ord("\\"), ord(":")
+_KEY = b'"traceEvents"'
+
+
+class _Structure:
+    """A JSON document's structure as its bytes stream in, a read at a time with its state
+    carried over: inside a string or not (a quote after an odd run of backslashes is
+    escaped), and the nesting depth outside strings; from those, the events array (the value
+    of the top-level ``traceEvents``, or the top-level array itself, ``array_form``): its
+    ``[`` (``open_at``), the commas between its elements (what ``feed`` returns) and its ``]``
+    (``close_at``), as stream offsets. A read costs a few passes of numpy over its bytes: its
+    structural characters and quotes found, the quotes inside strings dropped by the running
+    parity of those before them, the depth a running sum. Raises NotSliceable where the
+    document is not a JSON object holding such an array, nor an array."""
+
+    def __init__(self) -> None:
+        self.in_string = False
+        self.backslashes = 0  # the run of backslashes the read before ended with
+        self.depth = 0
+        self.open_at: int | None = None
+        self.close_at: int | None = None
+        self.last_sep = -1  # the array's last comma so far
+        self.array_form = False
+        self._inner = 0  # the depth inside the events array
+        self._want_array = False  # the key ended the read before: its value opens this one
+        self._tail = b""  # the stream's last bytes before this read (a key across reads)
+        self._started = False
+        self._seen = False  # a structural character was seen
+
+    def end(self) -> None:
+        if self.in_string or self.depth != 0 or self.open_at is None or self.close_at is None:
+            raise NotSliceable
+
+    def feed(self, chunk, at: int) -> np.ndarray:
+        """Scan ``chunk``, which starts at stream offset ``at``: the events array's commas in it."""
+        none = np.zeros(0, dtype=np.int64)
+        a = np.frombuffer(chunk, dtype=np.uint8)
+        if a.size == 0:
+            return none
+        if not self._started:
+            lead = np.flatnonzero(_NOT_BLANK[a])
+            if lead.size == 0:
+                return none
+            self._started = True
+            if a[lead[0]] not in (ord("{"), _OPEN):
+                raise NotSliceable
+        quotes = self._unescaped_quotes(a)
+        pos = np.flatnonzero(_STRUCT[a])
+        # outside strings: an even count of string quotes before (odd where one was open)
+        k = np.searchsorted(quotes, pos) + (1 if self.in_string else 0)
+        pos = pos[k % 2 == 0]
+        self.in_string = bool((quotes.size + (1 if self.in_string else 0)) % 2)
+        seps = none
+        if pos.size:
+            ch = a[pos]
+            before = self.depth + np.concatenate([[0], np.cumsum(_DEPTH[ch])[:-1]])
+            self.depth = int(before[-1] + _DEPTH[ch[-1]])
+            if (before < 0).any() or self.depth < 0:
+                raise NotSliceable
+            if self.close_at is None:
+                seps = self._in_array(a, pos, ch, before, at)
+        if self.open_at is None:
+            self._tail = (self._tail + bytes(a[-32:]))[-32:]
+        return seps
+
+    def _unescaped_quotes(self, a: np.ndarray) -> np.ndarray:
+        """Offsets of the read's quotes that open or close a string (an odd run of
+        backslashes before a quote escapes it; the run may begin in the read before)."""
+        quotes = np.flatnonzero(a == _QUOTE)
+        bs = np.flatnonzero(a == _BACKSLASH)
+        carry, self.backslashes = self.backslashes, 0
+        if bs.size == 0:
+            if carry % 2 and quotes.size and quotes[0] == 0:
+                quotes = quotes[1:]
+            return quotes
+        first = np.concatenate([[True], np.diff(bs) != 1])
+        starts = bs[first]
+        ends = np.append(bs[np.flatnonzero(first)[1:] - 1], bs[-1])
+        runs = ends - starts + 1
+        if starts[0] == 0:
+            runs[0] += carry
+        if ends[-1] == a.size - 1:
+            self.backslashes = int(runs[-1])
+        if quotes.size:
+            i = np.minimum(np.searchsorted(ends, quotes - 1), ends.size - 1)
+            n = np.where(ends[i] == quotes - 1, runs[i], 0)
+            if carry:
+                n = np.where(quotes == 0, carry, n)
+            quotes = quotes[n % 2 == 0]
+        return quotes
+
+    def _in_array(self, a: np.ndarray, pos: np.ndarray, ch: np.ndarray, before: np.ndarray, at: int) -> np.ndarray:
+        """Find the array (``_open``), then its commas and its close in this read."""
+        if self.open_at is None:
+            self._open(a, pos, ch, before, at)
+            if self.open_at is None:
+                return np.zeros(0, dtype=np.int64)
+        inside = pos + at > self.open_at
+        seps = pos[inside & (ch == _COMMA) & (before == self._inner)]
+        ends = pos[inside & (ch == _CLOSE) & (before == self._inner)]
+        if ends.size:
+            self.close_at = at + int(ends[0])
+            seps = seps[seps < ends[0]]
+        seps = seps.astype(np.int64) + at
+        if seps.size:
+            self.last_sep = int(seps[-1])
+        return seps
+
+    def _open(self, a: np.ndarray, pos: np.ndarray, ch: np.ndarray, before: np.ndarray, at: int) -> None:
+        """The array: the document itself where it starts with ``[``, else the value of the
+        top-level key ``traceEvents`` (a colon at depth 1 after the key's quoted name, which
+        follows the object's ``{`` or a comma), the next structural character."""
+        if self._want_array:
+            self._want_array = False
+            if ch[0] != _OPEN or before[0] != 1:
+                raise NotSliceable
+            self.open_at, self._inner = at + int(pos[0]), 2
+            return
+        first = not self._seen
+        self._seen = True
+        if first and ch[0] == _OPEN:  # the document is the array itself
+            self.open_at, self._inner, self.array_form = at + int(pos[0]), 1, True
+            return
+        buf = self._tail + bytes(a)
+        shift = len(self._tail)
+        for c in np.flatnonzero((ch == _COLON) & (before == 1)):
+            name = buf[: shift + int(pos[c])].rstrip(_BLANK)
+            if not name.endswith(_KEY) or not name[: -len(_KEY)].rstrip(_BLANK).endswith((b"{", b",")):
+                continue
+            if c + 1 >= pos.size:
+                self._want_array = True
+                return
+            if ch[c + 1] != _OPEN:
+                raise NotSliceable  # traceEvents holds no array
+            self.open_at, self._inner = at + int(pos[c + 1]), 2
+            return
+
+
+def boundaries(chunks, slice_bytes: int) -> tuple[int, list[tuple[int, int]], int, bool, int]:
+    """The events array of a document read as ``chunks`` (bytes-like, in order) cut into
+    slices of about ``slice_bytes``: the offset of its ``[``, each slice as the offsets of
+    the separators around it (the ``[`` or a comma, a comma or the ``]``), the offset of the
+    ``]``, whether the document is the array itself (the Chrome "JSON array" form), and the
+    offset of the array's last comma (-1: none; the caller tells a comma right before the
+    ``]`` from the bytes). Raises NotSliceable where there is no such array. Holds a slice's
+    cuts, not every comma."""
+    scan = _Structure()
+    at, begin, ranges = 0, None, []
+    for chunk in chunks:
+        seps = scan.feed(chunk, at)
+        if begin is None and scan.open_at is not None:
+            begin = scan.open_at
+        while seps.size:
+            j = int(np.searchsorted(seps, begin + slice_bytes))
+            if j >= seps.size:
+                break
+            cut = int(seps[j])
+            ranges.append((begin, cut))
+            begin, seps = cut, seps[j + 1 :]
+        at += len(chunk)
+    scan.end()
+    ranges.append((begin, scan.close_at))
+    return scan.open_at, ranges, scan.close_at, scan.array_form, scan.last_sep

@@ -439,7 +439,9 @@ static PyObject *do_open(PyObject *self, PyObject *arg) {
     rc = api.open_v2(uri, &c->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, NULL);
     Py_END_ALLOW_THREADS
     if (rc != SQLITE_OK) {
-        PyObject *why = PyUnicode_FromFormat("SQLite: %s", c->db ? api.errmsg(c->db) : "cannot open");
+        char msg[512];
+        snprintf(msg, sizeof(msg), "SQLite: %s", c->db ? api.errmsg(c->db) : "cannot open");
+        PyObject *why = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");  /* (as do_read's reasons) */
         if (c->db) api.close_v2(c->db);
         free(c);
         return why;
@@ -568,7 +570,10 @@ static PyObject *do_read(PyObject *self, PyObject *args) {
     if (!ok) {
         free_columns(cols, (int)ncols);
         if (out.nomem) return PyErr_NoMemory();
-        return PyUnicode_FromString(out.why ? out.why : out.msg);
+        /* SQLite's message may quote the damaged export's own bytes (a table or column name):
+         * decoded with replacement, never an exception of its own */
+        const char *why = out.why ? out.why : out.msg;
+        return PyUnicode_DecodeUTF8(why, (Py_ssize_t)strlen(why), "replace");
     }
     if (n == 0) {
         free_columns(cols, (int)ncols);

@@ -192,8 +192,8 @@ def _read(path: Path) -> Trace:
     try:
         doc, tables, size = _read_sliced(path)
     except (NotSliceable, msgspec.DecodeError):
-        # Not Kineto's own layout, or a slice that is not valid JSON: decode the whole
-        # document, which handles any valid JSON and pins errors to their exact place.
+        # No events array to cut (not JSON, or not a trace), or a slice that is not valid
+        # JSON: decode the whole document, which pins errors to their exact place.
         data = read_bytes(path)
         if not data or data.isspace():
             raise EmptyTrace(path, "file is empty") from None
@@ -265,7 +265,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
     files in a temporary folder as they are decoded (the helper process's too), the whole
     trace's first event, steps and event count are read from those files, and only the
     part's rows are read back, filtered as they are scanned, then put in time order as a
-    whole read orders them. A trace not in Kineto's own layout is decoded whole, as ever."""
+    whole read orders them. A trace with no events array to cut is decoded whole, as ever."""
     from proflab.readers import budget as limits
 
     with _on_disk(path, budget) as disk:
@@ -400,7 +400,7 @@ class _OnDisk:
 @contextmanager
 def _on_disk(path: Path, budget: int | None):
     """The trace's slices decoded to Arrow files in a temporary folder (removed on exit), as
-    an ``_OnDisk``; None for a trace not in Kineto's own layout."""
+    an ``_OnDisk``; None for a trace with no events array to cut (``_slices``)."""
     from proflab.readers import budget as limits
 
     with tempfile.TemporaryDirectory(prefix="proflab-part-") as tmp:
@@ -433,17 +433,18 @@ def _on_disk(path: Path, budget: int | None):
 
 
 def _read_whole_instead(path: Path, part: SliceSpec | None, budget: int | None) -> Trace:
-    """A trace not in Kineto's own layout (no slices to read a part from): decoded whole, as
-    ever (which also pins a broken document's error to its place), then cut to ``part``; read
-    for a ``budget``, it says the budget was not held."""
+    """A trace that cannot be cut into slices (no events array its structure shows, so no
+    slices to read a part from): decoded whole, as ever (which also pins a broken document's
+    error to its place), then cut to ``part``; read for a ``budget``, it says the budget was
+    not held."""
     from proflab.model.slicing import slice_trace
     from proflab.readers import budget as limits
 
     trace = slice_trace(_read(path), part)
     if part is not None or budget is None:
         return trace
-    said = (f"memory budget: {path.name} is not in Kineto's own layout (one event a line), which a part is read from, "
-            f"so it was read whole ({trace.meta.event_count:,} events) over the budget of {limits.size_text(budget)}")
+    said = (f"memory budget: {path.name} holds no traceEvents array its structure could be cut at (a part is read from "
+            f"its slices), so it was read whole ({trace.meta.event_count:,} events) over the budget of {limits.size_text(budget)}")
     return limits.noted(trace, [said])
 
 
@@ -608,6 +609,19 @@ def _slice_tables(payload: bytes | bytearray | memoryview) -> _Tables:
 
 
 def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> tuple[_Doc, list[_Tables], int]:
+    """``_read_sliced_as`` in Kineto's layout, and where a compressed file turns out not to be
+    in it, again cut by its structure (``_slices``: any layout of valid JSON; a plain file's
+    plan falls back by itself), so a budget holds for any layout."""
+    try:
+        return _read_sliced_as(path, spill, helper)
+    except NotSliceable:
+        if spill is not None:
+            for f in spill.iterdir():  # (the first pass's slices, if it wrote any)
+                f.unlink()
+        return _read_sliced_as(path, spill, helper, general=True)
+
+
+def _read_sliced_as(path: Path, spill: Path | None = None, helper: bool = True, general: bool = False) -> tuple[_Doc, list[_Tables], int]:
     """Decode the file slice by slice (see ``_slices``). Where the compiled decoder is built,
     two threads decode a plain file's slices (``_decoded_in_threads``), or one a compressed
     file's while another decompresses (``_decoded_while_inflating``); else a large plain file
@@ -616,7 +630,10 @@ def _read_sliced(path: Path, spill: Path | None = None, helper: bool = True) -> 
     error) for the caller to fall back on a whole-document decode. ``spill``: a folder each slice's host and
     GPU tables are written to as ``cpu-N.arrow`` / ``gpu-N.arrow`` (N its index) instead of
     being kept (the tables returned have none). ``helper``: False decodes every slice here."""
-    slicer = open_slicer(path, _slice_bytes(path) if helper and spill is None else _CHUNK_BYTES)
+    slicer = open_slicer(path, _slice_bytes(path) if helper and spill is None else _CHUNK_BYTES, general=general)
+    if general and not isinstance(slicer, Slicer):
+        slicer.close()
+        raise NotSliceable  # a plain file's plan has tried its structure already
     tables: list[_Tables] = []
 
     def decoded(piece) -> None:

@@ -627,19 +627,33 @@ class _Ctx:
         raw = None
         if self.native is not None:  # (a threaded read is of a piece: room for its rows at once)
             raw = self.native.frame(sql, schema, cut, _CHUNK_ROWS if threaded else 0, coded)
+        # (the compiled reader takes only integers in integer columns and UTF-8 in text ones)
         if isinstance(raw, native.Coded):  # (its coded columns stay UInt32 codes)
-            return native.Coded(self._typed(raw.frame, {**schema, **dict.fromkeys(raw.texts, pl.UInt32)}, table), raw.texts)
+            return native.Coded(self._typed(raw.frame, {**schema, **dict.fromkeys(raw.texts, pl.UInt32)}, table, checked=True), raw.texts)
         if raw is not None:
-            return self._typed(raw, schema, table)
+            return self._typed(raw, schema, table, checked=True)
         # (the compiled reader gave up on the piece, or is not built)
         return _detached(self._typed(self._fetch_adbc(sql, schema, table, threaded), schema, table))
 
-    def _typed(self, raw: pl.DataFrame, schema: dict[str, pl.DataType], table: str) -> pl.DataFrame:
-        """A piece's frame cast to ``schema``; a value of another type is refused naming its column."""
+    def _typed(self, raw: pl.DataFrame, schema: dict[str, pl.DataType], table: str, checked: bool = False) -> pl.DataFrame:
+        """A piece's frame cast to ``schema``; a value of another type is refused naming its
+        column. Text is checked before anything reads it: the ADBC driver hands SQLite's TEXT
+        to Arrow as it is stored, and a text that is not UTF-8 in a frame stops the process
+        wherever polars turns it into a message (an integer column's ``b"\x80" b"1438831"``
+        made the cast's error abort with a panic). So text where integers belong is refused
+        by its type alone, its values unread (the driver types a column by its first batch,
+        which types an all-NULL one as integers: text there is text in the table), and text
+        where text belongs is taken as bytes and checked (``_text_of``). ``checked``: the
+        compiled reader's frame, whose text it checked as it read."""
         if raw.width == 0 or raw.height == 0:
             return pl.DataFrame(schema=schema)
         for c, t in schema.items():
-            if t == pl.String and raw.schema[c] == pl.Binary:  # a BLOB where text belongs (a damaged export)
+            got = raw.schema[c]
+            if t != pl.String and got in (pl.String, pl.Binary):
+                raise SchemaError(self.path, f"unexpected value types in table {table} column {c} (text where integers belong)")
+            if t == pl.String and got == pl.String and not checked:  # (bytes again: a reinterpretation, nothing read)
+                raw = raw.with_columns(self._text_of(raw.get_column(c).cast(pl.Binary)))
+            elif t == pl.String and got == pl.Binary:  # a BLOB where text belongs (a damaged export)
                 raw = raw.with_columns(self._text_of(raw.get_column(c)))
         try:
             return raw.cast(schema)  # type: ignore[arg-type]

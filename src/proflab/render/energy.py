@@ -26,7 +26,8 @@ def _device_lines(d: dict[str, Any]) -> list[str]:
     return [
         f"GPU {d['device']}: {_n(d['energy_j'], 'J')} over {_n(d['duration_s'], 's', 2)} from the {src}{cross}",
         f"  power: mean {_n(d['mean_power_w'], 'W')}, peak {_n(d['peak_power_w'], 'W')} (1-s average), "
-        f"peak instant {_n(d.get('peak_power_instant_w'), 'W')}, limit {_n(d.get('power_limit_w'), 'W', 0)}",
+        f"peak instant {_n(d.get('peak_power_instant_w'), 'W')}, limit {_n(d.get('power_limit_w'), 'W', 0)}"
+        + ("" if d.get("power_limit_default_w") is None else f" (board default {_n(d['power_limit_default_w'], 'W', 0)})"),
         f"  idle (no kernel running): {_n(d['idle_s'], 's', 2)} at {_n(d['idle_power_w'], 'W')} = "
         f"{_n(d['energy_idle_j'], 'J')} ({_n(d['idle_energy_pct'], '%')} of the energy)",
         f"  counter resolution: {res_txt}",

@@ -14,7 +14,7 @@ script data (``<``, ``>``, ``&``, U+2028/2029 escaped, so ``</script>`` or ``<!-
 cannot end the script element). Charts draw names as canvas text, never as markup.
 
 Size: the charts get at most a bounded number of marks (see ``analysis.overview``), so the
-page stays within :data:`SIZE_BUDGET_BYTES` (3 MB) whatever the trace's size; about 0.85 MB
+page stays within :data:`SIZE_BUDGET_BYTES` (3 MiB) whatever the trace's size; about 0.85 MB
 of it is the chart library.
 """
 
@@ -544,26 +544,26 @@ def _memory(page: _Page, m: dict[str, Any]) -> None:
     from proflab.render.memory import _sources
 
     page.add("<h2>GPU memory</h2>")
-    page.add(f'<p class="muted">{_e(_sources(m))}; sizes in MB (2<sup>20</sup> bytes).</p>')
+    page.add(f'<p class="muted">{_e(_sources(m))}; sizes in MiB (2<sup>20</sup> bytes).</p>')
     devs = m.get("devices") or []
     page.add(_table([{
-        "gpu": d["device"], "alloc": d["peak_allocated_mb"], "res": d["peak_reserved_mb"], "dev": d.get("device_memory_mb"),
+        "gpu": d["device"], "alloc": d["peak_allocated_mib"], "res": d["peak_reserved_mib"], "dev": d.get("device_memory_mib"),
         "pct": d.get("peak_reserved_pct_of_device"), "at": d.get("peak_at_ms"), "step": d.get("peak_step"),
         "phase": d["peak_phase"], "op": d.get("peak_op"), "dominant": (d.get("dominant_category") or "").replace("_", " ") or None,
-    } for d in devs], [("gpu", "GPU"), ("alloc", "peak allocated MB"), ("res", "peak reserved MB"), ("dev", "device MB"),
+    } for d in devs], [("gpu", "GPU"), ("alloc", "peak allocated MiB"), ("res", "peak reserved MiB"), ("dev", "device MiB"),
                        ("pct", "reserved % of device"), ("at", "peak at ms"), ("step", "peak step"), ("phase", "peak phase"),
                        ("op", "operator at the peak"), ("dominant", "largest category")], names=("op",)))
     for d in devs:
         gpu = f"GPU {d['device']}"
         page.add(f"<h3>{_e(gpu)}: allocated and reserved over the window</h3>")
         _memory_chart(page, d, gpu)
-        cats = d.get("by_category_mb") or {}
+        cats = d.get("by_category_mib") or {}
         if cats:
-            peak = d["peak_allocated_mb"] or None
+            peak = d["peak_allocated_mib"] or None
             page.add(f"<h3>{_e(gpu)}: live at the peak, by category</h3>")
-            page.add(_table([{"cat": k.replace("_", " "), "mb": v, "pct": None if not peak else round(100 * v / peak, 1)}
+            page.add(_table([{"cat": k.replace("_", " "), "mib": v, "pct": None if not peak else round(100 * v / peak, 1)}
                              for k, v in cats.items()],
-                            [("cat", "category"), ("mb", "MB"), ("pct", "% of peak allocated")]))
+                            [("cat", "category"), ("mib", "MiB"), ("pct", "% of peak allocated")]))
             split = d.get("persistent_split")
             if split:
                 page.add(f'<p class="muted">parameters and optimizer state are estimated: {_e(split.get("assumption"))}</p>')
@@ -571,12 +571,12 @@ def _memory(page: _Page, m: dict[str, Any]) -> None:
         if top:
             page.add(f"<h3>{_e(gpu)}: largest allocations live at the peak</h3>")
             page.add(_table(top,
-                            [("mb", "MB"), ("category", "category"), ("op", "operator"), ("within", "within"), ("module", "module"),
+                            [("mib", "MiB"), ("category", "category"), ("op", "operator"), ("within", "within"), ("module", "module"),
                              ("source", "source line"), ("phase", "phase"), ("count", "allocations")],
                             names=("op", "within", "module", "source")))
     for n in m.get("nvml") or []:
-        page.add(f'<p class="muted">NVML GPU {_e(n.get("device"))}: up to {_e(_fmt(n.get("max_used_mb")))} MB used of '
-                 f'{_e(_fmt(n.get("total_mb")))} MB (every process and the CUDA context)</p>')
+        page.add(f'<p class="muted">NVML GPU {_e(n.get("device"))}: up to {_e(_fmt(n.get("max_used_mib")))} MiB used of '
+                 f'{_e(_fmt(n.get("total_mib")))} MiB (every process and the CUDA context)</p>')
     for n in m.get("notes") or []:
         page.add(f'<p class="muted">note: {_e(n)}</p>')
 
@@ -586,28 +586,28 @@ def _memory_chart(page: _Page, d: dict[str, Any], gpu: str) -> None:
     if not s or not s.get("t_ms"):
         page.add('<p class="muted">No series to draw (this report was made without one).</p>')
         return
-    rows = [{"t": t, "kind": k, "mb": v} for k, key in (("reserved", "reserved_mb"), ("allocated", "allocated_mb"))
+    rows = [{"t": t, "kind": k, "mib": v} for k, key in (("reserved", "reserved_mib"), ("allocated", "allocated_mib"))
             for t, v in zip(s["t_ms"], s[key])]
     thinned = f" ({s['points']:,} of {s['events']:,} events drawn: each run keeps its highest and lowest)" if s["points"] < s["events"] else ""
     page.add(f'<p class="muted">ms from the first allocation event; steps start at the dotted lines, the red point is the '
              f"peak{_e(thinned)}. Drag to pan, scroll to zoom.</p>")
     steps = [{"t": x["t_ms"], "what": f"step {x['step']} starts"} for x in s.get("step_starts_ms") or []]
-    peak = [{"t": d["peak_at_ms"], "mb": d["peak_allocated_mb"],
-             "what": f"peak {_fmt(d['peak_allocated_mb'])} MB allocated, step {_fmt(d.get('peak_step'))}, {d['peak_phase']}"}]
+    peak = [{"t": d["peak_at_ms"], "mib": d["peak_allocated_mib"],
+             "what": f"peak {_fmt(d['peak_allocated_mib'])} MiB allocated, step {_fmt(d.get('peak_step'))}, {d['peak_phase']}"}]
     x = {"field": "t", "type": "quantitative", "title": "ms from the first allocation event"}
     layers: list[dict[str, Any]] = [{
         "data": {"values": rows}, "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
         "params": [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]}, "bind": "scales"}],
-        "encoding": {"x": x, "y": {"field": "mb", "type": "quantitative", "title": "MB"},
+        "encoding": {"x": x, "y": {"field": "mib", "type": "quantitative", "title": "MiB"},
                      "color": {"field": "kind", "type": "nominal", "title": None,
                                "scale": {"domain": ["allocated", "reserved"], "range": ["#4e79a7", "#bab0ac"]}},
-                     "tooltip": [{"field": "kind"}, {"field": "t", "format": ",.3f", "title": "ms"}, {"field": "mb", "format": ",.1f", "title": "MB"}]},
+                     "tooltip": [{"field": "kind"}, {"field": "t", "format": ",.3f", "title": "ms"}, {"field": "mib", "format": ",.1f", "title": "MiB"}]},
     }]
     if steps:
         layers.append({"data": {"values": steps}, "mark": {"type": "rule", "strokeDash": [2, 3], "color": "#999", "tooltip": True},
                        "encoding": {"x": {"field": "t", "type": "quantitative"}, "tooltip": [{"field": "what"}]}})
     layers.append({"data": {"values": printable(peak)}, "mark": {"type": "point", "filled": True, "size": 80, "color": "#e15759", "tooltip": True},
-                   "encoding": {"x": {"field": "t", "type": "quantitative"}, "y": {"field": "mb", "type": "quantitative"},
+                   "encoding": {"x": {"field": "t", "type": "quantitative"}, "y": {"field": "mib", "type": "quantitative"},
                                 "tooltip": [{"field": "what"}]}})
     page.chart({"width": "container", "height": 220, "layer": layers}, f"{gpu} memory over the window")
 
@@ -723,8 +723,8 @@ def _comparison(page: _Page, comparison: Any) -> None:
     page.add("<h1>proflab compare</h1>")
     cls = {"regressed": "critical", "improved": "healthy"}.get(d["verdict"], "")
     page.add(f'<div class="verdict {cls}"><b>Verdict: {_e(d["verdict"].replace("_", " "))}</b> — {_e(d["verdict_reason"])}</div>')
-    page.add(_kv([("before", _side_label(d.get("before"))), ("after", _side_label(d.get("after"))),
-                  ("noise floor", f"{_fmt(d['noise_floor_pct'])} % ({d['noise_floor_source']})"), ("per", d["per"])]))
+    floor = [] if "noise floor" in d["verdict_reason"] else [("noise floor", f"{_fmt(d['noise_floor_pct'])} % ({d['noise_floor_source']})")]
+    page.add(_kv([("before", _side_label(d.get("before"))), ("after", _side_label(d.get("after"))), *floor, ("per", d["per"])]))
     st = comparison.steps
     if st.height and "dur_ms" in st.columns:
         rows = [{"side": r["side"], "i": i, "ms": r["dur_ms"]}

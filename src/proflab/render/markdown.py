@@ -145,8 +145,9 @@ def render_compare_markdown(comparison) -> str:
 
     if (u := unprofiled_steps(d)) is not None:
         lines.append(f"| unprofiled step ms ({u[0]}) | {u[1]} | {u[2]} | | |")
-    lines += ["", f"{esc(d['verdict_reason'])}. Steps: {s['steps_before']} before, {s['steps_after']} after; noise floor "
-              f"{fmt_num(d['noise_floor_pct'])} % ({esc(d['noise_floor_source'])}).", ""]
+    # the floor said once: in the reason where it decided, else after it
+    floor = "" if "noise floor" in d["verdict_reason"] else f" Noise floor {fmt_num(d['noise_floor_pct'])} % ({esc(d['noise_floor_source'])})."
+    lines += ["", f"{esc(d['verdict_reason'])}.{floor}", ""]
     parts = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
     if parts:
         lines += ["### Where the time moved (mean ms per step)", "", "| part | before | after | change | clear |", "|---|---:|---:|---:|---|"]

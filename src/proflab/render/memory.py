@@ -20,33 +20,33 @@ def _sources(m: dict[str, Any]) -> str:
 def memory_lines(m: dict[str, Any], width: int = 100) -> list[str]:
     out = [_sources(m)]
     for d in m.get("devices") or []:
-        total = d.get("device_memory_mb")
+        total = d.get("device_memory_mib")
         out.append(
-            f"GPU {d['device']}: peak {fmt_num(d['peak_allocated_mb'])} MB allocated, {fmt_num(d['peak_reserved_mb'])} MB reserved"
-            + (f" of {fmt_num(total)} MB ({fmt_num(d['peak_reserved_pct_of_device'])}%)" if total else "")
+            f"GPU {d['device']}: peak {fmt_num(d['peak_allocated_mib'])} MiB allocated, {fmt_num(d['peak_reserved_mib'])} MiB reserved"
+            + (f" of {fmt_num(total)} MiB ({fmt_num(d['peak_reserved_pct_of_device'])}%)" if total else "")
             + f"; at {fmt_num(d['peak_at_ms'])} ms, step {d['peak_step'] if d['peak_step'] is not None else '?'}, "
             f"in the {d['peak_phase']}"
         )
-        cats = d.get("by_category_mb") or {}
+        cats = d.get("by_category_mib") or {}
         if cats:
-            out.append("  at the peak (MB): " + " · ".join(f"{k.replace('_', ' ')} {fmt_num(v)}" for k, v in cats.items() if v))
+            out.append("  at the peak (MiB): " + " · ".join(f"{k.replace('_', ' ')} {fmt_num(v)}" for k, v in cats.items() if v))
         for r in (d.get("top_allocations") or [])[:5]:
-            out.append(shorten(f"  {fmt_num(r['mb']):>9} MB  {r['category']:<15} {allocation_label(r)} [{r['phase']}]" + (f" x{r['count']}" if r["count"] > 1 else ""), width))
+            out.append(shorten(f"  {fmt_num(r['mib']):>9} MiB  {r['category']:<15} {allocation_label(r)} [{r['phase']}]" + (f" x{r['count']}" if r["count"] > 1 else ""), width))
     steps = m.get("steps") or []
     if steps:
-        out.append("per step (MB): " + "  ".join(
-            f"{s['step']}: peak {fmt_num(round(s['peak_allocated_mb']))}/{fmt_num(round(s['peak_reserved_mb']))} end {fmt_num(round(s['end_allocated_mb']))}"
+        out.append("per step (MiB): " + "  ".join(
+            f"{s['step']}: peak {fmt_num(round(s['peak_allocated_mib']))}/{fmt_num(round(s['peak_reserved_mib']))} end {fmt_num(round(s['end_allocated_mib']))}"
             for s in steps[:8]
         ) + (" ..." if len(steps) > 8 else ""))
     for n in m.get("nvml") or []:
-        out.append(f"NVML GPU {n['device']}: up to {fmt_num(n['max_used_mb'])} MB used of {fmt_num(n['total_mb'])} MB (all processes and the CUDA context)")
+        out.append(f"NVML GPU {n['device']}: up to {fmt_num(n['max_used_mib'])} MiB used of {fmt_num(n['total_mib'])} MiB (all processes and the CUDA context)")
     snap = m.get("snapshot")
     if snap:
         for s in snap.get("devices") or []:
             out.append(
-                f"snapshot GPU {s['device']}: {fmt_num(round(s['allocated_bytes'] / 2**20, 1))} MB in {s['active_blocks']} blocks of "
-                f"{fmt_num(round(s['reserved_bytes'] / 2**20, 1))} MB reserved"
-                + ("; most held at " + ", ".join(f"{t['site']} ({fmt_num(round(t['bytes'] / 2**20, 1))} MB)" for t in s["top_sites"][:3]) if s.get("top_sites") else "")
+                f"snapshot GPU {s['device']}: {fmt_num(round(s['allocated_bytes'] / 2**20, 1))} MiB in {s['active_blocks']} blocks of "
+                f"{fmt_num(round(s['reserved_bytes'] / 2**20, 1))} MiB reserved"
+                + ("; most held at " + ", ".join(f"{t['site']} ({fmt_num(round(t['bytes'] / 2**20, 1))} MiB)" for t in s["top_sites"][:3]) if s.get("top_sites") else "")
             )
     for n in m.get("notes") or []:
         out.append("note: " + n)
@@ -57,19 +57,19 @@ def memory_markdown(m: dict[str, Any], esc) -> list[str]:
     lines = ["## GPU memory", "", esc(_sources(m)), ""]
     devs = m.get("devices") or []
     if devs:
-        lines += ["| GPU | peak allocated MB | peak reserved MB | device MB | step | phase | dominant |", "|---:|---:|---:|---:|---:|---|---|"]
+        lines += ["| GPU | peak allocated MiB | peak reserved MiB | device MiB | step | phase | dominant |", "|---:|---:|---:|---:|---:|---|---|"]
         for d in devs:
             lines.append(
-                f"| {d['device']} | {fmt_num(d['peak_allocated_mb'])} | {fmt_num(d['peak_reserved_mb'])} | {fmt_num(d.get('device_memory_mb'))} "
+                f"| {d['device']} | {fmt_num(d['peak_allocated_mib'])} | {fmt_num(d['peak_reserved_mib'])} | {fmt_num(d.get('device_memory_mib'))} "
                 f"| {d['peak_step'] if d['peak_step'] is not None else '-'} | {d['peak_phase']} | {esc(d.get('dominant_category') or '-')} |"
             )
         lines.append("")
         for d in devs:
             top = d.get("top_allocations") or []
             if top:
-                lines += [f"Largest live allocations at GPU {d['device']}'s peak:", "", "| MB | category | made by | phase | count |", "|---:|---|---|---|---:|"]
+                lines += [f"Largest live allocations at GPU {d['device']}'s peak:", "", "| MiB | category | made by | phase | count |", "|---:|---|---|---|---:|"]
                 for r in top:
-                    lines.append(f"| {fmt_num(r['mb'])} | {r['category']} | {esc(allocation_label(r))} | {r['phase']} | {r['count']} |")
+                    lines.append(f"| {fmt_num(r['mib'])} | {r['category']} | {esc(allocation_label(r))} | {r['phase']} | {r['count']} |")
                 lines.append("")
     for n in m.get("notes") or []:
         lines.append(f"- {esc(n)}")
@@ -110,18 +110,18 @@ def plot_memory(analysis, out_path, fmt: str | None = None) -> None:
         ax.step(x, t["reserved"] / 2**20, where="post", label="reserved", color="#b0b0b0")
         ax.step(x, t["allocated"] / 2**20, where="post", label="allocated", color="#1f77b4")
         i = int(np.argmax(t["allocated"]))
-        ax.plot([x[i]], [t["allocated"][i] / 2**20], "o", color="#d62728", label=f"peak {t['allocated'][i] / 2**20:.0f} MB")
+        ax.plot([x[i]], [t["allocated"][i] / 2**20], "o", color="#d62728", label=f"peak {t['allocated'][i] / 2**20:.0f} MiB")
         for step, s0, _ in analysis.step_bounds:
             xs = (s0 - analysis.origin_ns) / 1e6
             if x[0] <= xs <= x[-1]:
                 ax.axvline(xs, color="#999999", lw=0.6, ls=":")
                 ax.text(xs, 0, f" {step}", fontsize=7, color="#666666", va="bottom")
         d = next((d for d in analysis.devices if d["device"] == dev), None)
-        if d and d.get("device_memory_mb") and d["peak_reserved_mb"] > 0.5 * d["device_memory_mb"]:
-            ax.axhline(d["device_memory_mb"], color="#d62728", lw=0.8, ls="--", label="device memory")
+        if d and d.get("device_memory_mib") and d["peak_reserved_mib"] > 0.5 * d["device_memory_mib"]:
+            ax.axhline(d["device_memory_mib"], color="#d62728", lw=0.8, ls="--", label="device memory")
         ax.set_title(f"GPU {dev} memory (steps dotted)", fontsize=10)
         ax.set_xlabel("ms from the first allocation event")
-        ax.set_ylabel("MB")
+        ax.set_ylabel("MiB")
         ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     fig.savefig(out_path, format=fmt)

@@ -314,7 +314,9 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         for side in ("before", "after"):
             if e[side].get("refused"):
                 out.append(_line(f"  {side}: no energy per step: {e[side]['refused']}"))
-    out.append(_line(f"{d['verdict_reason']} (floor: {d['noise_floor_source']})"))
+    # the floor said once: in the reason where it decided, else here
+    floor = "" if "noise floor" in d["verdict_reason"] else f"; noise floor {fmt_num(d['noise_floor_pct'])} % ({d['noise_floor_source']})"
+    out.append(_line(f"{d['verdict_reason']}{floor}"))
     unit = "ms/step" if d["per"] == "step" else "ms"
     rows = [r for r in d["breakdown_ms"] if r["before_ms"] or r["after_ms"]]
     if rows:

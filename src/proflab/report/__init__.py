@@ -6,8 +6,9 @@ is the versioned JSON contract (``schema/report.schema.json``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 # (a Finding and a Missing are the rules' and the analyses' own words: model.findings)
 from proflab.model.findings import CATEGORIES, SEVERITIES, Finding, Missing, Severity
@@ -37,6 +38,18 @@ class Report:
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
     energy: dict[str, Any] | None = None  # the run directory's proflab.energy/1 document (analyze RUN_DIR)
     memory: dict[str, Any] | None = None  # GPU memory (analysis.memory), when the trace records allocations
+    # How a notebook shows a report (``_repr_html_``): its HTML report, a renderer's work, which
+    # sits above this layer; ``proflab.api`` hands the renderer in (not a field: no part of the report)
+    html_view: ClassVar[Callable[[Any], str] | None] = None
+
+    def _repr_html_(self) -> str | None:
+        return None if Report.html_view is None else Report.html_view(self)
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(str(i.get("path", "?")).rsplit("/", 1)[-1] for i in self.source.get("inputs", [])) or "trace"
+        top = next((f for f in self.findings if f.category != "healthy"), None)
+        said = f"top: {top.category} ({top.severity}, saves {top.est_gain_pct:.1f}%)" if top else "no material problem"
+        return f"<Report {inputs}: {len(self.findings)} findings, {said}>"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +90,15 @@ class JobReport:
     link: dict[str, Any] | None = None
     missing: tuple[Missing, ...] = ()
     notes: tuple[str, ...] = ()
+    html_view: ClassVar[Callable[[Any], str] | None] = None  # as Report's
+
+    def _repr_html_(self) -> str | None:
+        return None if JobReport.html_view is None else JobReport.html_view(self)
+
+    def __repr__(self) -> str:
+        top = next((f for f in self.findings if f.category != "healthy"), None)
+        said = f"top: {top.category} ({top.severity})" if top else "no material problem"
+        return f"<JobReport {len(self.reports)} ranks: {len(self.findings)} findings, {said}>"
 
     def to_dict(self) -> dict[str, Any]:
         return {

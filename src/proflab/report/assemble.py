@@ -128,7 +128,7 @@ def _while_little_is_held(ctx: Context) -> None:
     if not trace.has_gpu:
         return
     first = ("host_only",) if ctx.has_launch_links else ()
-    for name in (*first, "_hot_kernels", "launch_stats", "kernel_ops", "fp32_gemms", "kernel_time_ns"):
+    for name in (*first, "_hot_kernels", "launch_stats", "kernel_ops", "fp32_gemms", "kernel_time_by_name", "kernel_time_ns"):
         getattr(ctx, name)
     ctx.drop("kernel_rows")
     # the device sets' levels serve the breakdowns and the step table

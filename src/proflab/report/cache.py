@@ -12,9 +12,8 @@ comparison takes from the trace beside its report (``report.compare.TracePart``)
 
 Tuples and dictionaries with keys that are not text are tagged in the JSON, and a report is
 kept only when it survives the round trip exactly (same types, same values), so a cached
-report renders byte for byte as the fresh one did. A finding's ``fixes`` (what the what-if
-replay was given; the report shows their prediction, which is kept) are not kept. It follows
-the columnar cache's rules: only traces of at least ``PROFLAB_CACHE_MIN_MB``, never with ``--no-cache`` or ``PROFLAB_NO_CACHE=1``, written under
+report renders byte for byte as the fresh one did. It follows the columnar cache's rules: only traces of at least
+``PROFLAB_CACHE_MIN_MB``, never with ``--no-cache`` or ``PROFLAB_NO_CACHE=1``, written under
 a temporary name and renamed into place, trimmed with the rest of the cache.
 """
 
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from proflab.readers._cachedir import analysis_version, cache_root, enabled, touch, trace_key, trim
+from proflab.model.findings import Fix
 from proflab.report import Finding, Missing, Report
 
 __all__ = ["key", "get", "get_with_extra", "put"]
@@ -79,7 +79,10 @@ def _encode(report: Report) -> Any:
     for f in dataclasses.fields(Report):
         v = getattr(report, f.name)
         if f.name == "findings":
-            v = tuple({g.name: getattr(x, g.name) for g in dataclasses.fields(Finding) if g.name != "fixes"} for x in v)
+            # (a finding's fixes, what-if transformations, as their fields: a report read from
+            # the cache predicts again over parts and overlaps as a fresh one does)
+            v = tuple({g.name: (tuple(dataclasses.asdict(fx) for fx in x.fixes) if g.name == "fixes" else getattr(x, g.name))
+                       for g in dataclasses.fields(Finding)} for x in v)
         elif f.name == "missing":
             v = tuple({"signal": m.signal, "reason": m.reason, "skipped": m.skipped} for m in v)
         out[f.name] = v
@@ -88,7 +91,7 @@ def _encode(report: Report) -> Any:
 
 def _decode(d: dict[str, Any]) -> Report:
     kw = dict(d)
-    kw["findings"] = tuple(Finding(**f) for f in kw["findings"])
+    kw["findings"] = tuple(Finding(**{**f, "fixes": tuple(Fix(**fx) for fx in f.get("fixes", ()))}) for f in kw["findings"])
     kw["missing"] = tuple(Missing(**m) for m in kw["missing"])
     return Report(**kw)
 
@@ -149,8 +152,7 @@ def put(k: str | None, report: Report, extra: dict[str, Any] | None = None) -> b
         encoded = _encode(report)
         text = json.dumps({"_version": analysis_version(), "report": encoded, **({"extra": _wrap(extra)} if extra else {})})
         back = json.loads(text, object_hook=_unwrap)
-        kept = dataclasses.replace(report, findings=tuple(dataclasses.replace(x, fixes=()) for x in report.findings))
-        if not _same(_decode(back["report"]), kept) or (extra and not _same(back["extra"], extra)):
+        if not _same(_decode(back["report"]), report) or (extra and not _same(back["extra"], extra)):
             return False  # a value JSON cannot carry as it is (a tuple in evidence, a non-text key)
         f = _file(k)
         f.parent.mkdir(parents=True, exist_ok=True)

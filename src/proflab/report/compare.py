@@ -1,25 +1,29 @@
 """Before/after: what changed between two runs of a program, and whether it is real.
 
 Two runs of an unchanged program differ: on an H100 one bf16 LM's GPU-side steps were
-18.4-19.4 ms in one run and 19.3-22.0 ms in the next. A change is therefore called real only
-when it is both
+18.4-19.4 ms in one run and 19.3-22.0 ms in the next. The verdict follows an interval of the
+change in median step time, the steps of one run being one sample and the runs of a side
+replicates:
 
-- **statistically clear**: the bootstrap confidence interval of the change in median step
-  time (steps resampled within each run, ``CONFIDENCE``) excludes zero, and
-- **larger than the noise floor**, the run-to-run drift that resampling one run's steps
-  cannot see (clocks, thermals, the host's CPU state, other tenants). Without
-  ``--threshold`` the floor is the largest of: ``NOISE_FLOOR_PCT`` (5 %); the wider side's
-  own step spread (p10-p90 over the median); and the host's share of the step (the part the
-  GPU was not busy) times ``HOST_DRIFT_PCT`` (51 %).
+- each side's step time is its runs' medians averaged (on a log scale, so the change is a
+  ratio); a run's median is uncertain by its steps' spread over the square root of their
+  count (``pi/2 x s^2 / n``, the variance of a median), so the interval narrows with steps;
+- runs of one program differ by more than their steps show (clocks, thermals, the host's CPU
+  state, other tenants). With several runs on a side, that **between-run variation** is
+  estimated from them (the spread of their medians, whose variance over the runs is the side's
+  own), and the interval narrows with runs and takes Student's t of their degrees of freedom;
+  a side of one run borrows the other side's estimate where it has one. Where neither side has
+  two runs it cannot be measured: it is *assumed*, and said so, from repeats recorded on an
+  H100 (``tests/data/repeats``): a run's median moves ``GPU_DRIFT_PCT`` (0.19 %, a GPU-bound
+  LM) plus ``HOST_DRIFT_PCT`` (20 %, the host time of a host-bound loop) of the host's share
+  of the step (the part the GPU was not busy), as standard deviations between processes.
 
-Those figures come from three separate runs of two unchanged loops on an H100
-(``tests/data/repeats``): the GPU-bound LM's unprofiled median step moved 0.35 % between
-runs, the host-bound per-parameter-optimizer loop's moved up to 31 % (its host time per
-step 51 %), more than its steps spread within any one run. 5 % sits well above the GPU-bound
-drift and below the changes worth catching; the host term keeps a host-bound loop's drift
-from reading as a change, while a sync removal on a loop whose host holds 22 % of the step
-(floor 11 %) still shows. A side of several traces (repeats, ranks) is resampled by run, so
-its own drift widens the interval. Three runs are few: record more and revise the constants.
+A change is real (improved / regressed) when that interval excludes zero and the change is at
+least the **noise floor**, the smallest change worth reporting: ``NOISE_FLOOR_PCT`` (5 %) or
+``--threshold``. (The floor once also took one run's p10-p90 step spread, which is how widely
+steps spread, not how uncertain a median is: a clear -91 % change of a loop whose steps spread
+widely was called noise.) Three runs of two loops are few: record more and revise the
+constants.
 
 Everything here is computed from the two sides' analysis contexts (their models, through
 :func:`trace_part`) and reports; per-step quantities are means over the GPU-side steps, so
@@ -48,7 +52,7 @@ from proflab.report import Report
 
 __all__ = [
     "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
-    "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "compare_runs", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct",
+    "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "compare_runs", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct", "median_change",
 ]  # fmt: skip
 
 SCHEMA_ID = "proflab.compare/1"
@@ -56,11 +60,13 @@ NOISE_FLOOR_PCT = 5.0
 CONFIDENCE = 0.95
 BOOTSTRAP_N = 4000
 MIN_STEPS = 3  # fewer per side and no interval can be given
-# How far the host's part of a step drifted between processes of one unchanged program: 51 %
-# (mlp_foreach, a per-parameter optimizer loop whose host takes 92 % of the step, three runs on
-# an H100: host time 11.4, 9.2 and 7.6 ms per step; tests/data/repeats). The GPU's part drifted
-# 0.35 % (lm_bf16, three runs). A comparison's floor grows with the host's share of the step.
-HOST_DRIFT_PCT = 51.0
+# Between-run variation assumed where no side has two runs: standard deviations (%, of a run's
+# median step) between processes of one unchanged program on an H100 (tests/data/repeats, three
+# runs each): 0.19 % of the GPU-bound LM's median (22.93, 22.92, 22.85 ms), 20 % of the
+# host-bound loop's host time (11.4, 9.2, 7.6 ms per step; its median, 92 % host: 18.7 %).
+# A run's median is taken to move GPU_DRIFT_PCT plus HOST_DRIFT_PCT of the host's share.
+GPU_DRIFT_PCT = 0.19
+HOST_DRIFT_PCT = 20.0
 VERDICTS = ("improved", "regressed", "no_change", "unknown")
 _PARTS = ("compute", "communication", "memcpy", "memset")
 
@@ -278,6 +284,131 @@ def _boot_medians(v: np.ndarray, groups: np.ndarray | None, rng: np.random.Gener
     return out
 
 
+def median_change(x: np.ndarray, y: np.ndarray, gx: np.ndarray | None = None, gy: np.ndarray | None = None, *,
+                  assumed_pct: tuple[float, float] = (0.0, 0.0), level: float = CONFIDENCE) -> dict[str, Any]:
+    """The change in median step time from ``x`` to ``y`` (each side's steps; ``gx``/``gy``
+    the run of each step, None: one run) and its interval (see the module doc): the point
+    is the ratio of the sides' run medians averaged on a log scale, in %; its variance the
+    sum of the sides'. A side of several runs: the variance of its run medians over their
+    count (Student's t with their degrees of freedom, Welch-Satterthwaite over both sides). A
+    side of one run: its median's variance from its steps (``pi/2 x s^2 / n``, ``s`` the
+    spread of their logs) plus a between-run variance, the other side's where it has runs,
+    else ``assumed_pct`` (before, after; a standard deviation in % of the median), said in
+    ``between_runs``. ``ci_pct`` is None with fewer than MIN_STEPS steps on a side."""
+    sides = []
+    for v, g in ((x, gx), (y, gy)):
+        v = np.asarray(v, dtype=float)
+        g = np.zeros(v.size, dtype=int) if g is None else np.asarray(g)
+        ok = v > 0
+        v, g = v[ok], g[ok]
+        runs = [np.log(v[g == k]) for k in np.unique(g)]
+        sides.append((v, [r for r in runs if r.size]))
+    (vx, rx), (vy, ry) = sides
+    out: dict[str, Any] = {"before": None, "after": None, "delta_pct": None, "ci_pct": None,
+                           "steps_before": int(vx.size), "steps_after": int(vy.size),
+                           "runs_before": len(rx), "runs_after": len(ry)}  # fmt: skip
+    if not rx or not ry:
+        return out
+    mx, my = (float(np.mean([np.median(r) for r in runs])) for runs in (rx, ry))
+    out |= {"before": _r(np.exp(mx)), "after": _r(np.exp(my)), "delta_pct": _r((np.exp(my - mx) - 1) * 100, 2)}
+    if vx.size < MIN_STEPS or vy.size < MIN_STEPS:
+        return out
+
+    def within(runs: list[np.ndarray]) -> float:
+        """Mean over runs of their medians' variance, from the steps (pooled spread of logs)."""
+        dev = np.concatenate([r - np.mean(r) for r in runs])
+        dof = sum(r.size - 1 for r in runs)
+        s2 = float(dev @ dev / dof) if dof > 0 else 0.0
+        return float(np.mean([np.pi / 2 * s2 / r.size for r in runs]))
+
+    def between(runs: list[np.ndarray]) -> float | None:
+        """The variance of a run's median between runs (its steps' share included), or None."""
+        return float(np.var([np.median(r) for r in runs], ddof=1)) if len(runs) >= 2 else None
+
+    bx, by = between(rx), between(ry)
+    parts, said = [], []
+    for tag, runs, own, other, assumed in (("before", rx, bx, by, assumed_pct[0]), ("after", ry, by, bx, assumed_pct[1])):
+        if own is not None:
+            parts.append((own / len(runs), len(runs) - 1))
+            said.append(f"{_sd(own)} % between the {tag} side's {len(runs)} runs")
+        elif other is not None:
+            # one run: its steps' uncertainty and the other side's between-run variation
+            ref = rx if tag == "after" else ry
+            tau2 = max(other - within(ref), 0.0)
+            parts += [(within(runs), np.inf), (tau2, len(ref) - 1)]
+            said.append(f"the {tag} side's one run taken to vary as much")
+        else:
+            parts += [(within(runs), np.inf), ((assumed / 100) ** 2, np.inf)]
+    if bx is None and by is None:
+        said = [f"one run a side: between-run variation not measured, {assumed_pct[0]:.2g} % before and {assumed_pct[1]:.2g} % "
+                "after assumed from recorded repeats"]
+    var = sum(p for p, _ in parts)
+    dof_terms = sum(p * p / d for p, d in parts if np.isfinite(d) and d > 0 and p > 0)
+    df = var * var / dof_terms if dof_terms > 0 else np.inf
+    q = _t_quantile(0.5 + level / 2, df)
+    half = q * np.sqrt(var)
+    d = my - mx
+    lo, hi = (np.exp(d - half) - 1) * 100, (np.exp(d + half) - 1) * 100
+    out |= {"ci_pct": [_r(lo, 2), _r(hi, 2)], "df": None if not np.isfinite(df) else _r(df, 1),
+            "between_runs": "; ".join(said)}
+    return out
+
+
+def _sd(var_log: float) -> str:
+    """A variance of log step times as a standard deviation in % of the median, 2 digits."""
+    return f"{np.sqrt(var_log) * 100:.2g}"
+
+
+def _t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (``df`` may be fractional; inf: the normal's), by bisection of its
+    distribution function (the regularised incomplete beta)."""
+    from math import erf, sqrt
+
+    if not np.isfinite(df) or df > 1e6:
+        cdf = lambda t: 0.5 * (1 + erf(t / sqrt(2)))  # noqa: E731
+    else:
+        cdf = lambda t: 1 - 0.5 * _betainc(df / 2, 0.5, df / (df + t * t)) if t >= 0 else 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))  # noqa: E731
+    lo, hi = -1e4, 1e4
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if cdf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b) (a continued fraction, Lentz)."""
+    from math import exp, lgamma, log
+
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = exp(lgamma(a + b) - lgamma(a) - lgamma(b) + a * log(x) + b * log(1 - x)) / a
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -((a + m) * (a + b + m) * x) / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-12:
+            break
+    return front * (f - 1.0)
+
+
 def step_spread_pct(v: np.ndarray) -> float | None:
     """How widely a run's steps spread: (p90 - p10) / median, in %. None below MIN_STEPS."""
     v = np.asarray(v, dtype=float)
@@ -456,17 +587,25 @@ class Comparison:
 
     @cached_property
     def step_time(self) -> dict[str, Any]:
-        """Median GPU-side step (ms) before and after, change in % and its interval."""
+        """Median step (ms) before and after, change in % and its interval (``median_change``:
+        several traces on a side are its runs; a run directory's traces, its ranks, one run)."""
+        assumed = self.assumed_drift_pct
         if self.unprofiled_steps_ms is not None:
             x, y = (np.asarray(v, dtype=float) for v in self.unprofiled_steps_ms)
-            return _change(x, y) | {"side": "unprofiled"}
+            return median_change(x, y, assumed_pct=assumed) | {"side": "unprofiled"}
         b, a = self._steps
         x = b["dur_ns"].to_numpy() / 1e6 if b.height else np.array([])
         y = a["dur_ns"].to_numpy() / 1e6 if a.height else np.array([])
-        gx = b["trace"].to_numpy() if b.height else None
-        gy = a["trace"].to_numpy() if a.height else None
-        return _change(x, y, gx, gy) | {"side": self._side_name(), "runs_before": len(self.before.parts),
-                                        "runs_after": len(self.after.parts)}
+        gx = None if not b.height or self.before.run is not None else b["trace"].to_numpy()
+        gy = None if not a.height or self.after.run is not None else a["trace"].to_numpy()
+        return median_change(x, y, gx, gy, assumed_pct=assumed) | {"side": self._side_name()}
+
+    @cached_property
+    def assumed_drift_pct(self) -> tuple[float, float]:
+        """Per side, the between-run variation assumed where no side has two runs (a standard
+        deviation, % of a run's median): GPU_DRIFT_PCT plus HOST_DRIFT_PCT of the host's share
+        of the step (``host_share``; all of the step where it is unknown)."""
+        return tuple(round(GPU_DRIFT_PCT + HOST_DRIFT_PCT * (1.0 if h is None else h), 2) for h in self.host_share)  # type: ignore[return-value]
 
     def _samples(self) -> tuple[np.ndarray, np.ndarray]:
         if self.unprofiled_steps_ms is not None:
@@ -476,20 +615,11 @@ class Comparison:
 
     @cached_property
     def noise_floor(self) -> tuple[float, str]:
-        """(floor %, where it comes from). The stated floor (default or --threshold); without
-        --threshold it is raised to the wider side's own step spread (p10-p90 over the
-        median): a loop whose steps spread 30 % within a run drifts about as much between
-        runs (tests/data/repeats), which one run's steps cannot show."""
+        """(floor %, where it comes from): the smallest change in step time worth reporting,
+        NOISE_FLOOR_PCT or --threshold. Noise itself is in the interval (``step_time``)."""
         if self.floor_source == "--threshold":
             return self.floor_pct, "--threshold"
-        cands = [(self.floor_pct, "default, from recorded repeats")]
-        for tag, v, share in zip(("before", "after"), self._samples(), self.host_share):
-            if (sp := step_spread_pct(v)) is not None:
-                cands.append((sp, f"the {tag} run's own step spread, p10-p90 over the median"))
-            if share is not None:
-                cands.append((share * HOST_DRIFT_PCT, f"the host's {share:.0%} share of the {tag} step x its {HOST_DRIFT_PCT:g} % drift between runs"))
-        floor, src = max(cands, key=lambda c: c[0])
-        return round(floor, 1), src
+        return self.floor_pct, "the smallest change reported by default"
 
     @cached_property
     def host_share(self) -> tuple[float | None, float | None]:
@@ -533,13 +663,15 @@ class Comparison:
         d, (lo, hi) = s["delta_pct"], s["ci_pct"]
         clear = lo > 0 or hi < 0
         level = f"{CONFIDENCE:.0%}"
+        runs = f"{s['runs_before']} vs {s['runs_after']} run{'s' if max(s['runs_before'], s['runs_after']) > 1 else ''}"
+        interval = f"{level} interval [{lo:+.1f}, {hi:+.1f}] % ({s['steps_before']} vs {s['steps_after']} steps, {runs}; {s['between_runs']})"
         if not clear:
-            return "no_change", f"{d:+.1f} % is within noise: the {level} interval [{lo:+.1f}, {hi:+.1f}] % includes 0"
+            return "no_change", f"{d:+.1f} % is within noise: the {interval} includes 0"
         floor, src = self.noise_floor
-        if abs(d) < floor:
-            return "no_change", f"{d:+.1f} % is clear but below the {floor:g} % noise floor ({src})"
+        if abs(d) < floor:  # (the only place the floor is said, with where it comes from)
+            return "no_change", f"{d:+.1f} % is clear, {interval}, but below the {floor:g} % noise floor ({src})"
         kind = "improved" if d < 0 else "regressed"
-        return kind, f"{d:+.1f} %, {level} interval [{lo:+.1f}, {hi:+.1f}] %, beyond the {floor:g} % noise floor"
+        return kind, f"{d:+.1f} %, {interval}"
 
     # -- where the time moved ---------------------------------------------------------------
     @cached_property

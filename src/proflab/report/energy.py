@@ -16,6 +16,7 @@ __all__ = ["energy"]
 def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: float | None = None) -> EnergyAnalysis:
     """:func:`analyze_energy` with the findings, largest estimated gain first."""
     a = analyze_energy(run_dir, traces=traces, flops_per_step=flops_per_step)
-    a.findings, a.missing = energy_rules(a.monitor, power_limits_w=a.power_limits_w, idle_power_w=a.idle_power_w)
+    a.findings, a.missing = energy_rules(a.monitor, power_limits_w=a.power_limits_w, idle_power_w=a.idle_power_w,
+                                         default_limits_w=a.default_power_limits_w)
     a.findings.sort(key=lambda f: -f.est_gain_ms)
     return a

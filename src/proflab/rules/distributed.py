@@ -364,7 +364,7 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary], jw: Job
     if median_bytes is not None and median_bytes < (4 << 20) and per_step_calls > 4:
         fixes.append(
             f"{per_step_calls:.0f} collectives per step of {median_bytes / 2**20:.1f} MiB median: fewer, larger ones "
-            "(DDP bucket_cap_mb above its 25 MB default; coalesce small tensors)"
+            "(DDP bucket_cap_mb above its 25 MiB default; coalesce small tensors)"
         )
     if busbw is not None and link is not None and busbw < 0.5 * link["gbps_per_direction"]:
         fixes.append(

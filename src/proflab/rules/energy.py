@@ -9,10 +9,18 @@ the busy, unthrottled clock (the loss), power against the limit, temperature. Th
 assumes the work's speed follows the SM clock (an upper bound: memory-bound work slows less);
 the energy cost is that extra time at the device's idle power (what the board draws just
 being on longer), a lower bound, since the work itself is not free either.
+
+A power cap is the user's to fix only where the limit was lowered below the board's default
+(``default_limits_w``: NVML's default, or the datasheet's maximum TDP): then it is a finding
+like any, up to critical, and its fix is the default limit back. At the default the work is
+power-bound: an ``info`` finding that says so, with no gain claimed (no limit change is
+possible), and what lowers energy per result. Where the default is not known, at most a
+warning that says to check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -27,18 +35,75 @@ POWER_BITS = {0x4: "sw_power_cap", 0x80: "hw_power_brake_slowdown"}
 THERMAL_BITS = {0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown", 0x8: "hw_slowdown"}
 
 
+# A limit within this share of the board's default is the default (NVML reports limits in mW;
+# some boards' defaults are a few watts off their datasheet's round figure).
+_AT_DEFAULT = 0.98
+_ENERGY_PER_RESULT = (
+    "energy per result falls with less work or fewer bytes per result: lower precision where it is "
+    "accurate enough (bf16, fp8), fused kernels and larger batches that reuse data; at the power limit the last "
+    "MHz cost the most joules, so a lower clock or power cap (nvidia-smi -lgc / -pl) often does the same work in "
+    "fewer joules at a small cost in time"
+)
+
+
+def _power_capped(dev: int, ev: dict[str, Any], gain_ns: float, wall_ns: int, limit_w: float | None,
+                  default: tuple[float, str] | None) -> Finding:
+    """The power cap by whose limit it is: lowered below the board's default (the user's to
+    raise: a finding like any), at the default (power-bound: info, no gain), or unknown."""
+    held = (f"held at {ev['sm_clock_throttled_mhz']:.0f} MHz for {ev['busy_time_share_pct']}% of its busy time "
+            f"({ev['clock_loss_pct']}% clock loss)")
+    default_w, source = default if default is not None else (None, None)
+    ev = {**ev, "power_limit_default_w": _r(default_w, 1), "power_limit_default_source": source}
+    assumption = ("the work's speed follows the SM clock (an upper bound: memory-bound work slows less); the energy "
+                  "cost is the extra time at the GPU's idle power, a lower bound; gain is against the GPU's busy time "
+                  "in the monitored run")
+    common = {"id": f"power_capped:gpu{dev}", "evidence": ev, "where": {"devices": [dev]}}
+    if default_w is not None and limit_w is not None and limit_w < _AT_DEFAULT * default_w:
+        ev["power_limit_lowered"] = True
+        return gain_finding(
+            "power_capped", gain_ns, wall_ns, **common,
+            title=f"GPU {dev} {held} by a power limit lowered to {limit_w:.0f} W (the board's default: {default_w:.0f} W)",
+            fix=(f"raise the power limit to the board's default: nvidia-smi -i {dev} -pl {default_w:.0f} (as root; check "
+                 "first whether it was lowered on purpose, for cooling or the power budget of the rack)"),
+            assumption=assumption,
+        )
+    if default_w is not None and limit_w is not None:
+        ev["power_limit_lowered"] = False
+        ev["clock_loss_gain_ms"] = _r(gain_ns / 1e6)
+        return gain_finding(
+            "power_capped", 0, wall_ns, **common,
+            title=f"GPU {dev} is power-bound at its default {limit_w:.0f} W limit: {held}",
+            fix=f"the limit is the board's default, so the clock it holds is the board's own: {_ENERGY_PER_RESULT}",
+            assumption="at the board's default limit no change of the limit is possible: no gain is claimed",
+        )
+    ev["power_limit_lowered"] = None
+    f = gain_finding(
+        "power_capped", gain_ns, wall_ns, **common,
+        title=f"GPU {dev} {held} by its power limit" + (f" ({limit_w:.0f} W)" if limit_w else "")
+        + "; the board's default limit is not known",
+        fix=("check the power limit against the board's default (nvidia-smi -q -d POWER: Current vs Default Power "
+             f"Limit): raise it to the default if it was lowered; at the default the work is power-bound: {_ENERGY_PER_RESULT}"),
+        assumption=assumption,
+    )
+    # whether the user can act is unknown: at most a warning
+    return dataclasses.replace(f, severity="warning") if f.severity == "critical" else f
+
+
 def _r(v, nd=3):
     return None if v is None else round(float(v), nd)
 
 
 def energy_rules(monitor: pl.DataFrame, *, power_limits_w: dict[int, float] | None = None,
-                 idle_power_w: dict[int, float | None] | None = None) -> tuple[list[Finding], list[Missing]]:
+                 idle_power_w: dict[int, float | None] | None = None,
+                 default_limits_w: dict[int, tuple[float, str]] | None = None) -> tuple[list[Finding], list[Missing]]:
     """``power_capped`` / ``thermal_throttled`` findings, one per device affected, and the
-    signals the GPUs did not report (missing is not zero)."""
+    signals the GPUs did not report (missing is not zero). ``default_limits_w``: per device,
+    the board's default power limit (W) and where it comes from."""
     findings: list[Finding] = []
     missing: list[Missing] = []
     limits = power_limits_w or {}
     idle = idle_power_w or {}
+    defaults = default_limits_w or {}
     for (dev,), d in monitor.sort("device", "time_ns").group_by("device", maintain_order=True):
         dev = int(dev)
         for col in ("throttle_mask", "sm_clock_mhz", "util_gpu_pct"):
@@ -71,13 +136,13 @@ def energy_rules(monitor: pl.DataFrame, *, power_limits_w: dict[int, float] | No
             if not hit.any():
                 continue
             f = _finding(category, dev, d, hit, busy, dt, clock, mask, bits, busy_s,
-                         limits.get(dev), idle.get(dev))
+                         limits.get(dev), idle.get(dev), defaults.get(dev))
             if f is not None:
                 findings.append(f)
     return findings, missing
 
 
-def _finding(category, dev, d, hit, busy, dt, clock, mask, bits, busy_s, limit_w, idle_w) -> Finding | None:
+def _finding(category, dev, d, hit, busy, dt, clock, mask, bits, busy_s, limit_w, idle_w, default=None) -> Finding | None:
     free = busy & ~hit & ((mask & (sum(POWER_BITS) | sum(THERMAL_BITS))) == 0)
     ref = float(np.nanmedian(clock[free])) if free.any() else float(np.nanmax(clock))
     ref_src = "median SM clock of busy samples with no throttle reason" if free.any() else "highest SM clock seen"
@@ -111,11 +176,7 @@ def _finding(category, dev, d, hit, busy, dt, clock, mask, bits, busy_s, limit_w
     if 100 * gain_ns / wall_ns < MIN_GAIN_PCT:
         return None
     if category == "power_capped":
-        title = (f"GPU {dev} held at {ev['sm_clock_throttled_mhz']:.0f} MHz by its power limit for "
-                 f"{ev['busy_time_share_pct']}% of its busy time ({ev['clock_loss_pct']}% clock loss)")
-        fix = ("check the power limit (nvidia-smi -q -d POWER): raise it to the board's default if it was lowered; "
-               "otherwise the work is power-bound: lower precision (bf16/fp8) or fewer bytes moved per result "
-               "do the same work in fewer joules")
+        return _power_capped(dev, ev, gain_ns, wall_ns, limit_w, default)
     else:
         title = (f"GPU {dev} slowed by heat for {ev['busy_time_share_pct']}% of its busy time "
                  f"({ev['clock_loss_pct']}% clock loss, up to {ev['max_temp_c']} C)")

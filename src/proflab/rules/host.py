@@ -19,7 +19,8 @@ import polars as pl
 from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.intervals import IntervalSet
-from proflab.analysis.timeline.memcpy import reference_link
+from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
+from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_link
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 from proflab.model.findings import Finding
@@ -225,15 +226,23 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     # operators, the framework's Python between them) except where the host was in work
     # that launches nothing: an annotation that launched nothing (a DataLoader's __next__,
     # the program's record_function around I/O) or a long stretch outside any recorded event
-    # (sleep, I/O, the program's own Python). A short gap (cause "launch") is dispatch.
+    # (sleep, I/O, the program's own Python). A short gap (cause "launch") is dispatch. A gap
+    # such work holds for at least half its host side is host_bound's whole: the dispatch
+    # that ends a stall is the relaunch after it, not launch overhead, and one gap is not
+    # claimed by both findings (a 20 ms stretch of Python was once host_bound's and its last
+    # 45 us of dispatch launch_bound's, "the same gaps claimed twice").
     quiet = ctx.host_only
     clock = ThreadClock([g["tid"], quiet["tid"]], [g["start_ns"], g["launch_start_ns"], quiet["start_ns"], quiet["end_ns"]])
     host_only = IntervalSet.from_spans(clock.key(quiet["tid"], quiet["start_ns"]), clock.key(quiet["tid"], quiet["end_ns"]))
     w0, w1 = clock.key(g["tid"], g["start_ns"]), clock.key(g["tid"], g["launch_start_ns"])
     f = 1.0 - np.clip(host_only.covered_within(w0, w1) / np.maximum(w1 - w0, 1), 0.0, 1.0)
+    f = np.where(f <= 0.5, 0.0, f)
     f = np.where(g["cause"].cast(pl.String).to_numpy() == "launch", 1.0, f)
     dur = g["dur_ns"].to_numpy()
-    g = g.with_columns(pl.Series("launch_ns", dur * f), pl.Series("host_ns", dur * (1.0 - f)))
+    # The dispatch before a pageable copy is the copy's own host side (its staging, the
+    # operator that makes it): pageable_memcpy's, which pinning removes, not launch overhead.
+    pageable = g["correlation"].is_in(pageable_host_copies(trace)["correlation"].drop_nulls().implode()).fill_null(False).to_numpy()
+    g = g.with_columns(pl.Series("launch_ns", np.where(pageable, 0.0, dur * f)), pl.Series("host_ns", dur * (1.0 - f)))
     launch_obs, host_obs = float(g["launch_ns"].sum()), float(g["host_ns"].sum())
     sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
             "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync"))}
@@ -321,9 +330,8 @@ def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -
         # the replay decides what fixing it saves (``predicted``), of a cause still there
         # without the profiler at its lowest plausible cost: a fix's other savings (fusion's
         # fewer bytes) are not this cause's
-        if split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT:
-            return split, []
-        return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
+        material = split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT
+        return (split, []) if material else (None, [])
     if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
         return split, []
     return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
@@ -416,7 +424,7 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
 
 def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     """The launch idle by what launched the work ending each gap."""
-    kern = trace.gpu.select("correlation", pl.col("name").alias("kname")).drop_nulls("correlation").unique("correlation")
+    kern = trace.gpu.select("correlation", pl.col("name").alias("kname"), pl.col("dur_ns").alias("kdur_ns")).drop_nulls("correlation").unique("correlation")
     ops = ctx.kernel_ops.rename({"op": "kop"})
     g = g.join(ops, on="correlation", how="left").join(kern, on="correlation", how="left")
     opt = trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns").filter(
@@ -431,6 +439,9 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
         in_opt = spans.covered_within(k, k + 1) > 0
         opt_name = opt["name"][0].split("#", 1)[1].rsplit(".", 1)[0]
     elem = g["kname"].fill_null("").str.contains(_ELEMENTWISE).to_numpy()
+    # work that runs longer than the dispatch gap before it is not a small launch: the host
+    # was slow to reach it (one operator's host time), which a CUDA graph replays away too
+    long = (g["kdur_ns"].fill_null(0) >= np.maximum(g["dur_ns"], LAUNCH_GAP_NS)).to_numpy()
     w = g["launch_ns"].to_numpy()
     total = float(w.sum()) or 1.0
 
@@ -451,9 +462,13 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     for mask, what, fix, whatif in (
         (~in_opt & elem, "elementwise/reduction chains", "fuse them into a few kernels with torch.compile",
          Fix("compile", label="torch.compile")),
-        (~in_opt & ~elem, "many small launches",
+        (~in_opt & ~elem & ~long, "many small launches",
          "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) so it "
          "launches once, or batch the small tensors into larger ones", Fix("cuda_graph", label="CUDA graph")),
+        (~in_opt & ~elem & long, "slow dispatch of longer work",
+         "the host spends this time inside these operators before their work reaches the GPU (record with "
+         "with_stack=True to see the lines): make that host work cheaper, or capture the step in a CUDA graph "
+         "so it is not repeated", Fix("cuda_graph", label="CUDA graph")),
     ):
         if mask.any():
             names = top_ops(mask)

@@ -17,11 +17,11 @@ from proflab.analysis.memory import MemoryAnalysis
 from proflab.rules._common import with_try
 from proflab.model.findings import Finding
 
-__all__ = ["memory_rules", "rank_memory", "LEAK_MIN_MB_PER_STEP", "FRAG_MIN_PCT", "FRAG_MIN_MB", "OOM_WARN_PCT"]
+__all__ = ["memory_rules", "rank_memory", "LEAK_MIN_MIB_PER_STEP", "FRAG_MIN_PCT", "FRAG_MIN_MIB", "OOM_WARN_PCT"]
 
-LEAK_MIN_MB_PER_STEP = 1.0  # below this per step a trend is noise (caches, a lazily built state)
+LEAK_MIN_MIB_PER_STEP = 1.0  # below this per step a trend is noise (caches, a lazily built state)
 FRAG_MIN_PCT = 20.0  # reserved but unallocated, as a share of reserved at the peak
-FRAG_MIN_MB = 256.0
+FRAG_MIN_MIB = 256.0
 OOM_WARN_PCT = 90.0  # peak reserved over device memory
 OOM_CRIT_PCT = 97.0
 _SEV = {"critical": 0, "warning": 1, "info": 2}
@@ -54,7 +54,7 @@ def _r(x: float | None, nd: int = 1) -> float | None:
 
 
 def _top_ops(rows: list[dict[str, Any]], n: int = 3) -> list[str]:
-    return [f"{allocation_label(r)}: {r['mb']:.1f} MB" for r in rows[:n]]
+    return [f"{allocation_label(r)}: {r['mib']:.1f} MiB" for r in rows[:n]]
 
 
 def _memory_finding(category: str, dev: int, severity: str, title: str, evidence: dict[str, Any], fix: str,
@@ -91,20 +91,20 @@ def _leak(d: dict[str, Any], steps: list[dict[str, Any]]) -> Finding | None:
     """Allocated memory left after each step grows step over step."""
     if len(steps) < 3:
         return None
-    end = np.array([s["end_allocated_mb"] for s in steps], dtype=float)
+    end = np.array([s["end_allocated_mib"] for s in steps], dtype=float)
     diffs = np.diff(end)
     rate = float(np.polyfit(np.arange(len(end)), end, 1)[0])
     # steady growth: no step gives back more than the noise, and at most one in four stays flat
-    if rate < LEAK_MIN_MB_PER_STEP or (diffs < -LEAK_MIN_MB_PER_STEP).any() or (diffs <= 0).sum() > len(diffs) // 4:
+    if rate < LEAK_MIN_MIB_PER_STEP or (diffs < -LEAK_MIN_MIB_PER_STEP).any() or (diffs <= 0).sum() > len(diffs) // 4:
         return None
     # the growth must be memory the steps keep: allocated in a step and never freed in the
     # window (the last step's tensors may simply not have been freed yet, so it is left out);
     # a loop whose shapes grow raises the level after each step without keeping anything
-    kept_mb = [s.get("never_freed_mb") or 0.0 for s in steps[:-1]]
-    if not kept_mb or float(np.mean(kept_mb)) < 0.5 * rate:
+    kept_mib = [s.get("never_freed_mib") or 0.0 for s in steps[:-1]]
+    if not kept_mib or float(np.mean(kept_mib)) < 0.5 * rate:
         return None
-    total = d.get("device_memory_mb")
-    peak = d["peak_allocated_mb"]
+    total = d.get("device_memory_mib")
+    peak = d["peak_allocated_mib"]
     until = None if not total else int((total - peak) / rate)
     sev = "warning" if until is None or until > 1000 else "critical"
     dev = d["device"]
@@ -113,16 +113,16 @@ def _leak(d: dict[str, Any], steps: list[dict[str, Any]]) -> Finding | None:
         "device": dev,
         "growth_mb_per_step": _r(rate, 3),
         "steps": len(steps),
-        "never_freed_per_step_mb": [_r(x, 3) for x in kept_mb],
-        "allocated_after_each_step_mb": [_r(x, 3) for x in end],
-        "peak_allocated_mb": peak,
-        "device_memory_mb": total,
+        "never_freed_per_step_mib": [_r(x, 3) for x in kept_mib],
+        "allocated_after_each_step_mib": [_r(x, 3) for x in end],
+        "peak_allocated_mib": peak,
+        "device_memory_mib": total,
         "device_memory_source": d.get("device_memory_source"),
         "steps_until_device_full": until,
         "retained_never_freed": (d.get("retained_never_freed") or [])[:5],
     }
     title = (
-        f"GPU {dev}: allocated memory grows {rate:.1f} MB per step ({end[0]:.0f} -> {end[-1]:.0f} MB after "
+        f"GPU {dev}: allocated memory grows {rate:.1f} MiB per step ({end[0]:.0f} -> {end[-1]:.0f} MiB after "
         f"{len(steps)} steps)"
         + (f"; the device is full in about {until} steps" if until is not None else "; device memory unknown: steps until full missing")
     )
@@ -143,28 +143,28 @@ def _leak(d: dict[str, Any], steps: list[dict[str, Any]]) -> Finding | None:
 def _fragmentation(d: dict[str, Any]) -> Finding | None:
     """Reserved memory far above what is allocated at the peak: the caching allocator holds
     blocks it cannot reuse for the sizes asked."""
-    res, alloc = d["reserved_at_peak_mb"], d["peak_allocated_mb"]
+    res, alloc = d["reserved_at_peak_mib"], d["peak_allocated_mib"]
     unused = res - alloc
-    if not res or unused < FRAG_MIN_MB or 100 * unused / res < FRAG_MIN_PCT:
+    if not res or unused < FRAG_MIN_MIB or 100 * unused / res < FRAG_MIN_PCT:
         return None
     g = d.get("reserved_growth_with_free_cache") or {}
     dev = d["device"]
     ev = {
         "device": dev,
-        "peak_allocated_mb": alloc,
-        "reserved_at_peak_mb": res,
-        "reserved_unused_at_peak_mb": _r(unused, 3),
+        "peak_allocated_mib": alloc,
+        "reserved_at_peak_mib": res,
+        "reserved_unused_at_peak_mib": _r(unused, 3),
         "reserved_unused_pct": _r(100 * unused / res),
         "reserved_growth_with_free_cache": g,
-        "device_memory_mb": d.get("device_memory_mb"),
+        "device_memory_mib": d.get("device_memory_mib"),
     }
     grew = (
-        f"; {g['events']} times it reserved more although its cache held enough free bytes ({g['reserved_added_mb']:.0f} MB added)"
+        f"; {g['events']} times it reserved more although its cache held enough free bytes ({g['reserved_added_mib']:.0f} MiB added)"
         if g.get("events")
         else ""
     )
     title = (
-        f"GPU {dev}: {unused:.0f} MB reserved but unallocated at the peak ({100 * unused / res:.0f}% of {res:.0f} MB reserved)"
+        f"GPU {dev}: {unused:.0f} MiB reserved but unallocated at the peak ({100 * unused / res:.0f}% of {res:.0f} MiB reserved)"
         + grew
     )
     fix = (
@@ -183,14 +183,14 @@ def _fragmentation(d: dict[str, Any]) -> Finding | None:
 
 def _headroom(d: dict[str, Any], a: MemoryAnalysis, *, leaking: bool = False) -> Finding | None:
     """Peak against device memory: how close to OOM, or how much larger a batch would fit."""
-    total = d.get("device_memory_mb")
+    total = d.get("device_memory_mib")
     dev = d["device"]
     if not total:
         return None
-    res = d["peak_reserved_mb"]
-    pk = d["peak_allocated_mb"]
+    res = d["peak_reserved_mib"]
+    pk = d["peak_allocated_mib"]
     used_pct = 100 * res / total
-    cats = d.get("by_category_mb") or {}
+    cats = d.get("by_category_mib") or {}
     scal = sum(cats.get(k, 0.0) or 0.0 for k in ("activation", "temporary"))
     fixed = pk - scal
     dom = d.get("dominant_category")
@@ -199,35 +199,35 @@ def _headroom(d: dict[str, Any], a: MemoryAnalysis, *, leaking: bool = False) ->
     tops = _top_ops(d.get("top_allocations") or [])
     ev: dict[str, Any] = {
         "device": dev,
-        "peak_allocated_mb": pk,
-        "peak_reserved_mb": res,
-        "device_memory_mb": total,
+        "peak_allocated_mib": pk,
+        "peak_reserved_mib": res,
+        "device_memory_mib": total,
         "device_memory_source": d.get("device_memory_source"),
         "peak_reserved_pct_of_device": _r(used_pct, 2),
         "peak_phase": d.get("peak_phase"),
         "peak_step": d.get("peak_step"),
         "dominant_category": dom,
-        "by_category_mb": cats,
+        "by_category_mib": cats,
         "largest_at_peak": (d.get("top_allocations") or [])[:5],
     }
     factor = None
     if scal > 0:
         overhead = max(res - pk, 0.0)
         factor = (0.9 * total - overhead - fixed) / scal
-        ev["batch_scaling_mb"] = _r(scal, 3)
-        ev["fixed_mb"] = _r(fixed, 3)
+        ev["batch_scaling_mib"] = _r(scal, 3)
+        ev["fixed_mib"] = _r(fixed, 3)
         ev["batch_fits_x"] = _r(factor, 2)
     if leaking:
         factor = None  # the peak is not steady: no batch size fits for long
     if used_pct >= OOM_WARN_PCT:
         sev = "critical" if used_pct >= OOM_CRIT_PCT else "warning"
         title = (
-            f"GPU {dev}: the peak reserves {res:.0f} of {total:.0f} MB ({used_pct:.1f}%): close to out-of-memory; "
+            f"GPU {dev}: the peak reserves {res:.0f} of {total:.0f} MiB ({used_pct:.1f}%): close to out-of-memory; "
             f"{dom_txt or 'unknown'} holds the most, the peak is in the {d.get('peak_phase')}"
         )
     else:
         sev = "info"
-        title = f"GPU {dev}: peak {pk:.0f} MB allocated, {res:.0f} MB reserved of {total:.0f} MB ({used_pct:.1f}%)" + (
+        title = f"GPU {dev}: peak {pk:.0f} MiB allocated, {res:.0f} MiB reserved of {total:.0f} MiB ({used_pct:.1f}%)" + (
             f"; a batch about {factor:.1f}x larger would fit" if factor and factor > 1
             else "; it grows every step (memory_leak): no larger batch is safe" if leaking else ""
         ) + (f"; {dom_txt} holds the most, the peak is in the {d.get('peak_phase')}" if dom else "")

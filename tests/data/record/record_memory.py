@@ -216,7 +216,7 @@ def record(name, out_dir, snapshot=False):
     _sync()
     truth = {"workload": name, "active_steps": ACTIVE, "with_stack": bool(opts.get("with_stack"))}
     if DEV == "cuda":
-        truth["memory_allocated_before_mb"] = torch.cuda.memory_allocated() / MB
+        truth["memory_allocated_before_mib"] = torch.cuda.memory_allocated() / MB
         torch.cuda.reset_peak_memory_stats()
     if snapshot and DEV == "cuda":
         torch.cuda.memory._record_memory_history(max_entries=4000, stacks="python")
@@ -234,13 +234,13 @@ def record(name, out_dir, snapshot=False):
     prof.stop()
     _sync()
     if DEV == "cuda":
-        truth["max_memory_allocated_mb"] = torch.cuda.max_memory_allocated() / MB
-        truth["max_memory_reserved_mb"] = torch.cuda.max_memory_reserved() / MB
-        truth["memory_allocated_after_step_mb"] = end_alloc
+        truth["max_memory_allocated_mib"] = torch.cuda.max_memory_allocated() / MB
+        truth["max_memory_reserved_mib"] = torch.cuda.max_memory_reserved() / MB
+        truth["memory_allocated_after_step_mib"] = end_alloc
         props = torch.cuda.get_device_properties(0)
         free, total = torch.cuda.mem_get_info()
-        truth["device_total_memory_mb"] = props.total_memory / MB
-        truth["mem_get_info_total_mb"] = total / MB
+        truth["device_total_memory_mib"] = props.total_memory / MB
+        truth["mem_get_info_total_mib"] = total / MB
         truth["device_name"] = props.name
     if snapshot and DEV == "cuda":
         snap = os.path.join(out_dir, f"{name}.snapshot.pickle")
@@ -269,8 +269,8 @@ def record(name, out_dir, snapshot=False):
         step(BARE_WARMUP + i)
         _sync()
         if DEV == "cuda":
-            peaks.append({"allocated_mb": torch.cuda.max_memory_allocated() / MB,
-                          "reserved_mb": torch.cuda.max_memory_reserved() / MB})
+            peaks.append({"allocated_mib": torch.cuda.max_memory_allocated() / MB,
+                          "reserved_mib": torch.cuda.max_memory_reserved() / MB})
     truth["per_step_peak_unprofiled"] = peaks
 
     # collection cost: bare, light profiler, light profiler + profile_memory (same steps)

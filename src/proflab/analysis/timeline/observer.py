@@ -22,6 +22,13 @@ The model, per step (medians over the trace's GPU-side steps):
 ``unprofiled host`` ``host_work - cost``, never below what an unprofiled eager step costs at
                least (about 1 us of dispatch per operator and 2.5 us per launch).
 
+The profiler's cost scales with the events it records, so it is bounded where they are: time
+in work that launches nothing (``host_only_spans``: a DataLoader's ``__next__``, a stretch
+outside any operator) gives back at most the cost of the events recorded inside it, and
+the rest of the step the cost of its own. A 27 ms ``__next__`` recording 44 events is 27 ms
+of real work at any per-event cost; a subtraction over the whole step could take it for the
+profiler's where the step records many events elsewhere.
+
 The host leaves the GPU idle per step by ``max(0, unprofiled host - gpu_work)``; a finding
 about host or launch overhead states that excess at the *conservative* end (the largest
 plausible profiler cost), so it survives the correction. A measured unprofiled step time
@@ -125,9 +132,9 @@ class Observer:
 
 
 def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame,
-            bare_step_ms: float | None = None) -> Observer | None:
+            bare_step_ms: float | None = None, host_only: pl.DataFrame | None = None) -> Observer | None:
     """The observer model of one trace (see the module doc); None without GPU-side steps."""
-    return from_steps(step_figures(trace, step_table, blocking, launches), bare_step_ms)
+    return from_steps(step_figures(trace, step_table, blocking, launches, host_only), bare_step_ms)
 
 
 def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None) -> Observer | None:
@@ -156,9 +163,12 @@ def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None)
     )
 
 
-def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame | None:
+def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame,
+                 host_only: pl.DataFrame | None = None) -> pl.DataFrame | None:
     """The observer model's figures per GPU-side step and device (ns, counts, ms as named;
-    the host's figures are the step's, on every device's row); None without GPU-side steps."""
+    the host's figures are the step's, on every device's row); None without GPU-side steps.
+    ``host_only`` (``host_only_spans``) bounds the profiler's cost where the host did work
+    that launches nothing (see the module doc)."""
     gs = step_table.filter(pl.col("side") == "gpu") if step_table.height else step_table
     if gs.height == 0:
         return None
@@ -170,22 +180,63 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
     host = trace.cpu.select(
         "start_ns", (pl.col("cat") == "python_function").alias("python")
     ).filter(pl.col("python") | trace.cpu.get_column("cat").is_in(_HOST_EVENTS))
-    events, python = _counts_per_step(host["start_ns"].to_numpy(), host["python"].to_numpy(), lo, hi)
-    del host
+    t, py = host["start_ns"].to_numpy(), host["python"].to_numpy()
+    events, python = _counts_per_step(t, py, lo, hi)
     n = len(lo)
     launch_n = np.bincount(_step_of(launches["launch_start_ns"].to_numpy(), lo, hi), minlength=n + 1)[:n]
 
     blocked = _blocked_ns(blocking, launches, lo, hi)
     host_work = np.maximum((hi - lo) - blocked, 0) / 1e6
-    floor = (events * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
-    cost_lo = (events * EVENT_COST_US[0] + python * PYTHON_COST_US[0]) / 1e3
-    cost_hi = (events * EVENT_COST_US[1] + python * PYTHON_COST_US[1]) / 1e3
+    # work that launches nothing on the steps' own threads, and the events recorded inside it
+    quiet_ms, events_q, python_q = _quiet_per_step(trace, host, host_only, lo, hi)
+    del host, t, py
+    quiet_ms = np.minimum(quiet_ms, host_work)
+    events_r, python_r = events - events_q, python - python_q
+    floor = (events_r * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
+
+    def cost(ev, pyf, end: int) -> np.ndarray:
+        return (ev * EVENT_COST_US[end] + pyf * PYTHON_COST_US[end]) / 1e3
+
+    def unprofiled(end: int) -> np.ndarray:
+        # each part gives back at most its own events' cost: the quiet part down to nothing,
+        # the rest down to what an unprofiled eager step costs
+        return (np.maximum(quiet_ms - cost(events_q, python_q, end), 0)
+                + np.maximum(host_work - quiet_ms - cost(events_r, python_r, end), floor))  # fmt: skip
+
     host_side = pl.DataFrame({
         "step": steps["step"], "host_work_ms": host_work, "events": events, "python": python, "launches": launch_n,
-        "cost_lo_ms": cost_lo, "cost_hi_ms": cost_hi,
-        "unprofiled_lo_ms": np.maximum(host_work - cost_hi, floor), "unprofiled_hi_ms": np.maximum(host_work - cost_lo, floor),
+        "cost_lo_ms": cost(events, python, 0), "cost_hi_ms": cost(events, python, 1),
+        "unprofiled_lo_ms": unprofiled(1), "unprofiled_hi_ms": unprofiled(0),
     })
     return gs.select("step", "device", "dur_ns", "busy_ns").join(host_side, on="step", how="left", maintain_order="left")
+
+
+def _quiet_per_step(trace: Trace, host: pl.DataFrame, host_only: pl.DataFrame | None, lo: np.ndarray,
+                    hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step (``lo``/``hi``): the time (ms) the threads holding the steps' ranges spent in
+    work that launches nothing (``host_only``), and the host events and Python frames
+    recorded inside it (of ``host``: start_ns, python, in the trace's host table's order)."""
+    n = len(lo)
+    zero = np.zeros(n, dtype=np.int64)
+    if host_only is None or host_only.height == 0:
+        return np.zeros(n), zero, zero
+    own = trace.cpu.filter(pl.col("name").str.starts_with("ProfilerStep#"))["tid"].drop_nulls().unique()
+    if own.len() == 0:  # step ranges of no thread (an export's NVTX): the thread that launched most
+        own = trace.cpu.filter(pl.col("cat").is_in(_HOST_EVENTS[2:]))["tid"].drop_nulls().mode().head(1)
+    spans = host_only.filter(pl.col("tid").is_in(own.implode()))
+    if spans.height == 0:
+        return np.zeros(n), zero, zero
+    # (one thread's spans, or few: their union in plain time)
+    quiet = IntervalSet.from_spans(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy())
+    t = host["start_ns"].to_numpy()
+    inside = quiet.covered_within(t, t + 1) > 0
+    inside &= trace.cpu.filter(pl.col("cat").is_in(_HOST_EVENTS) | (pl.col("cat") == "python_function"))[
+        "tid"].is_in(own.implode()).fill_null(False).to_numpy()  # fmt: skip
+    k = _step_of(t[inside], lo, hi)
+    py = host["python"].to_numpy()[inside]
+    ev_q = np.bincount(k[~py], minlength=n + 1)[:n]
+    py_q = np.bincount(k[py], minlength=n + 1)[:n]
+    return quiet.covered_within(lo, hi) / 1e6, ev_q, py_q
 
 
 def _counts_per_step(t: np.ndarray, flag: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -303,14 +354,67 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame |
     quiet = pl.Series(np.concatenate(quiet))
     quiet = quiet.filter(cpu.get_column("cat").gather(quiet) == "user_annotation")
     quiet = _not_framework(cpu.get_column("name"), quiet)
-    quiet = cpu.select(pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns"))
     tid, t0 = clock.unkey(gs)
-    bare = pl.DataFrame({"tid": tid, "name": pl.Series(["(outside operators)"] * gs.size, dtype=pl.String), "start_ns": t0, "end_ns": t0 + (ge - gs)})
+    tid, t0, t1 = _not_waiting(cpu, quiet.to_numpy(), lt["tid"].unique(), tid, t0, t0 + (ge - gs))
+    quiet = cpu.select(pl.col("tid", "name", "start_ns").gather(quiet), (pl.col("start_ns") + pl.col("dur_ns")).gather(quiet).alias("end_ns"))
+    bare = pl.DataFrame({"tid": tid, "name": pl.Series(["(outside operators)"] * t0.size, dtype=pl.String), "start_ns": t0, "end_ns": t1})
     return (
         pl.concat([quiet.cast({"tid": pl.Int64}), bare.cast({"tid": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64})])
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .sort("start_ns", "tid", maintain_order=True)
     )
+
+
+def _not_waiting(cpu: pl.DataFrame, quiet: np.ndarray, launching: pl.Series, tid: np.ndarray, t0: np.ndarray,
+                 t1: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The stretches outside a thread's events (``tid``, ``t0``, ``t1``) less the time another
+    thread that launches GPU work was inside a recorded event other than an annotation that
+    launched nothing (``quiet``: rows of ``cpu``), in pieces of at least QUIET_STRETCH_NS.
+    A thread that records nothing while another dispatches is waiting on it, not working:
+    the main thread inside ``loss.backward()`` while autograd's thread runs the backward
+    (2-3 ms a step of a CNN's), autograd's thread while the main one runs the forward. Only
+    time when no dispatching thread records work is the program's own (a thread's own
+    events never overlap its stretches, so the union of all dispatching threads' serves).
+    The events are read a chunk at a time, and only those over a stretch are kept."""
+    if t0.size == 0 or launching.len() == 0:
+        return tid, t0, t1
+    windows = IntervalSet.from_spans(t0, t1)
+    rows = cpu.select((_HOST_ROWS & pl.col("tid").is_in(launching.implode())).arg_true().alias("row"))["row"].to_numpy()
+    if quiet.size:
+        rows = rows[~np.isin(rows, quiet)]
+    starts, durs = cpu.get_column("start_ns"), cpu.get_column("dur_ns")
+    cs, ce = [], []
+    for i, j in _chunks(rows.size):
+        s = _gathered(starts, rows[i:j])
+        e = s + _gathered(durs, rows[i:j])
+        over = windows.covered_within(s, e) > 0
+        cs.append(s[over])
+        ce.append(e[over])
+    busy = IntervalSet.from_spans(np.concatenate(cs), np.concatenate(ce))
+    if quiet.size:  # (the operators inside an annotation that launched nothing are its work: a collate's)
+        q0 = _gathered(starts, quiet)
+        quiet_set = IntervalSet.from_spans(q0, q0 + _gathered(durs, quiet))
+        _, b0, b1 = _uncovered(busy.starts, busy.ends, quiet_set)
+        busy = IntervalSet(b0, b1)
+    at, p0, p1 = _uncovered(t0, t1, busy)
+    keep = p1 - p0 >= QUIET_STRETCH_NS
+    return tid[at][keep], p0[keep], p1[keep]
+
+
+def _uncovered(t0: np.ndarray, t1: np.ndarray, cover: IntervalSet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The pieces of spans [t0, t1) that ``cover`` leaves uncovered: each piece's span index
+    and its bounds (ns), in span order."""
+    if len(cover) == 0 or t0.size == 0:
+        return np.arange(t0.size), t0, t1
+    fs, fe = cover.gaps(int(t0.min()), int(t1.max()))
+    a = np.searchsorted(fe, t0, side="right")  # the first uncovered span ending past t0
+    b = np.searchsorted(fs, t1, side="left")  # past the last one starting before t1
+    n = np.maximum(b - a, 0)
+    at = np.repeat(np.arange(t0.size), n)
+    k = np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n) + np.repeat(a, n)
+    p0, p1 = np.maximum(t0[at], fs[k]), np.minimum(t1[at], fe[k])
+    ok = p1 > p0
+    return at[ok], p0[ok], p1[ok]
 
 
 def host_reach(cpu: pl.DataFrame) -> pl.DataFrame:

@@ -37,12 +37,13 @@ figures it uses are stated here, not tuned per trace:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 
 from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph
 from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
+from proflab.model.findings import FIX_KINDS as KINDS
+from proflab.model.findings import Fix
 
 __all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS"]
 
@@ -60,55 +61,27 @@ LIBRARY_KERNEL = (
     r"(?i)gemm|nvjet|cutlass|xmma|cublas|sgemm|hgemm|matmul|conv|cudnn|fmha|flash|attention|sdpa|nccl|"
     r"multi_tensor_apply|fused_adam|fused_sgd|Fused|memcpy|memset|splitK|cub::|radix|sort|scan|embedding_backward"
 )
-KINDS = ("remove_syncs", "remove_host_work", "fuse_optimizer", "compile", "cuda_graph", "speed_ops", "pin_copies",
-         "prefetch_copies", "allocator", "compress_comm")  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Fix:
-    """One change to replay. ``target`` selects what it acts on (by kind: sync call names
-    joined by "|", ``loader``/``quiet``/``all``, a kernel-name pattern); ``factor`` scales
-    durations (``speed_ops``); ``rate_gbps`` is the pinned copy rate (``pin_copies``)."""
-
-    kind: str
-    target: str = ""
-    factor: float = 1.0
-    rate_gbps: float = 0.0
-    label: str = ""
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown fix {self.kind!r}")
-
-    @property
-    def assumption(self) -> str:
-        return {
-            "remove_syncs": "the synchronising calls stop waiting; the host's work after them then overlaps the GPU's",
-            "remove_host_work": "the host work that launches nothing leaves the training loop (workers, another process)",
-            "fuse_optimizer": "the optimizer updates all parameters with a few multi-tensor kernels",
-            "compile": "elementwise chains fuse into one kernel each, launched from generated code",
-            "cuda_graph": "the step's launches replay from one CUDA graph",
-            "speed_ops": f"the selected kernels take {self.factor:.2f}x their time",
-            "pin_copies": f"pageable copies run at {self.rate_gbps:.0f} GB/s and no longer hold the host",
-            "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",
-            "allocator": "no cudaFree or slow cudaMalloc inside the loop",
-            "compress_comm": f"collectives carry {self.factor:g}x their bytes, and cast them both ways at {self.rate_gbps:.0f} GB/s",
-        }[self.kind]
 
 
 def _names(g: StepGraph, pattern: str) -> np.ndarray:
-    """Which operations' names match ``pattern`` (once per distinct name). The names stay
-    Python strings: a fixed-width copy of them (``astype(str)``) is the longest kernel name
-    times their count, 70 MB and a sort's as much again on a 0.5 GB trace's part."""
-    rx, seen = re.compile(pattern), {}
+    """Which operations' names match ``pattern`` (once per distinct name)."""
+    uniq, inv = _distinct_names(g)
+    hit = np.array([bool(re.search(pattern, u)) for u in uniq], dtype=bool)
+    return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
 
-    def hit(name: str) -> bool:
-        got = seen.get(name)
-        if got is None:
-            got = seen[name] = name is not None and bool(rx.search(name))
-        return got
 
-    return np.fromiter((hit(n) for n in g.op_name), dtype=bool, count=g.op_name.size)
+def _distinct_names(g: StepGraph) -> tuple[list[str], np.ndarray]:
+    """The graph's distinct operation names and each operation's index among them, found once
+    a graph by a dictionary of the names: ``np.unique`` of the names as fixed-width text held
+    4 bytes a character of the longest name for every operation (a 0.5 GB trace's part of
+    100 k kernels: 130 MiB, the peak of its whole analysis)."""
+    got = g.__dict__.get("_distinct_names")  # (kept on the graph: a fix asks several times a replay)
+    if got is None:
+        seen: dict[str, int] = {}
+        inv = np.fromiter((seen.setdefault("" if x is None else str(x), len(seen)) for x in g.op_name), dtype=np.int64,
+                          count=len(g.op_name))
+        got = g.__dict__["_distinct_names"] = (list(seen), inv)
+    return got
 
 
 def _library(g: StepGraph) -> np.ndarray:

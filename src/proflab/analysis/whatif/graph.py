@@ -199,7 +199,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     call_dur = calls["dur_ns"].to_numpy().astype(np.int64)
     call_end = call_start + call_dur
     call_tid = calls["tid"].to_numpy()
-    names = calls["name"].to_numpy()
+    names = calls["name"].fill_null("").to_numpy()  # (a call whose name an export lost: no name)
     corr = calls["correlation"].fill_null(-1).to_numpy()
 
     # the operations, each tied to its call by correlation id
@@ -362,12 +362,18 @@ def _middle(graphs: list[StepGraph]) -> list[StepGraph]:
     return graphs[best[0] : best[1]]
 
 
-def concat(graphs: list[StepGraph]) -> StepGraph | None:
+def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph | None:
     """One step graph of a trace analysed in consecutive parts, from the parts' graphs: their
     calls and operations in order, the work before each part's first call measured from the
-    part before's last (what a whole analysis replays, of the same steps); of the parts in
-    the middle whose calls stay within ``MAX_CALLS``, as a whole analysis bounds its replay."""
-    graphs = [g for g in graphs if g is not None and g.n_calls]
+    part before's last (what a whole analysis replays, of the same steps). ``parts``: each
+    graph's part number, where some parts' graphs were left out (``report.combine`` keeps a
+    spread of them within the memory budget): a part after one left out keeps its own first
+    stretch of work, measured from its own first event. Of the graphs, those in the middle
+    whose calls stay within ``MAX_CALLS``, as a whole analysis bounds its replay."""
+    parts = list(range(len(graphs))) if parts is None else parts
+    kept = [(g, i) for g, i in zip(graphs, parts) if g is not None and g.n_calls]
+    graphs = [g for g, _ in kept]
+    number = {id(g): i for g, i in kept}
     if not graphs:
         return None
     device = max({g.device for g in graphs}, key=lambda d: sum(g.op_dur.sum() for g in graphs if g.device == d))
@@ -382,6 +388,8 @@ def concat(graphs: list[StepGraph]) -> StepGraph | None:
     events, python = cat("work_events").copy(), cat("work_python").copy()
     loader, quiet = cat("work_loader").copy(), cat("work_quiet").copy()
     for g, prev, at in zip(graphs[1:], graphs[:-1], call_off[1:]):
+        if number[id(g)] != number[id(prev)] + 1:
+            continue  # (the part before it was left out: its own first stretch stands)
         reach = int((prev.call_start + prev.call_dur).max())
         work[at] = max(int(g.call_start[0]) - reach, 0)
         events[at] += prev.tail[0]
