@@ -37,6 +37,7 @@ class Report:
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
     energy: dict[str, Any] | None = None  # the run directory's proflab.energy/1 document (analyze RUN_DIR)
     memory: dict[str, Any] | None = None  # GPU memory (analysis.memory), when the trace records allocations
+    perf: dict[str, Any] | None = None  # where the FLOPs go (analysis.perf): operators against the roofline, MFU
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +58,7 @@ class Report:
             "kernel_verdicts": list(self.verdicts),
             **({"energy": self.energy} if self.energy is not None else {}),
             **({"memory": self.memory} if self.memory is not None else {}),
+            **({"perf": self.perf} if self.perf is not None else {}),
         }
 
 
