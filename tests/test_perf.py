@@ -162,7 +162,7 @@ def test_report_section_ranks_where_a_better_kernel_pays(perfs):
     assert d["coverage"]["modelled_pct"] == 100.0
     classes = {c["class"]: c for c in d["classes"]}
     conv = classes["conv"]
-    assert conv["bound"] == "compute" and conv["roof"] == "BF16 tensor 989.0 TFLOPS" and conv["roof_unit"] == "TFLOPS"
+    assert conv["bound"] == "compute" and conv["roof"] == "BF16 tensor 989 TFLOPS" and conv["roof_unit"] == "TFLOPS"
     assert conv["achieved_tflops"] == pytest.approx(conv["exec_flops"] / conv["time_ms"] / 1e9, rel=1e-3)
     assert conv["lost_ms"] == pytest.approx(conv["time_ms"] - conv["ideal_ms"], abs=0.002)
     bn = classes["norm"]
@@ -424,3 +424,74 @@ def test_cpu_checkpointed_block_is_recomputation_not_model_flops(tmp_path):
     (row,) = p.steps.iter_rows(named=True)
     assert row["exec_flops"] - row["model_flops"] >= fwd
     assert by_op["aten::addmm"] == 2 * fwd  # (flop_counter counts what ran: the forward twice)
+
+
+# -- the section in every renderer, and the roofline -----------------------------------------------
+
+HOSTILE = "[bold red]x[/] <script>alert(1)</script> a|b `tick`\nINJECTED"
+
+
+def _hostile_report():
+    import dataclasses
+
+    r = proflab.analyze(GAINS / "gpt_char.base.shapes.pt.trace.json.gz")
+    p = json.loads(json.dumps(r.perf))
+    p["top_ops"][0]["signature"] = HOSTILE
+    p["unmodelled"][0]["op"] = HOSTILE
+    return dataclasses.replace(r, perf=p)
+
+
+def test_terminal_and_markdown_show_the_section(capsys):
+    from proflab.render import render
+
+    r = _hostile_report()
+    text = render([r], "term", width=80)
+    assert "Where the FLOPs go" in text and "MFU 5.8%, HFU 5.5% of BF16 989 TFLOPS" in " ".join(text.split())
+    assert "gemm" in text and "where a better kernel pays" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "[bold red]x[/]" in text  # literal
+    assert not any(line.lstrip().startswith("INJECTED") for line in text.splitlines())  # a name's newline starts no line
+    md = render([r], "md")
+    assert "## Where the FLOPs go" in md and "| gemm |" in md
+    assert "<script>" not in md and "\\[bold red\\]" in md
+
+
+def test_html_inlines_the_roofline_with_names_escaped():
+    from proflab.render.html import render_html
+
+    page = render_html([_hostile_report()])
+    assert page.count('aria-label="roofline of the operators"') == 1 and "Where the FLOPs go" in page
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+
+
+def test_analyze_writes_the_roofline_svg(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    from proflab.cli import main
+
+    out = tmp_path / "roof.svg"
+    assert main(["analyze", str(GAINS / "cnn_loader.base.shapes.pt.trace.json.gz"), "--roofline", str(out), "-f", "json",
+                 "-o", str(tmp_path / "r.json")]) == 0
+    svg = ET.parse(out).getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in svg.iter(f"{ns}text")]
+    assert "HBM 4,800 GB/s" in texts and "BF16 989 TFLOPS" in texts
+    assert {"conv", "norm", "gemm"} <= set(texts)  # the classes, labelled
+    doc = json.loads((tmp_path / "r.json").read_text())
+    points = [c for c in doc["perf"]["classes"] + doc["perf"]["top_ops"] if c["achieved_tflops"] and c["intensity_flop_per_byte"]]
+    assert len(list(svg.iter(f"{ns}circle"))) == len(points)
+    assert main(["analyze", str(GAINS / "cnn_loader.base.shapes.pt.trace.json.gz"), "--roofline", str(tmp_path / "r.png")]) == 2
+
+
+def test_compare_shows_each_class_tflops_before_and_after():
+    """The fp32 MLP with its shapes, against itself and against its TF32 fix (recorded without
+    shapes: its classes' time is there, their TFLOPS not)."""
+    base = GAINS / "tf32_mlp.base.shapes.pt.trace.json.gz"
+    same = proflab.compare(base, base).to_dict()["perf"]
+    gemm = {r["class"]: r for r in same["classes"]}["gemm"]
+    assert gemm["before_tflops"] == gemm["after_tflops"] and 40 < gemm["before_tflops"] < 67 and gemm["tflops_change_pct"] == 0.0
+    assert same["mfu_pct"]["before"] == same["mfu_pct"]["after"] > 50
+    fixed = proflab.compare(base, GAINS / "tf32_mlp.tf32.pt.trace.json.gz").to_dict()["perf"]
+    gemm = {r["class"]: r for r in fixed["classes"]}["gemm"]
+    assert gemm["after_tflops"] is None and gemm["after_ms_per_step"] < gemm["before_ms_per_step"] / 5
+    assert fixed["mfu_pct"]["after"] is None

@@ -38,7 +38,7 @@ from proflab.analysis.perf._formulas import CLASSES, MATRIX_CLASSES, Cost, causa
 from proflab.analysis.perf.table import OP_SCHEMA, UNMODELLED_SCHEMA, OperatorTable, operator_table
 
 __all__ = ["CLASSES", "MATRIX_CLASSES", "Cost", "Counted", "Perf", "causal_fraction", "combined", "cost", "counted_from", "op_class",
-           "operator_table", "perf_for", "perf_of", "roofline_rows", "OP_SCHEMA", "UNMODELLED_SCHEMA", "TOP_OPS"]
+           "operator_table", "perf_for", "perf_of", "OP_SCHEMA", "UNMODELLED_SCHEMA", "TOP_OPS"]
 
 TOP_OPS = 15
 _TORCH_DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32", "torch.float64": "fp64",
@@ -88,9 +88,10 @@ class Perf:
     """The operator performance model of one trace. ``ops``: the modelled operator calls
     summed per signature (operator, input shapes, dtype) and step (``_KEYS``: with their roof,
     ``peak_flops`` FLOP/s, and bound; the sums ``count``, ``kernels``, ``gpu_ns``, ``flops``,
-    ``exec_flops``, ``bytes``, ``ideal_ns``, ``lost_ns``); ``unmodelled``: GPU time no modelled operator holds; ``steps``: per step,
-    ``model_flops``, ``exec_flops``, ``step_ns`` (GPU-side) and ``mfu_pct``/``hfu_pct``.
-    ``missing``: why FLOPs, peaks or steps are not there (empty when they are)."""
+    ``exec_flops``, ``bytes``, ``ideal_ns``, ``lost_ns``); ``unmodelled``: GPU time no
+    modelled operator holds; ``steps``: per step, ``model_flops``, ``exec_flops``,
+    ``step_ns`` (GPU-side) and ``mfu_pct``/``hfu_pct``. ``missing``: why FLOPs, peaks or
+    steps are not there (empty when they are)."""
 
     ops: pl.DataFrame  # the calls per signature and step (``_aggregate``)
     unmodelled: pl.DataFrame
@@ -114,7 +115,8 @@ class Perf:
     def top(self, n: int = TOP_OPS) -> pl.DataFrame:
         """The operators (name, input shapes, dtype) that lose the most time to their roof."""
         s = _summary(self.ops, ["signature", "op", "cls"], self.kernel_ns, self._hbm)
-        return s.sort(pl.col("lost_ns").fill_null(-1), "time_ns", descending=True).head(n)
+        return s.sort([pl.col("lost_ns").fill_null(-1), "time_ns", pl.col("flops").fill_null(-1), "signature"],
+                      descending=[True, True, True, False]).head(n)
 
     @property
     def _hbm(self) -> float | None:
@@ -213,6 +215,11 @@ def _row_dict(r: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _number_text(x: pl.Expr) -> pl.Expr:
+    """989.0 as "989", 1307.4 as "1307.4": a datasheet figure as the datasheet writes it."""
+    return pl.when(x == x.floor()).then(x.cast(pl.Int64).cast(pl.String)).otherwise(x.round(1).cast(pl.String))
+
+
 def _with_roof(ops: pl.DataFrame, peaks: DevicePeaks | None) -> pl.DataFrame:
     """Each call's roofs: its compute peak (FLOP/s: the matrix peak of its dtype for GEMMs,
     convolutions and attention, FP32 as TF32 where its kernels are tensor-core ones; the
@@ -225,10 +232,10 @@ def _with_roof(ops: pl.DataFrame, peaks: DevicePeaks | None) -> pl.DataFrame:
           .when(matrix).then(pl.col("dtype")).otherwise(pl.lit("vector")))  # fmt: skip
     table = {d: peaks.matrix_tflops(d) for d in ("bf16", "fp16", "fp8", "tf32", "fp32", "fp64")}
     table["vector"] = peaks.fp32_tflops
-    tf = dt.replace_strict({k: v for k, v in table.items() if v is not None}, default=None, return_dtype=pl.Float64)
+    tf = dt.replace_strict({k: float(v) for k, v in table.items() if v is not None}, default=None, return_dtype=pl.Float64)
     label = (pl.when(dt == "vector").then(pl.lit(f"FP32 vector {peaks.fp32_tflops:g} TFLOPS"))
              .when(dt == "fp32").then(pl.lit(f"FP32 {peaks.fp32_tflops:g} TFLOPS (no tensor cores)"))
-             .otherwise(pl.format("{} tensor {} TFLOPS", dt.str.to_uppercase(), tf.round(1))))  # fmt: skip
+             .otherwise(pl.format("{} tensor {} TFLOPS", dt.str.to_uppercase(), _number_text(tf))))  # fmt: skip
     bw = peaks.hbm_gbps * 1e9
     t_c = pl.col("exec_flops") / pl.col("peak_flops")
     t_m = pl.col("bytes") / bw
@@ -280,7 +287,7 @@ def _summary(ops: pl.DataFrame, by: list[str], kernel_ns: int, hbm_gbps: float |
         *(pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c) for c in ("flops", "exec_flops", "bytes")),
         pl.col("timed_flops", "timed_flops_ns", "timed_bytes", "timed_bytes_ns", "ideal_ns", "untimed_ideal", "lost_ns",
                "timed_calls").sum(),
-        pl.col("dtype").sort_by("gpu_ns", descending=True).first().alias("dtype"),
+        pl.col("dtype").sort_by(["gpu_ns", "count", "dtype"], descending=[True, True, False], nulls_last=True).first().alias("dtype"),
     )
     # the roof that bounds most of each group's time (each call is held to its own)
     roofs = (ops.filter(pl.col("bound").is_not_null()).group_by(*by, "bound", "roof")
@@ -307,8 +314,8 @@ def _summary(ops: pl.DataFrame, by: list[str], kernel_ns: int, hbm_gbps: float |
         pl.when(pl.col("bound") == "compute").then(pl.col("_peak") / 1e12)
         .when(pl.col("bound") == "memory").then(pl.lit(hbm_gbps, dtype=pl.Float64)).alias("roof_value"),
         pl.when(ideal_known & (pl.col("time_ns") > 0)).then(100 * pl.col("ideal_ns") / pl.col("time_ns")).alias("pct_of_roof"),
-    ).sort("time_ns", descending=True).drop("timed_flops", "timed_flops_ns", "timed_bytes", "timed_bytes_ns", "untimed_ideal",
-                                            "timed_calls", "_peak")
+    ).sort(["time_ns", pl.col("flops").fill_null(-1), *by], descending=[True, True, *([False] * len(by))]).drop(
+        "timed_flops", "timed_flops_ns", "timed_bytes", "timed_bytes_ns", "untimed_ideal", "timed_calls", "_peak")
 
 
 def _mfu_dtype(ops: pl.DataFrame, counted: Counted | None) -> str | None:
@@ -344,7 +351,7 @@ def perf_of(table: OperatorTable, *, peaks: DevicePeaks | None, gpu_steps: pl.Da
                          "proflab run counts one unprofiled step's FLOPs, or record with --record-shapes")
     dtype = _mfu_dtype(ops, counted if source and source.startswith("torch.utils") else None)
     steps = _steps(ops, table, gpu_steps, host_steps, peaks, dtype, counted if source and source.startswith("torch.utils") else None)
-    if peaks is None:
+    if peaks is None and not any(m.startswith("GPU activity") for m in missing_l):
         missing_l.append("datasheet peaks for this device: no roofs, ideal times or MFU")
     return Perf(ops, table.unmodelled, steps, table.kernel_ns, table.outside_ns, source, peaks, dtype,
                 counted if source else None, unprofiled_step_ms, unprofiled_source, table.notes, tuple(missing_l))
@@ -383,19 +390,6 @@ def _steps(ops: pl.DataFrame, table: OperatorTable, gpu_steps: pl.DataFrame | No
     return st.select(list(_STEP_SCHEMA)).cast(_STEP_SCHEMA).sort("step")
 
 
-def roofline_rows(perf: Perf, top: int = 40) -> list[dict[str, Any]]:
-    """The points of an operator roofline chart: each class and each top operator at its
-    arithmetic intensity (executed FLOPs per byte) and achieved FLOP/s, with its time."""
-    out = []
-    for kind, t in (("class", perf.classes()), ("op", perf.top(top))):
-        for r in t.iter_rows(named=True):
-            if r["intensity"] and r["achieved_tflops"] and r["intensity"] > 0 and r["achieved_tflops"] > 0:
-                out.append({"kind": kind, "name": r.get("signature") or r["cls"], "class": r["cls"],
-                            "intensity_flop_per_byte": float(r["intensity"]), "achieved_tflops": float(r["achieved_tflops"]),
-                            "time_ms": r["time_ns"] / 1e6, "bound": r["bound"]})
-    return out
-
-
 def perf_for(ctx, *, counted: Counted | None = None) -> Perf:
     """The model over an analysis context (``analysis.context.Context``): its launches, its
     GPU-side steps, its device's datasheet peaks and its unprofiled step (measured where the
@@ -426,7 +420,8 @@ def combined(parts: list[Perf]) -> Perf | None:
     ops = ops.group_by(_KEYS).agg(*(pl.when(pl.col(c).null_count() == 0).then(pl.col(c).sum()).alias(c)
                                     if c in ("flops", "exec_flops", "bytes") else pl.col(c).sum() for c in sums))
     un = pl.concat([p.unmodelled for p in parts], how="vertical_relaxed")
-    un = (un.group_by("op", "reason").agg(pl.col("kernels", "gpu_ns").sum()).sort("gpu_ns", "op", descending=[True, False])
+    un = (un.group_by("op", "reason").agg(pl.col("kernels", "gpu_ns").sum())
+          .sort("gpu_ns", "op", "reason", descending=[True, False, False], nulls_last=True)
           .select(list(UNMODELLED_SCHEMA)).cast(UNMODELLED_SCHEMA))  # fmt: skip
     steps = pl.concat([p.steps for p in parts], how="vertical_relaxed").unique("step", keep="first").sort("step")
     source = next((p.flop_source for p in parts if p.flop_source), None)

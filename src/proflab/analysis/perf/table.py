@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 
 import numpy as np
 import polars as pl
@@ -147,8 +146,9 @@ def operator_table(trace: Trace, launches: pl.DataFrame) -> OperatorTable:
     cand = cand.join(sig, on=keys, how="left", nulls_equal=True)
     # the optimizer's step: the range torch.optim opens, its bytes from the parameters (below)
     opt = host.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(OPTIMIZER_RANGE)).drop("cat")
-    opt = opt.with_columns(pl.lit("optimizer").alias("cls"), pl.lit(0, dtype=pl.Int64).alias("flops"),
-                           pl.lit(0, dtype=pl.Int64).alias("exec_flops"), pl.lit(None, dtype=pl.Int64).alias("bytes"),
+    # (its FLOPs, a few per parameter, are not modelled: null, not zero)
+    opt = opt.with_columns(pl.lit("optimizer").alias("cls"), pl.lit(None, dtype=pl.Int64).alias("flops"),
+                           pl.lit(None, dtype=pl.Int64).alias("exec_flops"), pl.lit(None, dtype=pl.Int64).alias("bytes"),
                            pl.lit(None, dtype=pl.String).alias("dtype"), pl.lit(None, dtype=pl.String).alias("why"),
                            pl.col("name").alias("signature"))
     cols = ["name", "cls", "tid", "start_ns", "end_ns", "external_id", "sequence", "input_dims", "flops", "exec_flops",
@@ -191,7 +191,7 @@ def operator_table(trace: Trace, launches: pl.DataFrame) -> OperatorTable:
             .when(pl.col("_lname").is_not_null()).then(pl.lit("not in the model"))
             .otherwise(pl.lit("its launch is under no operator")).alias("reason"))
         .group_by("op", "reason").agg(pl.len().cast(pl.Int64).alias("kernels"), pl.col("dur_ns").sum().alias("gpu_ns"))
-        .sort("gpu_ns", "op", descending=[True, False])
+        .sort("gpu_ns", "op", "reason", descending=[True, False, False], nulls_last=True)
         .select(list(UNMODELLED_SCHEMA)).cast(UNMODELLED_SCHEMA)
     )  # fmt: skip
 
@@ -223,18 +223,21 @@ def _optimizer_bytes(roots: pl.DataFrame, host: pl.DataFrame, trace: Trace, note
         notes.append("optimizer bytes: no AccumulateGrad shapes in the steps (record_shapes off): its time is counted, its bytes not")
         return roots
     per_sig = acc.select("input_types", "input_dims").unique()
-    size = []
+    size, dtype = [], []
     for types, dims in per_sig.iter_rows():
         try:
             t0, d0 = types.split(",")[0], json.loads(dims)[0]
             size.append(math.prod(d0) * DTYPES[t0][1])
+            dtype.append(DTYPES[t0][0])
         except (AttributeError, ValueError, TypeError, KeyError, IndexError):
             size.append(None)
-    per_sig = per_sig.with_columns(pl.Series("_b", size, dtype=pl.Int64))
+            dtype.append(None)
+    per_sig = per_sig.with_columns(pl.Series("_b", size, dtype=pl.Int64), pl.Series("_dt", dtype, dtype=pl.String))
     acc = acc.join(per_sig, on=["input_types", "input_dims"], how="left", nulls_equal=True)
     acc = acc.with_columns(pl.Series("step", _step_of(acc["start_ns"].to_numpy(), trace.steps)))
-    params = acc.filter(pl.col("step") >= 0).group_by("step").agg(pl.col("_b").sum().alias("_param_bytes"),
-                                                                   pl.col("_b").null_count().alias("_unknown"))
+    params = acc.filter(pl.col("step") >= 0).group_by("step").agg(
+        pl.col("_b").sum().alias("_param_bytes"), pl.col("_b").null_count().alias("_unknown"),
+        pl.col("_dt").sort_by(["_b", "_dt"], descending=[True, False], nulls_last=True).first().alias("_param_dtype"))  # (the gradients': the parameters')
     kind = pl.col("name").str.extract(OPTIMIZER_RANGE)
     passes = kind.replace_strict(_OPTIMIZER_PASSES, default=MIN_OPTIMIZER_PASSES, return_dtype=pl.Int64)
     unknown = sorted(set(roots.filter(is_opt).select(kind.alias("k")).get_column("k").drop_nulls().to_list()) - set(_OPTIMIZER_PASSES))
@@ -251,5 +254,5 @@ def _optimizer_bytes(roots: pl.DataFrame, host: pl.DataFrame, trace: Trace, note
                  "tensors the update reads and writes per parameter; with gradient accumulation over k micro-batches "
                  "each parameter is counted k times")
     return roots.with_columns(pl.when(ok).then(pl.col("_param_bytes") * passes).otherwise(pl.col("bytes")).alias("bytes"),
-                              pl.when(is_opt & ok).then(pl.lit("fp32")).otherwise(pl.col("dtype")).alias("dtype")
-                              ).drop("_param_bytes", "_unknown")
+                              pl.when(is_opt & ok).then(pl.col("_param_dtype")).otherwise(pl.col("dtype")).alias("dtype")
+                              ).drop("_param_bytes", "_unknown", "_param_dtype")
