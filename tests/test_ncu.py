@@ -338,7 +338,7 @@ def test_spill_cli_verdict_line_and_schema(tmp_path, capsys):
     jsonschema = pytest.importorskip("jsonschema")
     assert main(["kernels", "--import", *map(str, SPILL_TARGETED), "--width", "200"]) == 0
     out = capsys.readouterr().out
-    assert "Verdict: memory_bound (local_memory_spills) — fixing it saves about" in out
+    assert "Verdict: memory_bound (local_memory_spills) — fixing it saves " in out and "over the window" in out and "predicted)" in out
     assert "local memory: local arrays, 99.06% of L1 sectors, 0 spill requests, 32 registers/thread, 1,024 B stack/thread" in out
     path = tmp_path / "k.json"
     assert main(["kernels", "--import", *map(str, SPILL_TARGETED), "-o", str(path)]) == 0

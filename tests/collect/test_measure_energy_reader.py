@@ -137,8 +137,10 @@ def test_start_and_stop_never_read_the_counter_on_the_measured_thread(fake):
     # few ms: one block's energy is that far off (why the floor exists), but the blocks are
     # back to back, so their sum is the counter's over all of them, each GPU at its power
     bases = [m.basis for m in step.measurements]
-    k = bases.index("interpolated")  # read at both ends until the reader has seen an update
-    assert bases[0] == "read" and set(bases[:k]) == {"read"} and set(bases[k:]) == {"interpolated"}
+    # read at both ends until the reader has seen an update (on a loaded machine one block can
+    # outlast an update, and then even the first is interpolated), interpolated after it
+    k = bases.index("interpolated")
+    assert set(bases[:k]) <= {"read"} and set(bases[k:]) == {"interpolated"}
     ms = step.measurements[k:]
     assert len(ms) > 200
     span = sum(m.time_s for m in ms)

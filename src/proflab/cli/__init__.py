@@ -17,14 +17,14 @@ import argparse
 import sys
 
 from proflab._version import __version__
-from proflab.cli import analyze, cache, compare, doctor, energy, kernels, memory, report, run, runs, scaling, sql
+from proflab.cli import analyze, cache, compare, doctor, energy, kernels, memory, report, run, runs, scaling, sql, trial
 from proflab.cli._process import allocator_setting, end, map_large_blocks, one_blas_thread, return_freed_memory
 from proflab.errors import ProflabError
 
 __all__ = ["main", "entry"]
 
 # in the order ``proflab --help`` lists their commands
-_COMMANDS = (analyze, sql, kernels, compare, scaling, energy, memory, run, doctor, report, runs, cache)
+_COMMANDS = (analyze, sql, kernels, compare, scaling, energy, memory, run, trial, doctor, report, runs, cache)
 # the commands that analyse files (``one_blas_thread``, ``map_large_blocks``)
 _ANALYSING = ("analyze", "sql", "compare", "report", "baseline")
 

@@ -134,6 +134,88 @@ def end_without_teardown() -> None:
     os.environ["TEARDOWN_CUPTI"] = "0"
 
 
+def apply_knobs(torch, knobs: dict, notes: list) -> None:
+    """Set ``proflab try``'s knobs (``collect/knobs.py`` names them) in this process, torch just
+    imported: torch's own settings now, and the defaults of the DataLoader, optimizer and DDP
+    constructors the program calls later. A knob that fails is a note, never the program's end."""
+
+    def wrap(cls, change) -> None:
+        init = cls.__init__
+        if getattr(init, "_proflab_knobs", False):
+            return
+
+        def __init__(self, *args, **kwargs):
+            change(kwargs)
+            init(self, *args, **kwargs)
+
+        __init__._proflab_knobs = True
+        __init__.__wrapped__ = init
+        cls.__init__ = __init__
+
+    try:
+        if "tf32" in knobs:
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+            torch.set_float32_matmul_precision("high")
+        if "matmul-precision" in knobs:
+            torch.set_float32_matmul_precision(knobs["matmul-precision"])
+        if "cudnn-benchmark" in knobs:
+            torch.backends.cudnn.benchmark = True
+        loader = {k: v for k, v in knobs.items() if k in ("workers", "pin-memory", "persistent-workers", "prefetch")}
+        if loader:
+            def data(kw):
+                if "workers" in loader:
+                    kw["num_workers"] = int(loader["workers"])
+                if "pin-memory" in loader:
+                    kw["pin_memory"] = True
+                workers = kw.get("num_workers", 0) > 0
+                if "persistent-workers" in loader and workers:
+                    kw["persistent_workers"] = True
+                if "prefetch" in loader and workers:
+                    kw["prefetch_factor"] = int(loader["prefetch"])
+
+            wrap(torch.utils.data.DataLoader, data)
+        for knob, arg, other in (("foreach-optimizer", "foreach", "fused"), ("fused-optimizer", "fused", "foreach")):
+            if knob in knobs:
+                import inspect
+
+                for name in ("Adam", "AdamW", "SGD", "RMSprop", "Adagrad", "Adamax", "NAdam", "RAdam", "ASGD", "Adadelta"):
+                    cls = getattr(torch.optim, name, None)
+                    if cls is None or arg not in inspect.signature(cls.__init__).parameters:
+                        continue
+
+                    def opt(kw, arg=arg, other=other):
+                        kw[arg] = True
+                        kw.pop(other, None)
+
+                    wrap(cls, opt)
+        ddp = {k: v for k, v in knobs.items() if k.startswith("ddp-")}
+        if ddp:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def bucket(kw):
+                if "ddp-bucket-mb" in ddp:
+                    kw["bucket_cap_mb"] = float(ddp["ddp-bucket-mb"])
+                if "ddp-grad-view" in ddp:
+                    kw["gradient_as_bucket_view"] = True
+
+            wrap(DDP, bucket)
+            if "ddp-bf16-hook" in ddp:
+                init = DDP.__init__
+
+                def __init__(self, *args, **kwargs):
+                    init(self, *args, **kwargs)
+                    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                    self.register_comm_hook(None, default_hooks.bf16_compress_hook)
+
+                __init__._proflab_knobs = True
+                DDP.__init__ = __init__
+        notes.append("proflab try set: " + ", ".join(k if v is None else f"{k}={v}" for k, v in knobs.items()))
+    except Exception as e:
+        notes.append(f"proflab try could not set its knobs: {type(e).__name__}: {e}")
+
+
 def _step_medians(times: list[tuple[float, bool, int]], window_end_steps: list[int]) -> dict:
     """Bare and profiled medians (ms) of (ms, bare, step) intervals, the program's first
     _STEP_WARMUP steps and the steps that held a window's end left out; the last _STEP_LIST
@@ -464,6 +546,11 @@ class Runtime:
             self._follow_program_profilers(torch)
         except Exception as e:
             self.notes.append(f"proflab cannot follow the program's own torch.profiler: {type(e).__name__}: {e}")
+        if self.cfg.get("knobs"):
+            apply_knobs(torch, self.cfg["knobs"], self.notes)
+        if self.window == "none":  # proflab try: no profiler, the steps timed only
+            self._hook_optimizer_steps()
+            return
         try:
             if self.cfg.get("memory_snapshot") and torch.cuda.is_available():
                 torch.cuda.memory._record_memory_history(max_entries=int(self.cfg.get("snapshot_entries", 100000)))
@@ -702,13 +789,18 @@ class Runtime:
             self._wait_settled()
         self.prof.start()  # in the wait phase: nothing is recorded until warm-up
         self.prof_kind = "steps"
-        if hook and self.cfg.get("optimizer_steps", True):
-            try:
-                from torch.optim.optimizer import register_optimizer_step_post_hook
+        if hook:
+            self._hook_optimizer_steps()
 
-                register_optimizer_step_post_hook(self._on_optimizer_step)
-            except ImportError:  # torch < 2.0 has no global hook
-                self.notes.append("this torch has no global optimizer step hook; call proflab.step() each step")
+    def _hook_optimizer_steps(self) -> None:
+        if not self.cfg.get("optimizer_steps", True):
+            return
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            register_optimizer_step_post_hook(self._on_optimizer_step)
+        except ImportError:  # torch < 2.0 has no global hook
+            self.notes.append("this torch has no global optimizer step hook; call proflab.step() each step")
 
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         if self.step_source in ("user", "profiler"):

@@ -24,6 +24,10 @@ __all__ = ["EXIT_MARK", "HUNG_AT_EXIT", "ExitWatch", "Hung"]
 EXIT_MARK = ".exit"  # the runtime's name for it (collect/_child.py, which imports nothing of ours)
 HUNG_AT_EXIT = 124  # the exit status of a run that hung at exit (timeout(1)'s)
 TERM_GRACE_S = 10.0  # after SIGTERM, how long a hung process may take to save and end
+# proflab's exit handler saving a window (a GPU profiler's stop and export can take seconds,
+# more on a busy machine: 3 s was too few for a 2.5 s window of GPU work under six runs at
+# once on an H200) is not a hang until this long
+SAVING_S = 180.0
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,12 @@ class ExitWatch:
             if not since or m["pid"] in self._ended:
                 continue
             waited = now_s - min(since)
-            if waited > self.timeout_s and alive(m["pid"]) and _of_run(m["pid"], self.run_dir):
+            limit = self.timeout_s
+            saving = m.get("exit_handler_started_s") is not None and m.get("exit_handler_done_s") is None
+            if saving:  # proflab's handler is saving the window: its own clock, and more time
+                limit = max(limit, SAVING_S)
+                waited = now_s - m["exit_handler_started_s"]
+            if waited > limit and alive(m["pid"]) and _of_run(m["pid"], self.run_dir):
                 out.append(Hung(m["pid"], m.get("rank"), waited, _waiting_for(m), m.get("exit_handler_done_s") is not None))
         return out
 

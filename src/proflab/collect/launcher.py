@@ -31,7 +31,7 @@ from proflab.errors import ProflabError, UsageError
 __all__ = ["RunOptions", "run", "finalize", "analyze_run", "exit_status"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
-WINDOWS = ("auto", "steps", "time", "capture")
+WINDOWS = ("auto", "steps", "time", "capture", "none")  # none: no profiler, the steps timed (proflab try)
 BACKENDS = ("torch", "nsys")
 
 
@@ -59,6 +59,7 @@ class RunOptions:
     monitor: bool | None = None  # None: on when a GPU is present
     monitor_period_s: float = 0.1
     exit_timeout_s: float = 60.0  # a process not ended this long after its main thread did is hung (0: never)
+    knobs: tuple = ()  # proflab try's fixes (collect/knobs.py), set in the program
     analyze: bool = True
     top: int = 15
     width: int | None = None
@@ -115,6 +116,10 @@ def _child_config(opts: RunOptions, run_dir: Path) -> dict[str, Any]:
         "profile_memory": opts.profile_memory,
         "memory_snapshot": opts.memory_snapshot,
     }
+    if opts.knobs:
+        from proflab.collect.knobs import runtime_settings
+
+        cfg["knobs"] = runtime_settings(list(opts.knobs))
     return cfg
 
 
@@ -213,6 +218,10 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
     # teardown off where CUDA graphs need it (CUDA < 12.6). The program's own setting wins.
     env.setdefault("TEARDOWN_CUPTI", "1")
     env["PROFLAB_RUN_DIR"] = str(run_dir)
+    if opts.knobs:
+        from proflab.collect.knobs import environment
+
+        env = environment(list(opts.knobs), env)
     argv = list(cmd)
     if nsys_path:
         from proflab.collect import nsys

@@ -12,8 +12,9 @@ comparison takes from the trace beside its report (``report.compare.TracePart``)
 
 Tuples and dictionaries with keys that are not text are tagged in the JSON, and a report is
 kept only when it survives the round trip exactly (same types, same values), so a cached
-report renders byte for byte as the fresh one did. It follows the columnar cache's rules: only traces of at least
-``PROFLAB_CACHE_MIN_MB``, never with ``--no-cache`` or ``PROFLAB_NO_CACHE=1``, written under
+report renders byte for byte as the fresh one did. A finding's ``fixes`` (what the what-if
+replay was given; the report shows their prediction, which is kept) are not kept. It follows
+the columnar cache's rules: only traces of at least ``PROFLAB_CACHE_MIN_MB``, never with ``--no-cache`` or ``PROFLAB_NO_CACHE=1``, written under
 a temporary name and renamed into place, trimmed with the rest of the cache.
 """
 
@@ -78,7 +79,7 @@ def _encode(report: Report) -> Any:
     for f in dataclasses.fields(Report):
         v = getattr(report, f.name)
         if f.name == "findings":
-            v = tuple({g.name: getattr(x, g.name) for g in dataclasses.fields(Finding)} for x in v)
+            v = tuple({g.name: getattr(x, g.name) for g in dataclasses.fields(Finding) if g.name != "fixes"} for x in v)
         elif f.name == "missing":
             v = tuple({"signal": m.signal, "reason": m.reason, "skipped": m.skipped} for m in v)
         out[f.name] = v
@@ -148,7 +149,8 @@ def put(k: str | None, report: Report, extra: dict[str, Any] | None = None) -> b
         encoded = _encode(report)
         text = json.dumps({"_version": analysis_version(), "report": encoded, **({"extra": _wrap(extra)} if extra else {})})
         back = json.loads(text, object_hook=_unwrap)
-        if not _same(_decode(back["report"]), report) or (extra and not _same(back["extra"], extra)):
+        kept = dataclasses.replace(report, findings=tuple(dataclasses.replace(x, fixes=()) for x in report.findings))
+        if not _same(_decode(back["report"]), kept) or (extra and not _same(back["extra"], extra)):
             return False  # a value JSON cannot carry as it is (a tuple in evidence, a non-text key)
         f = _file(k)
         f.parent.mkdir(parents=True, exist_ok=True)

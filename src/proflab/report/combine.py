@@ -278,6 +278,8 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     if gpu:
         whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts]), bare_step_ms,
                                  observer.unprofiled_step_ms[0] if observer is not None else None)  # fmt: skip
+        for p in parts:
+            p.whatif_graph = None  # (concatenated: the parts' own not held beside it)
     kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),
                                             top, [p.kernel_modes for p in parts if p.kernel_modes is not None])
     idle: dict[str, Any] = {}

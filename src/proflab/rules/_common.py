@@ -101,3 +101,12 @@ def keep(f: Finding, ctx) -> list[Finding]:
     if f.est_gain_pct >= MIN_GAIN_PCT or (ctx.part_digest is not None and f.fixes):
         return [f]
     return []
+
+
+def with_try(f: Finding, *knobs: str) -> Finding:
+    """``f`` naming the ``proflab try`` line that makes its fix without code changes and
+    measures it (``collect/knobs.py``): in its fix, and as ``evidence["proflab_try"]``."""
+    line = f"proflab try {' '.join(knobs)} -- <your command>"
+    return dataclasses.replace(
+        f, fix=f.fix.rstrip() + f" Measure it without changing code: {line}.", evidence={**f.evidence, "proflab_try": line}
+    )

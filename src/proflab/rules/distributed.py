@@ -23,7 +23,7 @@ from proflab.analysis.ranks import JobTables, RankSummary, link_reference
 from proflab.analysis.whatif import Fix
 from proflab.analysis.whatif.job import JobWhatIf
 from proflab.model.findings import Finding
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, severity
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, severity, with_try
 
 __all__ = ["job_rules", "load_imbalance", "communication_bound", "job_wall_ns"]
 
@@ -400,7 +400,7 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary], jw: Job
     if "allreduce" in kinds and any(d in ("Float", "Double") for d in dtypes) and peaks is not None:
         compress = {None: [Fix("compress_comm", factor=0.5, rate_gbps=0.8 * peaks.hbm_gbps, label="bf16 compression hook")]}
     return [
-        _job_predicted(gain_finding(
+        (with_try if compress else lambda f, *k: f)(_job_predicted(gain_finding(
             "communication_bound",
             gain_ns,
             wall,
@@ -419,5 +419,5 @@ def communication_bound(tables: JobTables, summaries: list[RankSummary], jw: Job
                 "which has no compute left to hide behind; the job's time, counted once "
                 f"({gain_pct}% of the median rank's window)"
             ),
-        ), jw, compress)
+        ), jw, compress), "ddp-bf16-hook", "ddp-bucket-mb=100", "ddp-grad-view")
     ]

@@ -24,7 +24,7 @@ from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.analysis.whatif import Fix
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us, with_try
 
 __all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]
 
@@ -317,8 +317,13 @@ def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -
     split = _host_split(trace, ctx)
     if split is None:
         return None, []
-    if ctx.whatif.available:  # the replay decides what fixing it saves (``predicted``)
-        return (split, []) if split["observed"][part] > 0 else (None, [])
+    if ctx.whatif.available:
+        # the replay decides what fixing it saves (``predicted``), of a cause still there
+        # without the profiler at its lowest plausible cost: a fix's other savings (fusion's
+        # fewer bytes) are not this cause's
+        if split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT:
+            return split, []
+        return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
     if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
         return split, []
     return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
@@ -404,6 +409,8 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
         assumption="the dispatch/launch cost of these kernels is removed (fused, batched or graph-replayed)",
     )
     f = predicted(f, ctx, *([parts[0]["whatif"]] if parts else [Fix("cuda_graph", label="CUDA graph")]))
+    if parts and parts[0]["whatif"].kind == "fuse_optimizer":
+        f = with_try(f, "fused-optimizer")
     return keep(f, ctx) if w.available else [f]
 
 
@@ -523,6 +530,8 @@ def host_bound(trace: Trace, ctx: Context) -> list[Finding]:
     if loader:  # the fix names pin_memory too
         fixes.append(Fix("pin_copies", rate_gbps=pinned_gbps(ctx), label="pin_memory=True"))
     f = predicted(f, ctx, *fixes)
+    if loader:
+        f = with_try(f, "workers=4", "pin-memory", "persistent-workers")
     return keep(f, ctx) if ctx.whatif.available else [f]
 
 

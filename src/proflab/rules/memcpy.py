@@ -16,7 +16,7 @@ from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.analysis.timeline.memcpy import reference_link
 from proflab.analysis.whatif import Fix
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["pageable_memcpy", "memcpy_bound", "reported_without_gain"]
 
@@ -78,6 +78,7 @@ def pageable_memcpy(trace: Trace, ctx: Context) -> list[Finding]:
         ctx,
         Fix("pin_copies", rate_gbps=rate, label="pinned memory, non_blocking=True"),
     )
+    f = with_try(f, "pin-memory")  # (the DataLoader's batches; other copies need pinned buffers in the code)
     # an async call on pageable memory is reported even where pinning saves little (it is a hidden sync)
     return [f] if async_calls else keep(f, ctx)
 

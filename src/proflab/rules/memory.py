@@ -14,6 +14,7 @@ import numpy as np
 
 from proflab.analysis.labels import allocation_label
 from proflab.analysis.memory import MemoryAnalysis
+from proflab.rules._common import with_try
 from proflab.model.findings import Finding
 
 __all__ = ["memory_rules", "rank_memory", "LEAK_MIN_MB_PER_STEP", "FRAG_MIN_PCT", "FRAG_MIN_MB", "OOM_WARN_PCT"]
@@ -74,7 +75,7 @@ def memory_rules(a: MemoryAnalysis) -> list[Finding]:
             findings.append(f)
         f = _fragmentation(d)
         if f:
-            findings.append(f)
+            findings.append(with_try(f, "expandable-segments"))
         f = _headroom(d, a, leaking=any(x.category == "memory_leak" and x.evidence["device"] == dev for x in findings))
         if f:
             findings.append(f)

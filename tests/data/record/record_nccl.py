@@ -56,12 +56,14 @@ WAIT, WARMUP, ACTIVE = 1, 2, 5
 STRAGGLER_MS = 30.0
 
 
-def _build(scenario: str, rank: int, cuda: bool, small: bool):
-    """(step function, description) for one scenario on this rank."""
+def _build(scenario: str, rank: int, cuda: bool, small: bool, batch_per_gpu: int | None = None):
+    """(step function, description) for one scenario on this rank; ``batch_per_gpu`` replaces
+    the scenario's own (a strong-scaling study divides a global batch by the ranks)."""
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
     if scenario in ("balanced", "straggler"):
         width, batch = (256, 16) if small else (4096, 256)
+        batch = batch_per_gpu or batch
         layers = [m for _ in range(4) for m in (nn.Linear(width, width), nn.GELU())]
         model = DDP(nn.Sequential(*layers).to(dev))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -69,6 +71,7 @@ def _build(scenario: str, rank: int, cuda: bool, small: bool):
         desc = f"DDP MLP 4x{width}, bf16 autocast, AdamW, batch {batch}/GPU"
     else:
         width, batch = (512, 8) if small else (8192, 64)
+        batch = batch_per_gpu or batch
         seq = nn.Sequential(*[nn.Linear(width, width) for _ in range(6)]).to(dev)
         autocast = False
         if scenario == "fsdp":

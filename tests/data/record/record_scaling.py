@@ -1,6 +1,7 @@
 """Record the scaling study: each scenario at each GPU count, bare and under ``proflab scaling``.
 
     python tests/data/record/record_scaling.py --counts 1,2,4 --out DIR [--scenarios balanced,commbound,straggler]
+    python tests/data/record/record_scaling.py --mode strong --global-batch 256 --scenarios commbound --out DIR
 
 Per scenario (``scaling_job.py``; the loops are ``record_nccl.py``'s), in this order:
 
@@ -33,10 +34,10 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
 
-def _torchrun(n: str, scenario: str, times: str, cpu: bool) -> list[str]:
+def _torchrun(n: str, scenario: str, times: str, cpu: bool, global_batch: int | None = None) -> list[str]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", n,
            str(HERE / "scaling_job.py"), "--scenario", scenario, "--times", times]  # fmt: skip
-    return cmd + (["--cpu"] if cpu else [])
+    return cmd + (["--cpu"] if cpu else []) + (["--global-batch", str(global_batch)] if global_batch else [])
 
 
 def _call(cmd: list[str], env: dict[str, str]) -> None:
@@ -73,16 +74,19 @@ def main() -> None:
     ap.add_argument("--scenarios", default="balanced,commbound,straggler")
     ap.add_argument("--out", required=True)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--mode", choices=("weak", "strong"), default="weak")
+    ap.add_argument("--global-batch", type=int, default=256, help="strong: the batch all ranks share (default 256)")
     a = ap.parse_args()
+    gb = a.global_batch if a.mode == "strong" else None
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     out = Path(a.out)
     for scenario in a.scenarios.split(","):
-        base = out / scenario
+        base = out / (scenario if a.mode == "weak" else f"{scenario}_strong")
         for n in a.counts.split(","):
-            _call(_torchrun(n, scenario, str(base / "bare" / f"{n}gpu"), a.cpu), env)
-        cmd = [sys.executable, "-m", "proflab", "scaling", "--mode", "weak", "--gpus", a.counts,
+            _call(_torchrun(n, scenario, str(base / "bare" / f"{n}gpu"), a.cpu, gb), env)
+        cmd = [sys.executable, "-m", "proflab", "scaling", "--mode", a.mode, "--gpus", a.counts,
                "--runs-dir", str(base / "runs"), "-f", "json", "-o", str(base / "scaling.json"), "--"]  # fmt: skip
-        _call(cmd + _torchrun("{gpus}", scenario, str(base / "profiled" / "{gpus}gpu"), a.cpu), env)
+        _call(cmd + _torchrun("{gpus}", scenario, str(base / "profiled" / "{gpus}gpu"), a.cpu, gb), env)
     site = sysconfig.get_paths()["purelib"]
     n = relativize(out, {f"{out.resolve()}/": "", f"{ROOT}/": "", f'"{ROOT}"': '"."', f"{site}/": "", sys.executable: "python3"})
     print(f"absolute paths made relative in {n} files", flush=True)

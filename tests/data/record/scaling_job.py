@@ -11,8 +11,9 @@ Every step is timed between CUDA events on the current stream (the step's end wa
 collectives, which DDP makes the current stream wait on), and each rank writes
 ``DIR/rank<r>.json``: every step's GPU-side time in ms and the median of the steps after
 ``--skip`` (default 10: three steps proflab skips, its warm-up step, its five recorded steps
-and one more; the same steps in both kinds of run). ``--cpu`` runs on CPU over gloo with
-small shapes (a dry run; host times).
+and one more; the same steps in both kinds of run). ``--global-batch B`` (strong scaling)
+gives each of the N ranks B/N samples instead of the scenario's batch per GPU. ``--cpu``
+runs on CPU over gloo with small shapes (a dry run; host times).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--skip", type=int, default=10)
     ap.add_argument("--cpu", action="store_true")
+    ap.add_argument("--global-batch", type=int, help="strong scaling: this batch over all ranks (each takes its share)")
     a = ap.parse_args()
     cuda, rank, world = init_process(a.cpu)
-    step, desc = _build(a.scenario, rank, cuda, small=a.cpu)
+    step, desc = _build(a.scenario, rank, cuda, small=a.cpu, batch_per_gpu=a.global_batch // world if a.global_batch else None)
     dist.barrier()
     _sync(cuda)
     clock = _Clock(cuda, a.steps)
@@ -58,6 +60,7 @@ def main() -> None:
     rec = {
         "scenario": a.scenario,
         "description": desc,
+        "global_batch": a.global_batch,
         "rank": rank,
         "world_size": world,
         "device": torch.cuda.get_device_name() if cuda else "cpu",

@@ -21,6 +21,7 @@ stream's operation ended).
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +30,7 @@ import polars as pl
 from proflab.analysis.timeline.calls import IS_CALL
 from proflab.analysis.timeline.gaps import _SYNC_CALL
 
-__all__ = ["StepGraph", "build_graph", "concat", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
+__all__ = ["StepGraph", "build_graph", "concat", "kept", "calls_of_ops", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
 
 # call kinds
 LAUNCH, SYNC, COPY, FREE, OTHER = 0, 1, 2, 3, 4
@@ -83,6 +84,30 @@ class StepGraph:
     @property
     def n_calls(self) -> int:
         return int(self.call_start.size)
+
+
+def calls_of_ops(op_call: np.ndarray, n: int) -> list[list[int]]:
+    """Per call, the indices of the operations it launched (in operation order)."""
+    out: list[list[int]] = [[] for _ in range(n)]
+    for j, c in enumerate(op_call.tolist()):
+        out[c].append(j)
+    return out
+
+
+def kept(g: StepGraph) -> StepGraph:
+    """``g`` as a part of a trace analysed in parts keeps it until all parts are replayed as
+    one (``concat`` rebuilds what it drops): without its per-call lists of operations."""
+    return dataclasses.replace(g, calls_of=[])
+
+
+def _shared(values: np.ndarray) -> np.ndarray:
+    """An object array of text in which equal values are one Python object: a kernel's name
+    is hundreds of characters and launched thousands of times a step, and each part of a
+    trace analysed in parts keeps its graph."""
+    seen: dict = {}
+    out = np.empty(values.size, dtype=object)
+    out[:] = [seen.setdefault(v, v) for v in values.tolist()]
+    return out
 
 
 def _choose_steps(ctx, min_steps: int = 2) -> tuple[int, list[int]] | None:
@@ -278,9 +303,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     k = np.searchsorted(ready[by_launch], call_start[syncs], side="left") - 1
     w = np.where(k >= 0, call_end[syncs] - done[np.maximum(k, 0)], -1)
     wake = w[(w >= 0) & (w < 200_000)]
-    calls_of = [[] for _ in range(n)]
-    for j, c in enumerate(op_call):
-        calls_of[int(c)].append(j)
+    calls_of = calls_of_ops(op_call, n)
     comm_bytes = _comm_bytes(trace, ops)
     # one call, many operations (a CUDA graph's replay): the GPU's own spacing between them
     op_gap = np.zeros(m, dtype=np.int64)
@@ -291,10 +314,10 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
             op_gap[o[1:]] = np.clip(gaps, 0, 50_000)
     return StepGraph(
         device=device, steps=[int(s) for s in hs_step], call_start=call_start, call_dur=call_dur, call_kind=kind,
-        call_name=names, call_step=call_step, call_optimizer=call_optimizer, work=work, work_events=work_events,
+        call_name=_shared(names), call_step=call_step, call_optimizer=call_optimizer, work=work, work_events=work_events,
         work_python=work_python, work_loader=work_loader, work_quiet=work_quiet, op_start=op_start, op_dur=op_dur,
-        op_stream=op_stream, op_kind=op_kind, op_name=ops["name"].to_numpy(), op_call=op_call, op_dep=op_dep,
-        op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=ops["copy_kind"].cast(pl.String).to_numpy(), op_gap=op_gap, op_comm_bytes=comm_bytes,
+        op_stream=op_stream, op_kind=_shared(op_kind), op_name=_shared(ops["name"].to_numpy()), op_call=op_call, op_dep=op_dep,
+        op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=_shared(ops["copy_kind"].cast(pl.String).to_numpy()), op_gap=op_gap, op_comm_bytes=comm_bytes,
         latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, calls_of=calls_of, tail=tail,
     )  # fmt: skip
 
@@ -320,17 +343,38 @@ def _comm_bytes(trace, ops: pl.DataFrame) -> np.ndarray:
     return out
 
 
+def _middle(graphs: list[StepGraph]) -> list[StepGraph]:
+    """The consecutive graphs in the middle whose calls together stay within ``MAX_CALLS``
+    (at least one), as a whole analysis replays the middle steps (``_choose_steps``)."""
+    n = [g.n_calls for g in graphs]
+    if sum(n) <= MAX_CALLS:
+        return graphs
+    best = (0, 1)
+    for a in range(len(graphs)):
+        b, total = a, 0
+        while b < len(graphs) and total + n[b] <= MAX_CALLS:
+            total += n[b]
+            b += 1
+        # the longest run, of those the nearest the middle
+        key = (b - a, -abs((a + b) - len(graphs)))
+        if b > a and key > (best[1] - best[0], -abs(sum(best) - len(graphs))):
+            best = (a, b)
+    return graphs[best[0] : best[1]]
+
+
 def concat(graphs: list[StepGraph]) -> StepGraph | None:
     """One step graph of a trace analysed in consecutive parts, from the parts' graphs: their
     calls and operations in order, the work before each part's first call measured from the
-    part before's last (what a whole analysis replays, of the same steps)."""
+    part before's last (what a whole analysis replays, of the same steps); of the parts in
+    the middle whose calls stay within ``MAX_CALLS``, as a whole analysis bounds its replay."""
     graphs = [g for g in graphs if g is not None and g.n_calls]
     if not graphs:
         return None
     device = max({g.device for g in graphs}, key=lambda d: sum(g.op_dur.sum() for g in graphs if g.device == d))
     graphs = sorted((g for g in graphs if g.device == device), key=lambda g: int(g.call_start[0]))
+    graphs = _middle(graphs)
     if len(graphs) == 1:
-        return graphs[0]
+        return dataclasses.replace(graphs[0], calls_of=calls_of_ops(graphs[0].op_call, graphs[0].n_calls))
     cat = lambda name: np.concatenate([getattr(g, name) for g in graphs])  # noqa: E731
     call_off = np.cumsum([0] + [g.n_calls for g in graphs[:-1]])
     op_off = np.cumsum([0] + [g.op_start.size for g in graphs[:-1]])
@@ -346,7 +390,7 @@ def concat(graphs: list[StepGraph]) -> StepGraph | None:
         quiet[at] = min(quiet[at] + prev.tail[3], work[at] - loader[at])
     op_call = np.concatenate([g.op_call + o for g, o in zip(graphs, call_off)])
     op_dep = np.concatenate([np.where(g.op_dep >= 0, g.op_dep + o, -1) for g, o in zip(graphs, op_off)])
-    calls_of = [[j + int(o) for j in ops] for g, o in zip(graphs, op_off) for ops in g.calls_of]
+    calls_of = calls_of_ops(op_call, int(call_off[-1]) + graphs[-1].n_calls)
     weights = [g.op_start.size for g in graphs]
     return StepGraph(
         device=device, steps=sorted({s for g in graphs for s in g.steps}), call_start=cat("call_start"),

@@ -27,7 +27,7 @@ import numpy as np
 
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.analysis.whatif.fixes import Fix, apply
-from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph
+from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
 __all__ = ["WhatIf", "Prediction"]
@@ -91,7 +91,7 @@ class WhatIf:
         part = ctx.part_digest is not None
         g = build_graph(trace, ctx, min_steps=1 if part else 2)
         if part:  # the combined report replays all parts' graphs as one (``report.combine``)
-            ctx.part_digest["whatif_graph"] = g
+            ctx.part_digest["whatif_graph"] = None if g is None else kept(g)
         if g is None:
             why = ("no host launch calls tied to the GPU work" if not ctx.has_launch_links
                    else "fewer than two GPU-side profiler steps")  # fmt: skip
