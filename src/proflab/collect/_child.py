@@ -852,8 +852,8 @@ class Runtime:
         """At a step's end: finish the counted step, or start counting the next one where it
         is outside every profiler's recording (see the module doc). Counting is proflab's
         to lose, never the program's: a failure is recorded and counting ends."""
-        if self._flops is not None or not self.cfg.get("count_flops", True) or self.torch is None:
-            return
+        if self._flops is not None or not self.cfg.get("count_flops", True) or self.torch is None or self.window == "none":
+            return  # (window none: proflab try's runs are timed, every step bare)
         try:
             if self._flop_count is not None:
                 count, self._flop_count = self._flop_count, None
