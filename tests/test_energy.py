@@ -95,9 +95,10 @@ def test_windows_are_aligned_and_refused_below_the_counter_resolution(h100, ddp)
             assert w["steps"] == 5 and w["steps_refused"] == 5
             assert w["tflops_per_w"] is None
     # the MLP's FLOPs are known from its shapes (forward 2 GEMMs, backward 3: the first layer's
-    # input needs no gradient), yet the steps are too short for energy, so no TFLOPS/W
+    # input needs no gradient; its element-wise operators add 0.03 %), yet the steps are too
+    # short for energy, so no TFLOPS/W
     for w in h100.windows:
-        assert w["flop_per_step"] == 5 * 2 * 256 * 2048 * 4096 and w["flop_source"].startswith("shapes")
+        assert w["flop_per_step"] == pytest.approx(5 * 2 * 256 * 2048 * 4096, rel=1e-3) and "shapes" in w["flop_source"]
         assert "no TFLOPS/W" in w["flop_missing"]
 
 

@@ -60,7 +60,7 @@ def test_the_attribution_floor_is_the_measured_counter_interval(runs):
 def test_gemm_tflops_per_watt_against_the_counter_and_integrated_power(runs, bare):
     (w,) = runs["gemm"].windows
     assert w["aligned"] and w["refused"] is None and w["steps"] == 12
-    assert w["flop_source"].startswith("shapes") and w["flop_per_step"] == GEMM_FLOP_PER_STEP
+    assert "shapes" in w["flop_source"] and w["flop_per_step"] == GEMM_FLOP_PER_STEP
     assert w["flop"] == 12 * GEMM_FLOP_PER_STEP
     # bf16 dense GEMM on an H100 SXM: ~680 TFLOP/s, the same as the unprofiled loop measured
     assert w["tflops"] == pytest.approx(bare["gemm"]["tflops"], rel=0.03)
@@ -90,11 +90,17 @@ def test_gemm_run_is_power_capped(runs):
     assert not [f for f in runs["membound"].findings + runs["idle"].findings if f.category == "power_capped"]
 
 
-def test_membound_and_idle_have_energy_but_no_flops(runs, bare):
+def test_membound_and_idle_have_energy_and_their_elementwise_flops(runs, bare):
     for kind in ("membound", "idle"):
         (w,) = runs[kind].windows
-        assert w["tflops_per_w"] is None and "no matrix-multiply operator" in w["flop_missing"]
         assert w["energy_per_step_j"] == pytest.approx(bare[kind]["energy_per_step_j"], rel=0.05)
+    # the element-wise adds' FLOPs (one per element): 300 adds of 2^28 fp32 elements a step,
+    # memory-bound, so a sliver of a TFLOPS per watt; idle's one tiny kernel a step, 16 FLOPs
+    (w,) = runs["membound"].windows
+    assert w["flop_per_step"] == 300 * 2**28 and "shapes" in w["flop_source"]
+    assert 0 < w["tflops_per_w"] < 0.001
+    (w,) = runs["idle"].windows
+    assert w["flop_per_step"] == 16 and w["tflops_per_w"] == 0.0
     (w,) = runs["membound"].windows
     assert 450 < w["steps_mean_power_w"] < 600  # memory-bound: well under the 700 W limit
     # idle: 11 steps of 250 ms get ~30.6 J each (~122 W); the last step's GPU window is only its
@@ -174,12 +180,15 @@ def test_ncu_results_in_the_run_directory_are_the_fallback_flop_source(tmp_path)
     shutil.copytree(_run("membound"), run)
     (run / "ncu").mkdir()
     ncu = Path(__file__).parent / "data" / "ncu"
-    # another program's ncu results (the train step's): none of its kernels is this run's,
-    # so ncu gives no count either, and both reasons are said
+    # the trace without its shapes (SIMULATED: its operators' inputs dropped, as a run without
+    # --record-shapes records them) and another program's ncu results (the train step's):
+    # none of its kernels is this run's, so ncu gives no count either, and both reasons are said
     (run / "ncu" / "raw.csv").write_bytes(gzip.decompress((ncu / "train_step_raw.csv.gz").read_bytes()))
-    (w,) = proflab.energy(run).windows
+    tr = proflab.load(next((run / "traces").glob("*.pt.trace.json.gz")))
+    bare_cpu = tr.cpu.with_columns(pl.lit(None, dtype=pl.String).alias(c) for c in ("input_types", "input_dims", "input_concrete"))
+    (w,) = analyze_energy(run, traces=[dataclasses.replace(tr, cpu=bare_cpu)]).windows
     assert w["tflops_per_w"] is None
-    assert "no matrix-multiply operator" in w["flop_missing"] and "ncu counted FLOPs for 0 of" in w["flop_missing"]
+    assert "no input shapes" in w["flop_missing"] and "ncu counted FLOPs for 0 of" in w["flop_missing"]
     (run / "ncu" / "raw.csv").write_text("not,a,report\n")
     a = proflab.energy(run)
     assert any(n.startswith("ncu/raw.csv: not read") for n in a.notes)

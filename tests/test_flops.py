@@ -1,4 +1,5 @@
-"""Matrix-multiply FLOPs from the input shapes torch.profiler records (analysis.deepdive.flops)."""
+"""FLOPs as the reader keeps what they are counted from, and of a trace's kernels from Nsight
+Compute (analysis.deepdive.flops); the operators' own FLOPs are tests/test_perf.py's."""
 
 from __future__ import annotations
 
@@ -10,28 +11,10 @@ import polars as pl
 import pytest
 
 import proflab
-from proflab.analysis.deepdive.flops import gemm_flops, op_flops
+from proflab.analysis.context import Context
+from proflab.analysis.perf import perf_for
 
 H100 = Path(__file__).parent / "data" / "runs" / "20261122-074634-h100_cuda_train"
-
-
-@pytest.mark.parametrize(
-    "name,dims,flop",
-    [
-        ("aten::mm", [[64, 32], [32, 16]], 2 * 64 * 32 * 16),
-        ("aten::_scaled_mm", [[64, 32], [32, 16], [], []], 2 * 64 * 32 * 16),
-        ("aten::addmm", [[16], [64, 32], [32, 16], [], []], 2 * 64 * 32 * 16),
-        ("aten::_addmm_activation", [[16], [64, 32], [32, 16], [], [], []], 2 * 64 * 32 * 16),
-        ("aten::bmm", [[4, 64, 32], [4, 32, 16]], 2 * 4 * 64 * 32 * 16),
-        ("aten::baddbmm", [[4, 64, 16], [4, 64, 32], [4, 32, 16], [], []], 2 * 4 * 64 * 32 * 16),
-        ("aten::mm", [[64, 32], [31, 16]], None),  # inner sizes disagree: not a product these shapes describe
-        ("aten::bmm", [[4, 64, 32], [2, 32, 16]], None),
-        ("aten::mm", [[64, 32]], None),
-        ("aten::matmul", [[64, 32], [32, 16]], None),  # a composite: its aten::mm child is the one counted
-    ],
-)
-def test_op_flops(name, dims, flop):
-    assert op_flops(name, dims) == flop
 
 
 def _trace(tmp_path, ops, *, record_shapes=1):
@@ -49,31 +32,25 @@ def _trace(tmp_path, ops, *, record_shapes=1):
     return proflab.load(p, cache=False)
 
 
-def test_reader_keeps_gemm_input_dims_and_counts_leaves_only(tmp_path):
+def test_reader_keeps_every_operators_shapes_and_the_composites_are_not_counted(tmp_path):
     tr = _trace(tmp_path, [("aten::linear", [[8, 64], [32, 64], [32]]), ("aten::addmm", [[32], [8, 64], [64, 32], [], []]),
                            ("aten::matmul", [[8, 32], [32, 16]]), ("aten::mm", [[8, 32], [32, 16]]), ("aten::relu", [[8, 32]])])
     dims = dict(zip(tr.cpu["name"], tr.cpu["input_dims"]))
-    assert dims["aten::mm"] == "[[8,32],[32,16]]" and dims["aten::relu"] is None  # only matmul/conv operators keep shapes
-    fc = gemm_flops(tr)
-    assert fc.flop == 2 * 8 * 64 * 32 + 2 * 8 * 32 * 16 and fc.ops == 2
-    assert fc.per_step.to_dicts() == [{"step": 7, "flop": fc.flop}]
-
-
-def test_no_count_without_shapes_or_with_convolutions(tmp_path):
-    assert "record_shapes" in gemm_flops(_trace(tmp_path, [("aten::mm", None)], record_shapes=0)).missing
-    assert "no input shapes" in gemm_flops(_trace(tmp_path, [("aten::mm", None)])).missing
-    fc = gemm_flops(_trace(tmp_path, [("aten::mm", [[8, 32], [32, 16]]), ("aten::convolution", [[1, 3, 8, 8], [4, 3, 3, 3]])]))
-    assert fc.flop is None and "convolutions" in fc.missing
-    assert "no matrix-multiply" in gemm_flops(_trace(tmp_path, [("aten::relu", [[8, 32]])])).missing
+    assert dims["aten::mm"] == "[[8,32],[32,16]]" and dims["aten::relu"] == "[[8,32]]"
+    p = perf_for(Context(tr))
+    got = {r["op"]: r["flops"] for r in p.ops.iter_rows(named=True)}
+    # the leaves the composites (linear, matmul) dispatch to are the ones counted
+    assert got == {"aten::addmm": 2 * 8 * 64 * 32, "aten::mm": 2 * 8 * 32 * 16, "aten::relu": 8 * 32}
+    assert p.steps.select("step", "model_flops").to_dicts() == [{"step": 7, "model_flops": sum(got.values())}]
 
 
 def test_recorded_mlp_step_flops():
     """The recorded H100 MLP (Linear 2048->4096->2048, batch 256, AdamW): per step 2 forward
     GEMMs and 3 backward ones (the first layer's input needs no gradient)."""
-    tr = proflab.load(next((H100 / "traces").glob("*.pt.trace.json.gz")))
-    fc = gemm_flops(tr)
-    assert fc.per_step.height == 5
-    assert set(fc.per_step["flop"].to_list()) == {5 * 2 * 256 * 2048 * 4096}
+    p = perf_for(Context(proflab.load(next((H100 / "traces").glob("*.pt.trace.json.gz")))))
+    assert p.steps.height == 5
+    gemm = p.ops.filter(pl.col("cls") == "gemm").group_by("step").agg(pl.col("flops").sum())
+    assert set(gemm["flops"].to_list()) == {5 * 2 * 256 * 2048 * 4096}
 
 
 NCU = Path(__file__).parent / "data" / "ncu"

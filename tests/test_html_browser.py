@@ -37,7 +37,7 @@ PROBES = {
     "scripts": "document.scripts.length",
     # elements no renderer writes: what an injected name would add
     "foreign": """Array.from(document.querySelectorAll('*')).filter(function(e){
-        return /^(img|svg|iframe|object|embed|link|meta)$/i.test(e.tagName) && !e.matches('head > meta') ||
+        return /^(img|svg|iframe|object|embed|link|meta)$/i.test(e.tagName) && !e.matches('head > meta, svg[data-proflab]') ||
                Array.from(e.attributes).some(function(a){ return /^on/i.test(a.name); }); }).length""",
     "pwned": "window.__pwned === undefined ? null : String(window.__pwned)",
     # click the hot-kernel table's "calls" heading twice: its column, in order, after each click

@@ -174,8 +174,9 @@ def test_values_taken_or_given_up(events, outcome):
 
 def test_input_shapes_are_decoded_once_per_distinct_text_as_the_typed_path_does():
     """The decoder interns each shape value's JSON text; the rows take their decoded text from
-    it. Repeated, null, malformed and escaped values, a shape text equal to a name's, and
-    operators that are not GEMMs (their shapes not kept) read as the typed decode reads them."""
+    it. Repeated, null, malformed and escaped values, a shape text equal to a name's, every
+    operator's shapes (element-wise ones too) and concrete inputs read as the typed decode
+    reads them."""
     def op(name, **args):
         return _event(cat="cpu_op", name=name, args=args)
 
@@ -184,15 +185,17 @@ def test_input_shapes_are_decoded_once_per_distinct_text_as_the_typed_path_does(
         op("aten::addmm", **{"Input type": ["float", "float"], "Input Dims": [[2, 3], [3, 4]]}),
         op("aten::mm", **{"Input type": None, "Input Dims": {"not": "a list"}}),
         op("aten::linear", **{"Input type": ["c10::Half", "a\"b\u00e9"], "Input Dims": []}),
-        op("aten::add", **{"Input type": ["float"], "Input Dims": [[5]]}),  # not a GEMM: not kept
+        op("aten::add", **{"Input type": ["float"], "Input Dims": [[5]]}),  # not a GEMM: kept too
         op("[[2, 3], [3, 4]]", **{"Input Dims": [[2, 3], [3, 4]]}),  # a name that is a shape's text
-        op("aten::convolution", **{"Input Dims": [[1, 3, 8, 8], [4, 3, 3, 3]]}),
+        op("aten::convolution", **{"Input Dims": [[1, 3, 8, 8], [4, 3, 3, 3]], "Concrete Inputs": ["", "", "", "[2, 2]", "[1, 1]"]}),
         op("aten::mm"),
     ]
     assert _agrees(_payload(events)) == "same"
     cpu = native.tables(_payload(events)).cpu
-    assert cpu.get_column("input_dims").to_list() == ["[[2,3],[3,4]]", "[[2,3],[3,4]]", None, "[]", None, None,
-                                                       "[[1,3,8,8],[4,3,3,3]]", None]  # fmt: skip
+    assert cpu.get_column("input_dims").to_list() == ["[[2,3],[3,4]]", "[[2,3],[3,4]]", None, "[]", "[[5]]",
+                                                       "[[2,3],[3,4]]", "[[1,3,8,8],[4,3,3,3]]", None]  # fmt: skip
+    assert cpu.get_column("input_concrete").to_list()[6] == '["","","","[2, 2]","[1, 1]"]'
+    assert cpu.get_column("input_concrete").null_count() == 7
     assert cpu.get_column("input_types").to_list()[:4] == ["float,float", "float,float", None, 'c10::Half,a"b\u00e9']
     assert cpu.get_column("name").to_list()[5] == "[[2, 3], [3, 4]]"
 

@@ -24,7 +24,6 @@ reorders GPUs; said in the notes).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -415,8 +414,6 @@ _MAX_STEP_ROWS = 2000
 
 def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], notes: list[str],
             flops_per_step: float | None = None, ncu=None) -> dict[str, Any]:
-    from proflab.analysis.context import Context
-
     dist = trace.meta.distributed or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None
     gdev = trace.gpu["device"].drop_nulls().unique().to_list()
@@ -431,7 +428,10 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         "tflops": None, "tflops_per_w": None, "tflops_per_w_integrated": None, "energy_to_solution_j": None,
         "step_energy": [], "ranges": [], "refused": None,
     }
-    flop_by_step = _flops(trace, w, flops_per_step, ncu)
+    from proflab.analysis.context import Context
+
+    ctx = Context(trace)
+    flop_by_step = _flops(ctx, w, flops_per_step, ncu)
     base = trace.meta.base_time_ns
     if device is None or device not in per_dev:
         w["refused"] = f"the trace's GPU work is on devices {gdev}, not one monitored device"
@@ -451,7 +451,6 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
         return w
     w["aligned"] = True
     w["window_offset_s"] = _r((a0 - m0) / 1e9)
-    ctx = Context(trace)
     gs = ctx.gpu_steps
     gs = gs.filter(pl.col("device") == device).sort("start_ns") if gs.height else gs
     w["steps"] = gs.height
@@ -517,28 +516,37 @@ def _window(trace, per_dev: dict[int, pl.DataFrame], devs: dict[int, dict], note
     return w
 
 
-def _flops(trace, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, int]:
-    """FLOPs of the window: given by the user (per step), else from the recorded GEMM shapes,
-    else from the run's Nsight Compute counts. Returns the FLOPs per host step (by step
-    number) where counted."""
+def _flops(ctx, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, int]:
+    """FLOPs of the window: given by the user (per step), else the model FLOPs of each step
+    (``analysis.perf``: from the operators' recorded shapes, else from the step ``proflab
+    run`` counted without the profiler), else from the run's Nsight Compute counts. Returns
+    the FLOPs per host step (by step number) where counted."""
     if user is not None:
         w.update(flop_per_step=float(user), flop_source="user")
         return {}
-    from proflab.analysis.deepdive.flops import gemm_flops, ncu_flops
+    from proflab.analysis.deepdive.flops import ncu_flops
+    from proflab.analysis.perf import counted_from, perf_for
+    from proflab.readers.rundir import step_flops_of
 
-    fc = gemm_flops(trace)
-    if fc.flop is None and ncu is not None:
-        alt = ncu_flops(ncu, trace)
-        fc = alt if alt.flop is not None else dataclasses.replace(fc, missing=f"{fc.missing}; {alt.missing}")
-    if fc.flop is None:
-        w["flop_missing"] = fc.missing
-        return {}
-    if fc.per_step.height == 0:
-        w["flop_missing"] = "no host steps to divide the counted FLOPs among"
-        return {}
-    w["flop_source"] = fc.source
-    w["flop_per_step"] = _r(float(fc.per_step["flop"].median()), 0)
-    return dict(zip(fc.per_step["step"].to_list(), fc.per_step["flop"].to_list()))
+    trace = ctx.trace
+    missing = "the trace records no framework operators"
+    if trace.cpu.filter(pl.col("cat") == "cpu_op").height:
+        p = perf_for(ctx, counted=counted_from(step_flops_of(trace.meta.source)) if trace.meta.source else None)
+        per = p.steps.filter(pl.col("model_flops").is_not_null() & (pl.col("model_flops") > 0))
+        if p.flop_source is not None and per.height:
+            w["flop_source"] = f"model FLOPs per step, {p.flop_source}"
+            w["flop_per_step"] = _r(float(per["model_flops"].median()), 0)
+            return dict(zip(per["step"].to_list(), per["model_flops"].to_list()))
+        missing = next((m for m in p.missing if m.startswith("FLOPs")), "no FLOPs counted in the steps")
+    if ncu is not None:
+        fc = ncu_flops(ncu, trace)
+        if fc.flop is not None and fc.per_step.height:
+            w["flop_source"] = fc.source
+            w["flop_per_step"] = _r(float(fc.per_step["flop"].median()), 0)
+            return dict(zip(fc.per_step["step"].to_list(), fc.per_step["flop"].to_list()))
+        missing = f"{missing}; {fc.missing or 'no host steps to divide the counted FLOPs among'}"
+    w["flop_missing"] = missing
+    return {}
 
 
 def _step_flops(per: dict[int, int], gs: pl.DataFrame) -> int | None:

@@ -26,6 +26,10 @@ def recording_args(p) -> None:
     g.add_argument("--record-shapes", dest="record_shapes", action=argparse.BooleanOptionalAction,
                    default=defaults.RECORD_SHAPES,
                    help=f"record input shapes (default {'on' if defaults.RECORD_SHAPES else 'off'})")  # fmt: skip
+    g.add_argument("--count-flops", dest="count_flops", action=argparse.BooleanOptionalAction,
+                   default=defaults.COUNT_FLOPS,
+                   help="count one unprofiled step's FLOPs with torch.utils.flop_counter, for MFU and TFLOPS/W "
+                        f"(default {'on' if defaults.COUNT_FLOPS else 'off'})")  # fmt: skip
     g.add_argument("--with-stack", action=argparse.BooleanOptionalAction, default=defaults.WITH_STACK,
                    help="record Python stacks (links kernels to your lines)")  # fmt: skip
     g.add_argument("--profile-memory", action="store_true", help="record tensor allocations")
@@ -47,7 +51,8 @@ def recording_options(args: argparse.Namespace) -> dict:
     """RunOptions' fields from ``recording_args``' options."""
     return dict(
         backend=args.backend, window=args.window, wait=args.wait, warmup=args.warmup, active=args.active,
-        delay_s=args.delay, duration_s=args.duration, record_shapes=args.record_shapes, with_stack=args.with_stack,
+        delay_s=args.delay, duration_s=args.duration, record_shapes=args.record_shapes, count_flops=args.count_flops,
+        with_stack=args.with_stack,
         profile_memory=args.profile_memory, memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
         python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
         exit_timeout_s=args.exit_timeout,

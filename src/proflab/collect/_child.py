@@ -35,6 +35,13 @@ leaves what was recorded; a profiler of the program's own still open then is sto
 kept too. Each process writes its own trace (``<host>_<pid>`` or ``rank<R>_<pid>``), so every
 torchrun worker leaves one.
 
+One training step outside the profiler's window (the second of the program, where the
+schedule still waits; else the first after the window closed) runs under
+``torch.utils.flop_counter`` (``FlopCount``): its FLOPs by operator, by dtype and by module
+go into ``processes/<pid>.json`` (``flops``), which the analysis reads for the FLOPs, MFU and
+TFLOPS/W of a trace recorded without shapes. That step is slower (every operator passes
+through Python once) and is left out of the unprofiled step times.
+
 The end never hangs on Kineto's CUPTI teardown (``end_without_teardown``), and each process
 writes ``processes/<pid>.exit`` as it ends (its main thread done, the threads it waits for,
 proflab's exit handler started and done): the launcher reads it to tell a process that hung
@@ -321,6 +328,79 @@ class GpuStepClock:
         self._pending, self._head, self._last, self._free = [], 0, None, []
 
 
+_FLOP_MODULES = 50  # modules kept in the FLOP count (the largest, at most three levels deep)
+_FLOP_MODULE_DEPTH = 3
+
+
+class FlopCount:
+    """One step's FLOPs under ``torch.utils.flop_counter.FlopCounterMode``, entered at one
+    step's end and left at the next's (on the training thread; autograd's threads inherit
+    the mode). Its formula for an operator runs inside the program's call: a formula that
+    fails is caught and said, never raised into the program. Per operator, per dtype (of the
+    operator's first tensor input) and per module (the counter's own module tracking)."""
+
+    def __init__(self, torch) -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self.errors: list[str] = []
+        self.by_dtype: dict[str, int] = {}
+        errors, by_dtype, tensor = self.errors, self.by_dtype, torch.Tensor
+
+        class _Counter(FlopCounterMode):
+            def _count_flops(self, func_packet, out, args, kwargs):
+                registry = getattr(self, "flop_registry", None)
+                if registry is None or func_packet not in registry:
+                    return out
+                try:
+                    n = registry[func_packet](*args, **kwargs, out_val=out)
+                    for par in set(self.mod_tracker.parents):
+                        self.flop_counts[par][func_packet] += n
+                    dt = next((str(a.dtype) for a in args if isinstance(a, tensor)), "unknown")
+                    by_dtype[dt] = by_dtype.get(dt, 0) + int(n)
+                except Exception as e:  # the program's call goes on, uncounted
+                    if len(errors) < 5:
+                        errors.append(f"{func_packet}: {type(e).__name__}: {e}")
+                return out
+
+        self.counter = _Counter(display=False)
+        self.thread = threading.get_ident()
+        self.t0 = time.perf_counter()
+        self.counter.__enter__()
+
+    def stop(self, torch, step: int) -> dict:
+        """Leave the counter (on the thread that entered it) and return the record."""
+        if threading.get_ident() != self.thread:
+            raise RuntimeError("the step ended on another thread than it began on")
+        self.counter.__exit__(None, None, None)
+        counts = self.counter.get_flop_counts()
+        by_op = {str(op): int(n) for op, n in (counts.get("Global") or {}).items()}
+        modules = {m: sum(int(n) for n in ops.values()) for m, ops in counts.items()
+                   if m != "Global" and m.count(".") < _FLOP_MODULE_DEPTH}  # fmt: skip
+        try:
+            tf32 = torch.get_float32_matmul_precision() != "highest"
+        except Exception:
+            tf32 = None
+        return {
+            "source": "torch.utils.flop_counter, one unprofiled step",
+            "step": step,
+            "total": sum(by_op.values()),
+            "by_op": dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
+            "by_dtype": dict(sorted(self.by_dtype.items(), key=lambda kv: -kv[1])),
+            "by_module": dict(sorted(modules.items(), key=lambda kv: -kv[1])[:_FLOP_MODULES]),
+            "matmul_tf32": tf32,
+            "counted_step_s": round(time.perf_counter() - self.t0, 4),
+            "errors": self.errors,
+        }
+
+    def abandon(self) -> None:
+        """The program ends inside the counted step: leave the counter, keep nothing."""
+        try:
+            if threading.get_ident() == self.thread:
+                self.counter.__exit__(None, None, None)
+        except Exception:
+            pass
+
+
 class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -346,6 +426,9 @@ class Runtime:
         self._last_step_ns: int | None = None
         self._last_step_profiling = False
         self._window_end_steps: list[int] = []
+        self._flop_count: FlopCount | None = None  # the step being counted (FlopCount)
+        self._flops: dict | None = None  # its record, or why there is none (processes/<pid>.json: flops)
+        self._flop_steps: list[int] = []  # the counted step's interval: not a bare step time
         # What the compression thread touches (the trace list, notes, the process file) is
         # guarded by this lock, never by _lock: the training thread joins that thread while
         # holding _lock (at exit, when steps replace the fallback window).
@@ -747,6 +830,7 @@ class Runtime:
                 if self.window == "auto" and self._provisional:
                     self._back_to_steps()
                 if self.prof is None or self.prof_kind != "steps" or self.done:
+                    self._count_flops()
                     return
                 if self.steps - self._step_base == int(self.cfg.get("wait", 3)):  # this step starts warm-up
                     if self._someone_else_profiles():
@@ -758,10 +842,39 @@ class Runtime:
                 if self.done:  # this step closed the window: what did the program wait for?
                     self._window_end_steps.append(self.steps + 1)  # the interval ending next holds the save
                     self._note_stall(time.perf_counter() - t0)
+                self._count_flops()
             except Exception as e:
                 self._fail("torch.profiler step failed", e)
             finally:
                 self._busy -= 1
+
+    def _count_flops(self) -> None:
+        """At a step's end: finish the counted step, or start counting the next one where it
+        is outside every profiler's recording (see the module doc). Counting is proflab's
+        to lose, never the program's: a failure is recorded and counting ends."""
+        if self._flops is not None or not self.cfg.get("count_flops", True) or self.torch is None or self.window == "none":
+            return  # (window none: proflab try's runs are timed, every step bare)
+        try:
+            if self._flop_count is not None:
+                count, self._flop_count = self._flop_count, None
+                self._flops = count.stop(self.torch, self.steps)
+                if not self._flops["total"]:
+                    self._flops = {"missing": "the counted step ran no operator with a FLOP formula (a CUDA graph "
+                                              "replay, a compiled step, or no matrix products)", "step": self.steps}
+                self._write_process_info()
+                return
+            k = self.steps - self._step_base
+            waiting = self.prof_kind == "steps" and not self.done and 1 <= k < int(self.cfg.get("wait", 3))
+            closed = self.done or self.prof is None
+            if not (waiting or closed) or self._profiling_now() or self._someone_else_profiles():
+                return
+            self._flop_steps.append(self.steps + 1)  # the interval ending at the next step
+            self._flop_count = FlopCount(self.torch)
+        except Exception as e:
+            if self._flop_count is not None:
+                self._flop_count.abandon()
+                self._flop_count = None
+            self._flops = {"missing": f"counting one step's FLOPs failed: {type(e).__name__}: {e}"}
 
     def _profiling_now(self) -> bool:
         """Whether a profiler records (adds its cost) right now: a time window, or a step
@@ -807,9 +920,10 @@ class Runtime:
         the host's medians beside them), else on the host's. The first _STEP_WARMUP steps of
         the program (compilation, allocator warm-up) and the step in which a window ended (its
         trace was saved then) are left out."""
-        host = _step_medians([(d / 1e6, bare, k) for d, bare, k in self._step_times], self._window_end_steps)
+        left_out = self._window_end_steps + self._flop_steps
+        host = _step_medians([(d / 1e6, bare, k) for d, bare, k in self._step_times], left_out)
         clock = self._gpu_clock
-        gpu = _step_medians(clock.times, self._window_end_steps) if clock is not None else None
+        gpu = _step_medians(clock.times, left_out) if clock is not None else None
         if gpu is not None and gpu["bare_n"] >= MIN_BARE_STEPS:
             return {"clock": "gpu", **gpu, "host_bare_ms": host["bare_ms"], "host_profiled_ms": host["profiled_ms"]}
         out = {"clock": "host", **host}
@@ -1122,6 +1236,10 @@ class Runtime:
                     f"the time window was still waiting for a safe point ({'; '.join(self._deferred_why)}) when the program "
                     f"ended, {time.perf_counter() - self._deferred_since:.1f} s after it was due"
                 )
+            if self._flop_count is not None:
+                self._flop_count.abandon()
+                self._flop_count = None
+                self._flops = {"missing": "the program ended inside the step whose FLOPs were being counted"}
             try:
                 self._stop_and_export()
             except Exception as e:
@@ -1207,6 +1325,8 @@ class Runtime:
             "time_window_waited_for": self._deferred_why,
             # step-to-step wall time (ms) without and with a profiler recording
             "step_times": self._step_time_summary(),
+            # one unprofiled step's FLOPs (FlopCount), or why there are none
+            "flops": self._flops,
             "notes": self.notes,
         }
         d = os.path.join(self.run_dir, "processes")

@@ -50,6 +50,7 @@ class RunOptions:
     delay_s: float = 5.0  # time window: starts this long after the torch import...
     duration_s: float = 10.0  # ...and lasts this long
     record_shapes: bool = defaults.RECORD_SHAPES  # (collect/defaults.py says why)
+    count_flops: bool = defaults.COUNT_FLOPS  # one unprofiled step under torch.utils.flop_counter
     with_stack: bool = defaults.WITH_STACK
     profile_memory: bool = False
     memory_snapshot: bool = False
@@ -110,6 +111,7 @@ def _child_config(opts: RunOptions, run_dir: Path) -> dict[str, Any]:
         "delay_s": opts.delay_s if opts.window in ("auto", "time") else None,
         "duration_s": opts.duration_s,
         "record_shapes": opts.record_shapes,
+        "count_flops": opts.count_flops,
         "with_stack": opts.with_stack,
         "profile_memory": opts.profile_memory,
         "memory_snapshot": opts.memory_snapshot,

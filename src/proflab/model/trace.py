@@ -74,7 +74,10 @@ CPU_SCHEMA: dict[str, pl.DataType] = {
     "python_parent_id": pl.Int64,
     "sequence": pl.Int64,  # autograd sequence number: ties a backward node to its forward op
     "input_types": pl.String,  # cpu_op with record_shapes: dtypes joined by ","
-    "input_dims": pl.String,  # matmul/conv cpu_op with record_shapes: its "Input Dims" as compact JSON
+    "input_dims": pl.String,  # cpu_op with record_shapes: its "Input Dims" as compact JSON
+    # cpu_op with record_shapes (PyTorch 2.4+): its "Concrete Inputs" (the scalar and list
+    # arguments as text: a convolution's stride, an attention's is_causal) as compact JSON
+    "input_concrete": pl.String,
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {

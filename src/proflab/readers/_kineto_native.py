@@ -43,7 +43,7 @@ _INTS = (
     "shared_memory", "python_id", "python_parent_id", "sequence", "in_nelems", "out_nelems",
     "group_size", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
 )  # fmt: skip
-_SPANS = ("input_types", "input_dims", "collective", "dtype", "pg_name")
+_SPANS = ("input_types", "input_dims", "collective", "dtype", "pg_name", "input_concrete")
 _SLOT = {name: i for i, name in enumerate(_INTS)}
 WORDS = ("ph", "cat", "name", "pid", "tid", "ts", "dur", *_INTS, *(f"off:{s}" for s in _SPANS), *(f"len:{s}" for s in _SPANS), "valid")
 _VIEW = {"ts": np.float64, "dur": np.float64, "valid": np.uint64}  # (the rest: int64)
@@ -54,7 +54,7 @@ _TEXT = {"pid": 62, "tid": 63}  # bits of "valid": the value is a string's index
 # -> 1.90-1.97 s (medians of five and six, interleaved), the same report.
 _ENGINE = "in-memory"
 _OP, _GPU, _FRAME = 1, 2, 3
-_VERSION = 4  # KSCAN_VERSION of the C source this module reads
+_VERSION = 5  # KSCAN_VERSION of the C source this module reads
 
 if _kscan is not None and _kscan.layout()[:5] != (_VERSION, 8 * len(WORDS), len(_INTS), len(_SPANS), (_GPU, _OP, _FRAME, 0)):
     _kscan = None  # a build of another version of the source (an install not rebuilt): not used
@@ -330,6 +330,7 @@ def _cpu_table(rows: _Rows) -> pl.DataFrame:
         "name": rows.strs("name"),
         "input_types": _shape_column(rows, picked, "input_types", _k._dtypes),
         "input_dims": _shape_column(rows, picked, "input_dims", _k._dims),
+        "input_concrete": _shape_column(rows, picked, "input_concrete", _k._dims),
     }
     n = rows.numbers_lazy({"external_id": i64, "external_id_old": i64, "correlation": i64, "sequence": i64}, keep, pid=i64, tid=i64)
     return n.with_columns(_EXTERNAL_ID).select(_k.cpu_columns("python_id", "python_parent_id")).collect(engine=_ENGINE)

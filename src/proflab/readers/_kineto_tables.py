@@ -9,7 +9,6 @@ neither imports the other for them.
 from __future__ import annotations
 
 import functools
-import re
 from collections import Counter
 from operator import attrgetter
 from typing import Annotated, Any, NamedTuple
@@ -102,10 +101,11 @@ class _Args(Struct, frozen=True, gc=False):
     python_id: _I64 | None = field(name="Python id", default=None)
     python_parent_id: _I64 | None = field(name="Python parent id", default=None)
     sequence: _I64 | None = field(name="Sequence number", default=None)
-    # Kept raw (a slice of the input, not parsed): only matmul/conv operators need their
-    # dtypes, and building strings for every operator's inputs costs more than the rest.
+    # Kept raw (a slice of the input, not parsed): each distinct value is decoded once, where
+    # the reader builds the columns (a model's operators repeat a few shapes).
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
-    input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())  # same ops: FLOPs from shapes
+    input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())  # FLOPs and bytes from shapes
+    input_concrete: msgspec.Raw = field(name="Concrete Inputs", default=msgspec.Raw())  # stride, padding, is_causal...
     # torch.distributed's record_param_comms (and, from 2.x, the NCCL kernels) describe the
     # collective: what it is, its message sizes, dtype and process group
     collective: str | None = field(name="Collective name", default=None)
@@ -249,9 +249,12 @@ def cpu_columns(*absent: str) -> tuple[pl.Expr, ...]:
 
 
 def shape_ops(names: pl.Series) -> np.ndarray:
-    """Whether each name is an operator whose input shapes are kept (GEMMs and convolutions),
-    by polars: a Python test of every operator's name cost 7 % of a read."""
-    return (names.is_in(list(_DTYPE_OPS)) | names.str.contains(_DTYPE_OP_PATTERN)).fill_null(False).to_numpy()
+    """Whether each name is one whose input shapes are kept: every named event (only operators
+    carry them). The operator performance model (``analysis.perf``) reads the shapes of GEMMs
+    and convolutions as of element-wise operators, normalisations and the optimizer, and the
+    parameters of the autograd graph (``AccumulateGrad``). Where shapes were not recorded
+    the columns stay null and cost nothing."""
+    return names.is_not_null().to_numpy()
 
 
 def _comm_table(evs: list[_Event]) -> pl.DataFrame:
@@ -275,23 +278,12 @@ def _comm_table(evs: list[_Event]) -> pl.DataFrame:
     )
 
 
-# Operators whose input dtypes tell whether their GEMMs can use tensor cores.
-_DTYPE_OPS = frozenset(
-    f"aten::{op}" for op in ("mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "_addmm_activation", "einsum")
-)
-
-
-_DTYPE_OP_PREFIXES = ("aten::conv", "aten::_conv", "aten::cudnn_conv", "aten::miopen_conv")
-
-
-_DTYPE_OP_PATTERN = "^(?:" + "|".join(re.escape(p) for p in _DTYPE_OP_PREFIXES) + ")"
-
-
 _DTYPES_DECODER = msgspec.json.Decoder(list[Any])
 
 
 def _dims(raw: msgspec.Raw) -> str | None:
-    """The operator's input shapes as compact JSON (``[[m,k],[k,n]]``), or None when malformed."""
+    """The operator's input shapes (or its concrete inputs) as compact JSON (``[[m,k],[k,n]]``,
+    ``["","","[1, 1]"]``), or None when malformed."""
     try:
         dims = _DTYPES_DECODER.decode(raw)
     except msgspec.DecodeError:
@@ -311,5 +303,5 @@ def _dtypes(raw: msgspec.Raw) -> str | None:
 def frame_columns() -> tuple[pl.Expr, ...]:
     """The host table's columns for Python frames' rows (``cpu_columns``): their category
     broadcast, the operators' columns null."""
-    absent = cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims")
+    absent = cpu_columns("external_id", "correlation", "sequence", "input_types", "input_dims", "input_concrete")
     return (pl.lit("python_function", dtype=CPU_SCHEMA["cat"]).alias("cat"), *(e for c, e in zip(CPU_SCHEMA, absent) if c != "cat"))

@@ -18,7 +18,7 @@
  * kind 0), operators and frames only where their phase is "X" (the rest are only counted).
  * A table is a read-only buffer of `cap` rows of TABLE_FIELDS[kind] 8-byte words, the first
  * `n` filled: an event's record words that its kind keeps (a GPU activity's 21 of the
- * record's 38), so numpy views each column (a word of every row) without a gather. The
+ * record's 40), so numpy views each column (a word of every row) without a gather. The
  * "other" table holds only the category. (Column after column instead cost the parse more
  * than the views saved: a word written to each of twenty pages an event. The 514 MB trace's
  * 31 slices, one thread: the parse 0.69 -> 0.77 CPU s, the rest 0.50 -> 0.37.)
@@ -32,7 +32,7 @@
  *   ts, dur                  double (ts absent or null: NaN; dur absent: 0.0)
  *   ints[N_INTS]             int64  the integer args (see INT_KEYS), valid where bit i of `valid`
  *   span_off[N_SPANS]        int64  byte offset of a raw arg value in the buffer (-1: absent); for the
- *                                   input shapes (INPUT_TYPES, INPUT_DIMS), the index in strings of the
+ *                                   operator's inputs (INPUT_TYPES, INPUT_DIMS, INPUT_CONCRETE), the index in strings of the
  *                                   value's JSON text instead
  *   span_len[N_SPANS]        int64  the value's bytes (-1: absent)
  *   valid                    uint64
@@ -55,9 +55,9 @@
 static locale_t C_NUMERIC; /* strtod in the "C" locale, whatever the program set */
 #endif
 
-#define KSCAN_VERSION 4 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
+#define KSCAN_VERSION 5 /* raised with any change to what scan() returns (_kineto_native._VERSION) */
 #define N_INTS 20
-#define N_SPANS 5
+#define N_SPANS 6
 #define MAX_DEPTH 64
 #define PID_TEXT 62 /* bits of Rec.valid: pid / tid is a string (its index in strings) */
 #define TID_TEXT 63
@@ -92,7 +92,7 @@ enum {
     I_SHARED_MEMORY, I_PYTHON_ID, I_PYTHON_PARENT_ID, I_SEQUENCE, I_IN_NELEMS, I_OUT_NELEMS,
     I_GROUP_SIZE, I_GRID_X, I_GRID_Y, I_GRID_Z, I_BLOCK_X, I_BLOCK_Y, I_BLOCK_Z
 };
-enum { S_INPUT_TYPES, S_INPUT_DIMS, S_COLLECTIVE, S_DTYPE, S_PG_NAME };
+enum { S_INPUT_TYPES, S_INPUT_DIMS, S_COLLECTIVE, S_DTYPE, S_PG_NAME, S_INPUT_CONCRETE };
 
 static const int GPU_WORDS[] = {
     W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD, W_INTS + I_CORRELATION,
@@ -101,8 +101,9 @@ static const int GPU_WORDS[] = {
 static const int OP_WORDS[] = {
     W_CAT, W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_EXTERNAL_ID, W_INTS + I_EXTERNAL_ID_OLD, W_INTS + I_CORRELATION,
     W_INTS + I_SEQUENCE, W_INTS + I_IN_NELEMS, W_INTS + I_OUT_NELEMS, W_INTS + I_GROUP_SIZE, W_SPAN_OFF + S_INPUT_TYPES,
-    W_SPAN_OFF + S_INPUT_DIMS, W_SPAN_OFF + S_COLLECTIVE, W_SPAN_OFF + S_DTYPE, W_SPAN_OFF + S_PG_NAME, W_SPAN_LEN + S_INPUT_TYPES,
-    W_SPAN_LEN + S_INPUT_DIMS, W_SPAN_LEN + S_COLLECTIVE, W_SPAN_LEN + S_DTYPE, W_SPAN_LEN + S_PG_NAME, -1};
+    W_SPAN_OFF + S_INPUT_DIMS, W_SPAN_OFF + S_COLLECTIVE, W_SPAN_OFF + S_DTYPE, W_SPAN_OFF + S_PG_NAME, W_SPAN_OFF + S_INPUT_CONCRETE,
+    W_SPAN_LEN + S_INPUT_TYPES, W_SPAN_LEN + S_INPUT_DIMS, W_SPAN_LEN + S_COLLECTIVE, W_SPAN_LEN + S_DTYPE, W_SPAN_LEN + S_PG_NAME,
+    W_SPAN_LEN + S_INPUT_CONCRETE, -1};
 static const int FRAME_WORDS[] = {W_NAME, W_PID, W_TID, W_TS, W_DUR, W_VALID, W_INTS + I_PYTHON_ID, W_INTS + I_PYTHON_PARENT_ID, -1};
 static const int OTHER_WORDS[] = {W_CAT, -1};
 /* each kind's columns: the record words its table keeps, -1 ended */
@@ -130,6 +131,7 @@ static const ArgKey ARG_KEYS[] = {
     {"Sequence number", 0, I_SEQUENCE},
     {"Input type", 4, S_INPUT_TYPES},
     {"Input Dims", 4, S_INPUT_DIMS},
+    {"Concrete Inputs", 4, S_INPUT_CONCRETE},
     {"Collective name", 5, S_COLLECTIVE},
     {"In msg nelems", 0, I_IN_NELEMS},
     {"Out msg nelems", 0, I_OUT_NELEMS},

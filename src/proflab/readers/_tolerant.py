@@ -48,6 +48,7 @@ class LooseArgs(Struct, gc=False):
     sequence: Any = field(name="Sequence number", default=None)
     input_types: msgspec.Raw = field(name="Input type", default=msgspec.Raw())
     input_dims: msgspec.Raw = field(name="Input Dims", default=msgspec.Raw())
+    input_concrete: msgspec.Raw = field(name="Concrete Inputs", default=msgspec.Raw())
     collective: Any = field(name="Collective name", default=None)
     in_nelems: Any = field(name="In msg nelems", default=None)
     out_nelems: Any = field(name="Out msg nelems", default=None)
@@ -72,6 +73,7 @@ class LooseEvent(Struct, gc=False):
 
 
 LOOSE_EVENTS = msgspec.json.Decoder(list[LooseEvent])
+_RAW_ARGS = ("Input type", "Input Dims", "Concrete Inputs")  # kept raw: what msgspec.convert cannot rebuild
 _ANY = msgspec.json.Decoder()
 
 _I32 = (-(2**31), 2**31 - 1)
@@ -124,8 +126,8 @@ def from_python(items: Any, problems: Problems) -> list[LooseEvent]:
         if args is not None and not isinstance(args, dict):
             problems["args", kind(args), "ignored"] += 1
             item = {k: v for k, v in item.items() if k != "args"}
-        elif isinstance(args, dict) and ("Input type" in args or "Input Dims" in args):
-            item = {**item, "args": {k: v for k, v in args.items() if k not in ("Input type", "Input Dims")}}
+        elif isinstance(args, dict) and any(k in args for k in _RAW_ARGS):
+            item = {**item, "args": {k: v for k, v in args.items() if k not in _RAW_ARGS}}
         try:
             out.append(msgspec.convert(item, LooseEvent))
         except msgspec.ValidationError:

@@ -1105,7 +1105,7 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
     get = attrgetter
     args = list(map(get("args"), evs))
     host = _host_columns(evs)
-    types, dims = _shapes(host["name"], lambda i: (args[i].input_types, args[i].input_dims))
+    types, dims, concrete = _shapes(host["name"], lambda i: (args[i].input_types, args[i].input_dims, args[i].input_concrete))
     return _cpu_frame(
         pl.Series(list(map(get("cat"), evs)), dtype=pl.String).replace_strict(_CPU_CATS, return_dtype=CPU_SCHEMA["cat"]),
         host,
@@ -1114,11 +1114,12 @@ def _cpu_table(evs: list[_Event]) -> pl.DataFrame:
         pl.Series(list(map(get("sequence"), args)), dtype=pl.Int64),
         types,
         dims,
+        concrete,
     )
 
 
 def _cpu_frame(cat: pl.Series, host: dict[str, pl.Series], external_id: pl.Series, correlation: pl.Series,
-               sequence: pl.Series, types: pl.Series, dims: pl.Series) -> pl.DataFrame:
+               sequence: pl.Series, types: pl.Series, dims: pl.Series, concrete: pl.Series) -> pl.DataFrame:
     """The host table's operator rows from their columns (``cat`` as the model names it)."""
     return pl.DataFrame(
         {
@@ -1129,25 +1130,30 @@ def _cpu_frame(cat: pl.Series, host: dict[str, pl.Series], external_id: pl.Serie
             "sequence": sequence,
             "input_types": types,
             "input_dims": dims,
+            "input_concrete": concrete,
         }
     ).select(cpu_columns("python_id", "python_parent_id"))
 
 
-def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any]]) -> tuple[pl.Series, pl.Series]:
-    """Input dtypes and dims of the GEMM/conv operators that carry them (``record_shapes``);
-    ``raw(i)``: operator i's ``Input type`` and ``Input Dims`` as JSON (empty where absent).
-    The names are picked by polars (``shape_ops``)."""
+def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any, Any]]) -> tuple[pl.Series, pl.Series, pl.Series]:
+    """Input dtypes, dims and concrete inputs of the operators that carry them
+    (``record_shapes``); ``raw(i)``: operator i's ``Input type``, ``Input Dims`` and
+    ``Concrete Inputs`` as JSON (empty where absent). The names are picked by polars
+    (``shape_ops``)."""
     picked = np.flatnonzero(shape_ops(names))
     types: list[str | None] = [None] * len(names)
     dims: list[str | None] = [None] * len(names)
-    seen: dict[tuple, str | None] = {}  # a model's GEMMs repeat a few shapes: each decoded once
+    concrete: list[str | None] = [None] * len(names)
+    seen: dict[tuple, str | None] = {}  # a model's operators repeat a few shapes: each decoded once
     for i in picked.tolist():
-        input_types, input_dims = raw(i)
+        input_types, input_dims, input_concrete = raw(i)
         if input_types:
             types[i] = _decoded_once(seen, input_types, _dtypes)
         if input_dims:
             dims[i] = _decoded_once(seen, input_dims, _dims)
-    return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String)
+        if input_concrete:
+            concrete[i] = _decoded_once(seen, input_concrete, _dims)
+    return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String), pl.Series(concrete, dtype=pl.String)
 
 
 def _decoded_once(seen: dict, raw, decode: Callable[[Any], str | None]) -> str | None:

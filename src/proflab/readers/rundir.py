@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["META", "MIN_BARE_STEPS", "step_times_of", "unprofiled_step_ms", "unprofiled_steps_ms"]
+__all__ = ["META", "MIN_BARE_STEPS", "process_info_of", "step_flops_of", "step_times_of", "unprofiled_step_ms", "unprofiled_steps_ms"]
 
 META = "meta.json"
 # Fewer bare step intervals are not a measurement of the loop's step time. The runtime inside
@@ -40,10 +40,13 @@ def unprofiled_steps_ms(path: str | Path) -> list[float] | None:
     return out if len(out) >= MIN_BARE_STEPS else None
 
 
-def step_times_of(trace: str | Path) -> dict | None:
-    """The ``step_times`` that ``proflab run`` recorded for the process that wrote ``trace``
-    (``processes/<pid>.json``), when it holds a bare step time of enough steps; else None."""
-    trace = Path(trace).resolve()
+def process_info_of(trace: str | Path) -> dict | None:
+    """``processes/<pid>.json`` of the process that wrote ``trace`` (a file under a run
+    directory's ``traces/``); None when the trace is not from a run directory."""
+    try:
+        trace = Path(trace).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
     run_dir = trace.parent.parent if trace.parent.name == "traces" else None
     if run_dir is None or not (run_dir / META).is_file():
         return None
@@ -53,10 +56,26 @@ def step_times_of(trace: str | Path) -> dict | None:
             info = json.loads(p.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if not isinstance(info, dict) or rel not in (info.get("traces") or []):
-            continue
-        st = info.get("step_times") or {}
-        n, ms = st.get("bare_n"), st.get("bare_ms")
-        if isinstance(n, int) and n >= MIN_BARE_STEPS and isinstance(ms, (int, float)) and ms > 0:
-            return st
+        if isinstance(info, dict) and rel in (info.get("traces") or []):
+            return info
     return None
+
+
+def step_times_of(trace: str | Path) -> dict | None:
+    """The ``step_times`` that ``proflab run`` recorded for the process that wrote ``trace``
+    (``processes/<pid>.json``), when it holds a bare step time of enough steps; else None."""
+    info = process_info_of(trace)
+    st = (info or {}).get("step_times") or {}
+    n, ms = st.get("bare_n"), st.get("bare_ms")
+    if isinstance(n, int) and n >= MIN_BARE_STEPS and isinstance(ms, (int, float)) and ms > 0:
+        return st
+    return None
+
+
+def step_flops_of(trace: str | Path) -> dict | None:
+    """The FLOPs of one unprofiled training step that ``proflab run`` counted in the process
+    that wrote ``trace`` (``processes/<pid>.json``: ``flops``, from
+    ``torch.utils.flop_counter``: ``total``, ``by_op``, ``by_dtype``, ``by_module``), when
+    it counted some; else None (not a run directory, not counted, or the count failed)."""
+    f = (process_info_of(trace) or {}).get("flops")
+    return f if isinstance(f, dict) and isinstance(f.get("total"), int) and f["total"] > 0 else None

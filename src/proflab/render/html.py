@@ -364,6 +364,8 @@ def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | 
         page.add(_table(d["memcpy"], [("direction", "direction"), ("memory", "memory"), ("pageable", "pageable"),
                                       ("count", "copies"), ("bytes", "bytes"), ("time_ms", "time ms"),
                                       ("achieved_gbps", "achieved GB/s")]))
+    if d.get("perf") and (d["perf"]["classes"] or d["perf"]["per_step"].get("model_flops")):
+        _perf(page, d["perf"], d["kernel_verdicts"])
     if d["kernel_verdicts"]:
         _verdicts(page, d["kernel_verdicts"])
     if d["launch"]:
@@ -477,6 +479,30 @@ def _timeline(page: _Page, ov: dict[str, Any]) -> None:
                         {"field": "busy_ms", "format": ",.4f", "title": "busy ms"}],
         },
     }, "timeline of the analysed window")
+
+
+def _perf(page: _Page, p: dict[str, Any], verdicts: Sequence[dict[str, Any]]) -> None:
+    """Where the FLOPs go: MFU, the classes and the top operators against their roofs, and
+    the roofline as inline SVG (its names escaped by ``render.perf``)."""
+    from proflab.render.perf import perf_headline, roofline_svg
+
+    page.add("<h2>Where the FLOPs go</h2>")
+    page.add("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in perf_headline(p)) + "</ul>")
+    cols = [("achieved_tflops", "TFLOPS"), ("achieved_gbps", "GB/s"), ("intensity_flop_per_byte", "FLOP/byte"),
+            ("bound", "bound"), ("roof", "roof"), ("ideal_ms", "ideal ms"), ("lost_ms", "lost ms"), ("pct_of_roof", "% of roof")]
+    page.add(_table(p["classes"], [("class", "class"), ("count", "calls"), ("time_ms", "ms"), ("share_pct", "% of kernels"),
+                                   ("flops", "FLOPs"), ("bytes", "bytes"), *cols]))
+    tops = [o for o in p["top_ops"] if o.get("lost_ms")]
+    if tops:
+        page.add("<h3>Where a better kernel pays</h3>")
+        page.add(_table(tops, [("signature", "operator"), ("count", "calls"), ("time_ms", "ms"), *cols], names=("signature",)))
+    if p["unmodelled"]:
+        page.add('<p class="muted">unmodelled: ' + "; ".join(
+            f"{_e(u['op'])} {_e(_fmt(u['time_ms']))} ms ({_e(_fmt(u['share_pct']))} %, {_e(u['reason'])})" for u in p["unmodelled"][:8]) + "</p>")
+    for m in p.get("missing") or []:
+        page.add(f'<p class="muted">missing: {_e(m)}</p>')
+    if any(c.get("achieved_tflops") for c in p["classes"]):
+        page.add('<div class="scroll">' + roofline_svg(p, list(verdicts)) + "</div>")
 
 
 def _verdicts(page: _Page, verdicts: Sequence[dict[str, Any]]) -> None:
@@ -750,6 +776,11 @@ def _comparison(page: _Page, comparison: Any) -> None:
                          "tooltip": [{"field": "side"}, {"field": "kind"}, {"field": "ms", "format": ",.3f"}]},
         }, "breakdown before and after")
         page.add(_table(d["breakdown_ms"], [(c, c) for c in d["breakdown_ms"][0]]))
+    pf = d.get("perf")
+    if pf and pf["classes"]:
+        page.add("<h2>Where the FLOPs go: achieved TFLOPS by operator class</h2>")
+        page.add(_kv([("MFU before", pf["mfu_pct"]["before"]), ("MFU after", pf["mfu_pct"]["after"])]))
+        page.add(_table(pf["classes"], [(c, c) for c in pf["classes"][0]], names=("class",)))
     for key, title, names in (("kernels", "Kernels", ("name", "example")), ("ops", "Operators", ("name",)),
                               ("ranges", "Ranges", ("name",)), ("findings", "Findings", ("title", "fix"))):
         rows = d.get(key)

@@ -95,6 +95,10 @@ def render_markdown(report) -> str:
                 f"{fmt_num(m.get('l2_pct'))} | {fmt_num(m.get('tensor_pipe_pct'))} | {fmt_num(roof.get('percent_of_roof'))} | {esc(top)} |"
             )
         lines.append("")
+    if d.get("perf") and (d["perf"]["classes"] or d["perf"]["per_step"].get("model_flops")):
+        from proflab.render.perf import perf_markdown
+
+        lines += [*perf_markdown(d["perf"], esc), ""]
     if d.get("memory"):
         from proflab.render.memory import memory_markdown
 
@@ -116,6 +120,10 @@ _VERDICT_MARK = {"improved": "✅ improved", "regressed": "❌ regressed", "no_c
 
 def _pct(v) -> str:
     return "n/a" if v is None else f"{v:+.1f} %"
+
+
+def _pct_or_na(v) -> str:
+    return "n/a" if v is None else f"{fmt_num(v)} %"
 
 
 def _ms(v) -> str:
@@ -153,6 +161,18 @@ def render_compare_markdown(comparison) -> str:
         lines += ["### Where the time moved (mean ms per step)", "", "| part | before | after | change | clear |", "|---|---:|---:|---:|---|"]
         for r in parts:
             lines.append(f"| {esc(r['part'])} | {_ms(r['before_ms'])} | {_ms(r['after_ms'])} | {r['delta_ms']:+,.3f} | {'yes' if r['clear'] else 'no'} |")
+        lines.append("")
+    pf = d.get("perf")
+    if pf and pf["classes"]:
+        m = pf["mfu_pct"]
+        lines += ["### Where the FLOPs go: achieved TFLOPS by operator class", "",
+                  f"MFU {_pct_or_na(m['before'])} -> {_pct_or_na(m['after'])}.", "",
+                  "| class | TFLOPS before | TFLOPS after | change | GB/s before | GB/s after | ms/step before | ms/step after |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in pf["classes"]:
+            lines.append(f"| {esc(r['class'])} | {fmt_num(r['before_tflops'])} | {fmt_num(r['after_tflops'])} | {_pct(r['tflops_change_pct'])} | "
+                         f"{fmt_num(r['before_gbps'])} | {fmt_num(r['after_gbps'])} | {fmt_num(r['before_ms_per_step'])} | "
+                         f"{fmt_num(r['after_ms_per_step'])} |")
         lines.append("")
     f = d["findings"]
     if any(f.values()):

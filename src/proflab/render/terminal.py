@@ -260,6 +260,14 @@ def _body(d: dict, width: int) -> Group:
         parts.append(Text(""))
         rows = [(r["name"], fmt_num(r["device"]), fmt_num(r["ranges"]), fmt_num(r["gpu_ms"])) for r in d["ranges"][:5]]
         parts.append(_name_table(("range (NVTX / record_function)", width - 36), (("dev", 3), ("n", 6), ("GPU ms", 10)), rows))
+    if d.get("perf") and (d["perf"]["classes"] or d["perf"]["per_step"].get("model_flops")):
+        from proflab.render.perf import perf_lines
+
+        parts.append(Text(""))
+        parts.append(Text("Where the FLOPs go", style="bold underline"))
+        # (the report went through printable(): a name's control characters are escapes, so
+        # the table's lines keep their spacing)
+        parts.extend(Text(x) for x in perf_lines(d["perf"], width))
     if d.get("memory"):
         from proflab.render.memory import memory_lines
 
@@ -326,6 +334,17 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         for r in rows:
             t.add_row(Text(r["part"]), fmt_num(r["before_ms"]), fmt_num(r["after_ms"]), f"{r['delta_ms']:+,.3f}", "yes" if r["clear"] else "no")
         out += [Text(""), t]
+    pf = d.get("perf")
+    if pf and pf["classes"]:
+        t = Table(title="Achieved TFLOPS by operator class", title_justify="left", box=None, pad_edge=False)
+        for c, j in (("class", "left"), ("before", "right"), ("after", "right"), ("change", "right"), ("ms/step", "right")):
+            t.add_column(c, justify=j)
+        for r in pf["classes"]:
+            t.add_row(Text(r["class"]), fmt_num(r["before_tflops"]), fmt_num(r["after_tflops"]), pct(r["tflops_change_pct"]),
+                      f"{fmt_num(r['before_ms_per_step'])} -> {fmt_num(r['after_ms_per_step'])}")
+        m = pf["mfu_pct"]
+        mfu = lambda v: "n/a" if v is None else f"{fmt_num(v)}%"  # noqa: E731
+        out += [Text(""), t, _line(f"MFU {mfu(m['before'])} -> {mfu(m['after'])}")]
     f = d["findings"]
     if any(f.values()):
         out += [Text(""), Text("Findings", style="bold")]

@@ -38,6 +38,7 @@ class Report:
     verdicts: tuple[dict[str, Any], ...] = ()  # Nsight Compute's reading of each profiled kernel
     energy: dict[str, Any] | None = None  # the run directory's proflab.energy/1 document (analyze RUN_DIR)
     memory: dict[str, Any] | None = None  # GPU memory (analysis.memory), when the trace records allocations
+    perf: dict[str, Any] | None = None  # where the FLOPs go (analysis.perf): operators against the roofline, MFU
     # How a notebook shows a report (``_repr_html_``): its HTML report, a renderer's work, which
     # sits above this layer; ``proflab.api`` hands the renderer in (not a field: no part of the report)
     html_view: ClassVar[Callable[[Any], str] | None] = None
@@ -70,6 +71,7 @@ class Report:
             "kernel_verdicts": list(self.verdicts),
             **({"energy": self.energy} if self.energy is not None else {}),
             **({"memory": self.memory} if self.memory is not None else {}),
+            **({"perf": self.perf} if self.perf is not None else {}),
         }
 
 

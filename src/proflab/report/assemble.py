@@ -62,6 +62,7 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
     summary = _summary(ctx)
+    perf = _perf(ctx)
     summary["gain_per"] = "step" if summary.get("step_count") else "window"
     if predicted is not None:
         summary["predicted"] = predicted
@@ -82,7 +83,30 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         missing=ctx.missing,
         notes=trace.meta.notes,
         memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
+        perf=None if perf is None else perf.to_dict(),
     )
+
+
+def _perf(ctx: Context):
+    """Where the FLOPs go (``analysis.perf``), with the FLOPs ``proflab run`` counted for an
+    unprofiled step where the trace comes from a run directory; None for a trace with no
+    operators (an Nsight Systems export of a CUDA program). A part of a trace analysed in
+    parts leaves it in its digest, for the combined report."""
+    from proflab.analysis.perf import counted_from, perf_for
+    from proflab.readers.rundir import step_flops_of
+
+    trace = ctx.trace
+    if not trace.cpu.height or trace.cpu.filter(pl.col("cat") == "cpu_op").height == 0:
+        ctx.note_missing("operators", "the trace records no framework operators", "where the FLOPs go (perf)")
+        return None
+    counted = counted_from(step_flops_of(trace.meta.source)) if trace.meta.source else None
+    p = perf_for(ctx, counted=counted)
+    if p.flop_source is None and trace.has_gpu:
+        ctx.note_missing("input shapes", "the trace has no input shapes (record_shapes off) and no FLOPs counted beside it "
+                         "(proflab run counts one unprofiled step's)", "FLOPs, MFU and the roofline of operators")
+    if ctx.part_digest is not None:
+        ctx.part_digest["perf"] = p
+    return p
 
 
 def _ranges_beside_host_only(ctx: Context) -> list[dict[str, Any]]:

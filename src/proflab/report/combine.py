@@ -43,6 +43,8 @@ memory follows one part while time follows the whole trace. What the combined re
   (``Trace.next_part_host``; at most ``slicing.AHEAD_SHARE``'s share of the part's span past
   it), and each thread's last host event end in the parts before (``observer.host_reach``);
 - GPU memory's timeline is per part and not combined: said as missing;
+- where the FLOPs go (``analysis.perf``): each part's operator calls, summed per signature
+  and step, are summed over the parts, exactly; each step's FLOPs and MFU are its part's;
 - whether a part finds a host-side finding at all is decided by medians over its own steps:
   parts of few steps (under ``FEW_STEPS``) are said in the notes.
 """
@@ -64,6 +66,7 @@ from proflab.analysis.timeline import observer as _observer
 from proflab.analysis import quantiles as _quantiles
 from proflab.analysis.timeline import breakdown as _timeline
 from proflab.analysis.context import Context
+from proflab.analysis.perf import combined as combined_perf
 from proflab.analysis.timeline.ranges import combined_range_tables
 from proflab.analysis.whatif import WhatIf
 from proflab.analysis.whatif.graph import concat
@@ -118,6 +121,7 @@ class _Part:
     host_sums: dict | None  # what the host-side rules decide from (``rules.host.part_sums``)
     whatif_graph: Any = None  # the part's step graph, replayed with the others' (``analysis.whatif``)
     graph_left_out: bool = False  # its graph was left out of the combined replay for the memory budget
+    perf: Any = None  # the part's operator performance model (``analysis.perf``), summed with the others'
 
 
 def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_ms: float | None = None,
@@ -234,6 +238,7 @@ def _digest(ctx: Context, report: Report) -> _Part:
         events=trace.gpu.height + trace.cpu.height,
         host_sums=part_sums(ctx) if gpu else None,
         whatif_graph=_whatif_graph(ctx) if gpu else None,
+        perf=d.get("perf"),
     )
 
 
@@ -342,6 +347,7 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
         missing=missing,
         notes=tuple(_notes(parts, events, between // max(len(breakdowns), 1))),
         memory=None,
+        perf=None if (perf := combined_perf([p.perf for p in parts])) is None else perf.to_dict(),
     )
 
 

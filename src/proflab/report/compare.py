@@ -832,6 +832,51 @@ class Comparison:
         return {"before": eb, "after": ea, "delta_pct": _r(d, 2),
                 "method": "NVML energy counter over the profiled GPU-side steps, per step, summed over ranks"}
 
+    @cached_property
+    def perf(self) -> dict[str, Any] | None:
+        """Where the FLOPs go, before and after (``analysis.perf``): per operator class its
+        achieved TFLOPS and GB/s (executed FLOPs and bytes over its kernels' time, summed over
+        a side's traces) and its GPU ms per step; each side's median MFU. None when neither
+        side's reports have the section."""
+        sides = [[r.perf for r in s.reports if r.perf] for s in (self.before, self.after)]
+        if not any(sides):
+            return None
+
+        def per_class(perfs: list[dict], steps: int) -> dict[str, dict[str, float | None]]:
+            acc: dict[str, dict[str, float]] = {}
+            for p in perfs:
+                for c in p["classes"]:
+                    a = acc.setdefault(c["class"], {"ms": 0.0, "f": 0.0, "f_ms": 0.0, "b": 0.0, "b_ms": 0.0})
+                    a["ms"] += c["time_ms"] or 0.0
+                    if c.get("achieved_tflops") is not None:
+                        a["f"] += (c["achieved_tflops"] or 0.0) * 1e9 * (c["time_ms"] or 0.0)
+                        a["f_ms"] += c["time_ms"] or 0.0
+                    if c.get("achieved_gbps") is not None:
+                        a["b"] += c["achieved_gbps"] * 1e6 * (c["time_ms"] or 0.0)
+                        a["b_ms"] += c["time_ms"] or 0.0
+            return {k: {"tflops": _r(a["f"] / a["f_ms"] / 1e9) if a["f_ms"] else None,
+                        "gbps": _r(a["b"] / a["b_ms"] / 1e6, 1) if a["b_ms"] else None,
+                        "ms_per_step": _r(a["ms"] / steps) if steps else None} for k, a in acc.items()}  # fmt: skip
+
+        steps = [sum(int(r.summary.get("step_count") or 0) for r in s.reports if r.perf) for s in (self.before, self.after)]
+        b, a = (per_class(p, n) for p, n in zip(sides, steps))
+        rows = []
+        for cls in dict.fromkeys([*b, *a]):
+            x, y = b.get(cls, {}), a.get(cls, {})
+            tb, ta = x.get("tflops"), y.get("tflops")
+            rows.append({"class": cls, "before_tflops": tb, "after_tflops": ta,
+                         "tflops_change_pct": _r((ta / tb - 1) * 100, 1) if tb and ta is not None else None,
+                         "before_gbps": x.get("gbps"), "after_gbps": y.get("gbps"),
+                         "before_ms_per_step": x.get("ms_per_step"), "after_ms_per_step": y.get("ms_per_step")})
+        rows.sort(key=lambda r: -max(r["before_ms_per_step"] or 0, r["after_ms_per_step"] or 0))
+
+        def mfu(perfs: list[dict]) -> float | None:
+            v = [p["per_step"]["mfu_pct"] for p in perfs if p["per_step"].get("mfu_pct") is not None]
+            return _r(float(np.median(v)), 2) if v else None
+
+        return {"classes": rows, "mfu_pct": {"before": mfu(sides[0]), "after": mfu(sides[1])},
+                "method": "achieved TFLOPS: executed FLOPs over the class's kernel time; ms per step over the profiled steps"}
+
     # -- output --------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         verdict, why = self.verdict
@@ -866,6 +911,7 @@ class Comparison:
             "findings": {s: _rows(self.findings.filter(pl.col("status") == s).drop("status")) for s in ("resolved", "new", "persisting")},
             "unprofiled_step_ms": self.unprofiled_step_ms,
             "energy": self.energy,
+            "perf": self.perf,
             "environment": _rows(self.environment.filter(pl.col("differs")).drop("differs")),
             "caveats": self.caveats,
         }
