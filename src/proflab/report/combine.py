@@ -376,13 +376,15 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, what
     for fid, fs in found.items():
         at, best = max(fs, key=lambda x: (x[1].est_gain_ms, -x[0]))
         if best.fixes and whatif is not None and whatif.available:
+            if fid in decided and not decided[fid][2]:
+                continue  # its cause is gone without the profiler over the whole trace (``rules.host._material``)
             # the fix replayed over all parts' steps, as a whole analysis replays it
             best = repredicted(best, whatif)
             if best.est_gain_pct < MIN_GAIN_PCT and not reported_without_gain(best):
                 continue
             gain_ms, pct, how = best.est_gain_ms, best.est_gain_pct, "its fix replayed over all parts' steps"
         elif fid in decided:
-            gain_ns, denom = decided[fid]
+            gain_ns, denom, _ = decided[fid]
             gain_ns = min(gain_ns, denom) if denom > 0 else gain_ns
             if _pct(gain_ns, denom, 3) < MIN_GAIN_PCT:
                 continue  # not material over the whole trace

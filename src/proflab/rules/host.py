@@ -286,23 +286,26 @@ def part_sums(ctx: Context) -> dict:
     return {"split": None if split is None else split["sums"], "sync": _sync_sums(ctx, found[0]) if found else None}
 
 
-def over_parts(sums: list[dict], obs, wall_ns: int) -> dict[str, tuple[float, int]]:
-    """Per host-side rule, its gain (ns, at the conservative end) and what its share is taken
-    of (ns), decided from the parts' :func:`part_sums` and the whole trace's observer as a
-    whole analysis decides them: the profiler's correction is a median per step times the
-    steps, capped by what was observed, which a sum of per-part decisions is not."""
-    out: dict[str, tuple[float, int]] = {}
+def over_parts(sums: list[dict], obs, wall_ns: int) -> dict[str, tuple[float, int, bool]]:
+    """Per host-side rule, its gain (ns, at the conservative end), what its share is taken
+    of (ns) and whether its cause is still there without the profiler at its lowest plausible
+    cost (what a replayed finding needs, ``_material``), decided from the parts'
+    :func:`part_sums` and the whole trace's observer as a whole analysis decides them: the
+    profiler's correction is a median per step times the steps, capped by what was observed,
+    which a sum of per-part decisions is not."""
+    out: dict[str, tuple[float, int, bool]] = {}
     syncs = [s["sync"] for s in sums if s["sync"] is not None]
     if syncs:
         denom = int(obs.unprofiled_step_ms[1] * 1e6 * obs.steps) if obs is not None else wall_ns
-        out["sync_bound"] = (float(_claimed(*map(sum, zip(*syncs)), obs)), denom or wall_ns)
+        claimed = float(_claimed(*map(sum, zip(*syncs)), obs))
+        out["sync_bound"] = (claimed, denom or wall_ns, claimed > 0)
     splits = [s["split"] for s in sums if s["split"] is not None]
     if splits:
         both = {"host": sum(s["host"] for s in splits), "launch": sum(s["launch"] for s in splits),
                 "steps": set().union(*(s["steps"] for s in splits)), "sync": tuple(map(sum, zip(*(s["sync"] for s in splits))))}
         split = _host_launch(both, obs, wall_ns)
-        out["host_bound"] = (split["lo"]["host"], split["denom"])
-        out["launch_bound"] = (split["lo"]["launch"], split["denom"])
+        for part in ("host", "launch"):
+            out[f"{part}_bound"] = (split["lo"][part], split["denom"], _still_there(split, part))
     return out
 
 
@@ -320,6 +323,12 @@ def _observer_evidence(split: dict) -> dict:
     }
 
 
+def _still_there(split: dict, part: str) -> bool:
+    """Whether the split's ``part`` of the host's idle is material without the profiler at
+    its lowest plausible cost: what a finding whose gain the replay predicts needs."""
+    return split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT
+
+
 def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -> tuple[dict | None, list[Finding]]:
     """The host split when ``part`` is material at the conservative end; otherwise None and
     the unconfirmed info finding, if the part is material only at the low profiler cost."""
@@ -330,8 +339,7 @@ def _material(trace: Trace, ctx: Context, part: str, category: str, what: str) -
         # the replay decides what fixing it saves (``predicted``), of a cause still there
         # without the profiler at its lowest plausible cost: a fix's other savings (fusion's
         # fewer bytes) are not this cause's
-        material = split["observed"][part] > 0 and pct(split["hi"][part], split["denom"], 3) >= MIN_GAIN_PCT
-        return (split, []) if material else (None, [])
+        return (split, []) if _still_there(split, part) else (None, [])
     if pct(split["lo"][part], split["denom"], 3) >= MIN_GAIN_PCT:
         return split, []
     return None, _maybe(category, split, part, ctx, f"{what} {ms(split['observed'][part], 2)} ms in this trace")
