@@ -16,7 +16,7 @@ from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.analysis.whatif import Fix
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
@@ -86,6 +86,7 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
         ctx,
         Fix("speed_ops", pattern, factor=factor, label="TF32 matmuls"),
     )
+    f = with_try(f, "tf32")
     return keep(f, ctx)
 
 
@@ -105,7 +106,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     """An FP32 model whose matmuls already run on TF32 tensor cores: under BF16 autocast they
     (and FP32 attention) run at the BF16 rate, twice TF32's, and its elementwise kernels move
     half the bytes."""
-    if not trace.has_gpu or ctx.fp32_gemms.height:
+    if not trace.has_gpu or ctx.fp32_gemms.height or not ctx.kernel_time_ns:
         return []  # FP32 SIMT GEMMs: tensor_cores_unused says it first
     peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
     if peaks is None or not peaks.tf32_tflops or not peaks.bf16_tflops:
