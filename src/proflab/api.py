@@ -100,7 +100,8 @@ def energy(run_dir: str | Path, *, traces: list | None = None, flops_per_step: f
     """Energy of a ``proflab run`` directory (``proflab.energy/1``): per GPU from the NVML
     energy counter, per profiled window, step and user range where the counter resolves them,
     TFLOPS/W where the FLOPs are known (``flops_per_step``: one rank's FLOPs per step, else
-    from the GEMM shapes a ``--record-shapes`` trace holds), and the ``power_capped`` /
+    the model FLOPs of the operators a ``--record-shapes`` trace holds, of the step ``proflab run``
+    counted, or of the run's Nsight Compute counts), and the ``power_capped`` /
     ``thermal_throttled`` findings. Returns an :class:`proflab.analysis.energy.EnergyAnalysis`."""
     from proflab.report.energy import energy as _energy
 

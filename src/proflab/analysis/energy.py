@@ -313,7 +313,7 @@ def analyze_energy(run_dir: str | Path, *, traces: list | None = None, flops_per
 
 def _ncu(run_dir: Path, notes: list[str]):
     """The run's Nsight Compute results (``proflab kernels`` writes ``ncu/raw.csv``), for
-    FLOPs when the trace has no GEMM shapes; None when absent or unreadable (said)."""
+    FLOPs when no operator FLOPs were counted; None when absent or unreadable (said)."""
     raw = run_dir / "ncu" / "raw.csv"
     if not raw.is_file():
         return None

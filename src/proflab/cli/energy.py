@@ -18,7 +18,8 @@ def add_parsers(sub) -> None:
             "Reads RUN_DIR's monitor.parquet (NVML samples) and traces: energy per GPU from the NVML energy counter "
             "(integrated power as the cross-check), idle power and the energy spent idle, the energy of each trace's "
             "profiled window, GPU-side step and user range where the counter resolves them, TFLOPS/W where the "
-            "FLOPs are known (GEMM shapes of a --record-shapes trace, or --flops-per-step), and power_capped / "
+            "FLOPs are known (every operator's, from a --record-shapes trace; the step proflab run counted; proflab "
+            "kernels' Nsight Compute counts; or --flops-per-step), and power_capped / "
             "thermal_throttled findings."
         ),
         epilog="example: proflab energy proflab-runs/20260101-120000-train -f json",
@@ -27,7 +28,8 @@ def add_parsers(sub) -> None:
     format_arg(en)
     en.add_argument("-o", "--output", metavar="FILE", help="write here (atomically): .json, .md, .txt")
     en.add_argument("--flops-per-step", type=float, metavar="FLOP",
-                    help="FLOPs of one step of one rank, when known (default: from the GEMM shapes the trace recorded)")
+                    help="FLOPs of one step of one rank, when known (default: the model FLOPs of the operators' recorded "
+                         "shapes, else the step proflab run counted, else Nsight Compute's counts)")
     en.set_defaults(func=cmd_energy)
 
 
