@@ -140,8 +140,12 @@ def combined_text(summary: dict) -> str | None:
     p = summary.get("predicted") or {}
     if "predicted_gain_ms" not in p:
         return None
+    n = len(p["findings"])
+    step = (f"predicted {fmt_num(p['bare_step_ms'])} -> {fmt_num(p['predicted_step_ms'])} ms a step "
+            f"({fmt_num(p['predicted_gain_pct'])}% saved; bare step {p['bare_step_source']})")  # fmt: skip
+    if n == 1:
+        return f"With the one fix made: {step}; GPU work left {fmt_num(p['gpu_work_after_ms'])} ms"
     return (
-        f"All {len(p['findings'])} fixes together: predicted {fmt_num(p['bare_step_ms'])} -> {fmt_num(p['predicted_step_ms'])} ms "
-        f"a step ({fmt_num(p['predicted_gain_pct'])}% saved; bare step {p['bare_step_source']}), against "
-        f"{fmt_num(p['sum_of_findings_ms'])} ms if their gains simply added; GPU work left {fmt_num(p['gpu_work_after_ms'])} ms"
+        f"All {n} fixes together: {step}, against {fmt_num(p['sum_of_findings_ms'])} ms if their gains simply added; "
+        f"GPU work left {fmt_num(p['gpu_work_after_ms'])} ms"
     )
