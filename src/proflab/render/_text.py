@@ -124,8 +124,9 @@ def gain_text(f: dict, per: str | None = "step") -> str:
     window, and how (the step replayed with the fix, or the idle time it claims)."""
     p = f.get("prediction") or {}
     unit = "a step" if per == "step" else "over the window"
-    share = "of the bare step" if per == "step" else "of the window"
     how = "replayed" if p.get("model") == "replay" else "from idle time" if p else "estimated"
+    # (a replayed gain is a share of the bare step; an idle-time one of the profiled window it was idle in)
+    share = "of the bare step" if per == "step" and how == "replayed" else "of the window"
     text = f"predicted ({how}): saves {fmt_num(f['est_gain_ms'])} ms {unit} ({fmt_num(f['est_gain_pct'])}% {share})"
     rng = p.get("predicted_gain_range_ms")
     if p.get("bare_step_source") == "estimated" and rng and rng[0] != rng[1]:
