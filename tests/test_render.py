@@ -420,3 +420,35 @@ def test_a_gain_says_what_its_share_is_of():
     assert "(10% of the bare step)" in gain_text(replayed, "step")
     assert "(10% of the window)" in gain_text(idle, "step") and "from idle time" in gain_text(idle, "step")
     assert "(10% of the window)" in gain_text(replayed, "window")
+
+
+def test_the_page_says_a_windows_gain_over_the_window_and_the_combined_prediction():
+    """A trace with no steps gains over the window: the HTML page says so, as the terminal
+    and Markdown do (it said "a step ... of the bare step"); and the page gives all fixes'
+    combined prediction where the report has one."""
+    f = _finding("warning", "host", prediction={"model": "idle time", "per": "window"})
+    summary = {**MIN_SUMMARY, "wall_ms": 20.0, "gain_per": "window",
+               "predicted": {"findings": ["a", "b"], "bare_step_ms": 10.0, "predicted_step_ms": 7.0, "predicted_gain_ms": 3.0,
+                             "predicted_gain_pct": 30.0, "bare_step_source": "measured", "sum_of_findings_ms": 4.0,
+                             "gpu_work_after_ms": 6.0}}  # fmt: skip
+    from proflab.render.html import render_html
+
+    page = render_html([minimal_report(summary=summary, findings=(f,))])
+    assert "saves 1.5 ms over the window" in page and "(10% of the window)" in page
+    assert "a step (10" not in page and "of the bare step" not in page
+    assert "All 2 fixes together: predicted 10 -&gt; 7 ms a step" in page
+
+
+def test_the_roofline_shows_control_characters_in_names_as_escapes():
+    """Operator names come from traces: an ESC or a bidirectional override in one reaches the
+    SVG (inline in the page, or the --roofline file) as an escape, and the file stays XML."""
+    import xml.etree.ElementTree as ET
+
+    from proflab.render.perf import roofline_svg
+
+    op = {"signature": "aten::mm\x1b[31m\u202eevil", "class": "gemm", "intensity_flop_per_byte": 100.0, "achieved_tflops": 50.0,
+          "time_ms": 1.0}
+    p = {"classes": [{**op, "signature": None}], "top_ops": [op], "peaks": {"bf16": 989.0, "hbm_gbps": 4800.0}}
+    svg = roofline_svg(p)
+    assert "\x1b" not in svg and "\u202e" not in svg and "\\x1b" in svg
+    ET.fromstring(svg)

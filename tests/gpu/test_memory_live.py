@@ -33,8 +33,8 @@ def test_live_peak_and_finding(recorded, name, top, warns):
     out, gt = recorded
     rep = proflab.analyze(out / f"{name}.pt.trace.json.gz")
     d = rep.memory["devices"][0]
-    assert d["peak_allocated_mb"] == pytest.approx(gt[name]["max_memory_allocated_mb"], rel=0.02)
-    assert d["peak_reserved_mb"] == pytest.approx(gt[name]["max_memory_reserved_mb"], rel=0.02)
+    assert d["peak_allocated_mib"] == pytest.approx(gt[name]["max_memory_allocated_mib"], rel=0.02)
+    assert d["peak_reserved_mib"] == pytest.approx(gt[name]["max_memory_reserved_mib"], rel=0.02)
     fs = [f for f in rep.findings if f.category.startswith("memory_")]
     assert fs[0].category == top
     assert (fs[0].severity != "info") == warns

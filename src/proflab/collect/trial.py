@@ -20,7 +20,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,15 +118,15 @@ def trial(cmd: list[str], knobs: list[Knob], opts: TrialOptions = TrialOptions()
 
     if not knobs:
         raise UsageError("name the fix to try, e.g. proflab try tf32 -- python train.py")
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = Path(opts.root) / f"{stamp}-try-{'+'.join(str(k) for k in knobs)[:40]}"
-    folder.mkdir(parents=True, exist_ok=False)
+    # (the knobs' text made a name: a value with "/" once made nested folders; two trials in one second a -2)
+    folder = rundir.new_run_dir(opts.root, f"try-{'+'.join(str(k) for k in knobs)[:40]}")
     t = Trial(knobs=[str(k) for k in knobs], command=list(cmd), folder=str(folder))
     if opts.from_path or opts.predict:
         t.predicted = predicted_for(knobs, cmd, folder, opts, out)
     exit_kw = {"exit_timeout_s": opts.timeout_s} if opts.timeout_s else {}
     base_steps: list[list[float]] = []
     fix_steps: list[list[float]] = []
+    ci: tuple[float, float] | None = None  # the interval over every round so far
     with open(os.devnull, "w") as quiet:
         for r in range(opts.max_rounds):
             order = [("base", ()), ("fix", tuple(knobs))]
@@ -153,15 +152,15 @@ def trial(cmd: list[str], knobs: list[Knob], opts: TrialOptions = TrialOptions()
                 (base_steps if label == "base" else fix_steps).append(steps)
                 t.clock = t.clock or clock
             if r + 1 >= opts.rounds:
-                lo, hi = _interval(base_steps, fix_steps, opts.seed)
-                if (hi - lo) / 2 <= opts.target_pct:
+                ci = _interval(base_steps, fix_steps, opts.seed)
+                if (ci[1] - ci[0]) / 2 <= opts.target_pct:
                     break
     base = statistics.median([x for s in base_steps for x in s])
     fix = statistics.median([x for s in fix_steps for x in s])
     t.base_ms, t.fix_ms = round(base, 4), round(fix, 4)
     t.change_ms = round(fix - base, 4)
     t.change_pct = round(100.0 * (fix - base) / base, 2)
-    lo, hi = _interval(base_steps, fix_steps, opts.seed)
+    lo, hi = ci if ci is not None else _interval(base_steps, fix_steps, opts.seed)  # (the last round's, not again)
     t.ci95_pct = (round(lo, 2), round(hi, 2))
     if (hi - lo) / 2 > opts.target_pct:
         t.notes.append(f"the interval is still wider than +-{opts.target_pct:g}% after {len(base_steps)} rounds (--max-rounds)")

@@ -34,7 +34,8 @@ class Finding:
 
     ``est_gain_ms`` is the bare step time its fix is predicted to save (ms per step; over
     the analysed window where the trace has no steps), ``est_gain_pct`` that as a share of
-    the bare step, under ``assumption``. ``prediction`` says how it was predicted (the step
+    the bare step where the step was replayed, of the profiled window where the gain is the
+    idle time the finding claims, under ``assumption``. ``prediction`` says how it was predicted (the step
     replayed with the fix, or the idle time it claims where no replay could be made);
     ``overlaps`` names the findings whose fixes save partly the same time. ``fixes`` are the
     what-if transformations the prediction made (not serialised)."""

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from proflab.render._text import gain_text, kernel_label, printable
+from proflab.render._text import combined_text, gain_text, kernel_label, printable
 
 __all__ = ["render_html", "safe_json", "SIZE_BUDGET_BYTES", "VENDORED"]
 
@@ -283,7 +283,7 @@ def _input_name(rep: Any) -> str:
     return str(inputs[0].get("path") or "trace")
 
 
-def _verdict(findings: Sequence[dict[str, Any]]) -> str:
+def _verdict(findings: Sequence[dict[str, Any]], per: str | None = "step") -> str:
     if not findings:
         return '<div class="verdict">Verdict: no finding (see the missing signals below)</div>'
     if findings[-1]["category"] == "healthy" and not any(f["severity"] in ("critical", "warning") for f in findings):
@@ -293,11 +293,11 @@ def _verdict(findings: Sequence[dict[str, Any]]) -> str:
     kind = str(top.get("id", "")).split(":", 1)[0]
     extra = f" ({kind})" if kind != top["category"] and re.fullmatch(r"[a-z][a-z0-9_]*", kind) else ""
     return (f'<div class="verdict {_e(top["severity"])}"><b>Verdict: {_e(top["category"])}{_e(extra)}</b> — '
-            f"{_e(top['title'])}; fixing it saves {_e(_fmt(top['est_gain_ms']))} ms a step "
+            f"{_e(top['title'])}; fixing it saves {_e(_fmt(top['est_gain_ms']))} ms {'a step' if per == 'step' else 'over the window'} "
             f"({_e(_fmt(top['est_gain_pct'], 1))}%, predicted)</div>")
 
 
-def _findings(page: _Page, findings: Sequence[dict[str, Any]]) -> None:
+def _findings(page: _Page, findings: Sequence[dict[str, Any]], per: str | None = "step") -> None:
     page.add('<section class="findings"><h2>Findings, largest predicted gain first</h2>')
     if not findings:
         page.add('<p class="muted">No finding on this input.</p>')
@@ -308,7 +308,7 @@ def _findings(page: _Page, findings: Sequence[dict[str, Any]]) -> None:
         page.add(
             f'<article class="finding" data-category="{_e(f["category"])}"><h3><span class="sev {_e(f["severity"])}">'
             f"{_e(f['severity'])}</span>{i}. {_e(f['title'])}</h3>"
-            f'<div><span class="muted">{_e(f["category"])}</span> · <span class="gain">{_e(gain_text(f))}</span>'
+            f'<div><span class="muted">{_e(f["category"])}</span> · <span class="gain">{_e(gain_text(f, per))}</span>'
             + (f' <span class="muted">— {_e(f["assumption"])}</span>' if f.get("assumption") else "") + "</div>"
             f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>'
             + (f'<details><summary>Evidence</summary><ul class="evidence">{ev}</ul></details>' if ev else "")
@@ -326,7 +326,9 @@ def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | 
     else:
         # open: a chart sized to its container draws nothing inside a closed one
         page.add(f"<details open><summary><h2 style=\"display:inline\">{_e(heading)}</h2></summary>")
-    page.add(_verdict(d["findings"]))
+    page.add(_verdict(d["findings"], s.get("gain_per")))
+    if together := combined_text(s):
+        page.add(f"<p>{_e(together)}</p>")
     page.add(_kv([
         ("device", dev.get("name") or "unknown"),
         ("window", f"{_fmt(s.get('wall_ms'))} ms"),
@@ -338,7 +340,7 @@ def _report(page: _Page, rep: Any, ov: dict[str, Any] | None, *, heading: str | 
     ]))
     for n in d["notes"]:
         page.add(f'<p class="muted">note: {_e(n)}</p>')
-    _findings(page, d["findings"])
+    _findings(page, d["findings"], s.get("gain_per"))
     _breakdown(page, d)
     _steps(page, d["steps"])
     if ov:
@@ -715,7 +717,7 @@ def _job(page: _Page, job: Any) -> None:
     page.add("<h1>proflab job report</h1>")
     page.add(_verdict(d["findings"]))
     page.add(_kv(list(s.items())))
-    _findings(page, d["findings"])
+    _findings(page, d["findings"], s.get("gain_per", "step"))
     if d["ranks"]:
         page.add("<h2>Ranks</h2>")
         rows = []

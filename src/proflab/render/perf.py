@@ -10,6 +10,7 @@ import html
 import math
 from typing import Any
 
+from proflab._controls import escape
 from proflab.render._text import fmt_num, kernel_label, shorten
 
 __all__ = ["perf_headline", "perf_lines", "perf_markdown", "roofline_points", "roofline_svg"]
@@ -168,7 +169,7 @@ def roofline_svg(p: dict[str, Any], verdicts: list[dict[str, Any]] | tuple = (),
     def Y(v: float) -> float:
         return T + h * (1 - (math.log10(v) - math.log10(y0)) / (math.log10(y1) - math.log10(y0)))
 
-    e = lambda s: html.escape(str(s), quote=True)  # noqa: E731
+    e = lambda s: html.escape(escape(str(s)), quote=True)  # noqa: E731  (control characters shown as escapes: a name may hold any)
     tops = [q for q in pts if q["kind"] == "op"]
     listed = tops[:12]
     # (data-proflab marks it as proflab's own drawing: the page's checks tell it from markup a

@@ -20,7 +20,7 @@ import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.ranks import JobTables, RankSummary, link_reference
-from proflab.analysis.whatif import Fix
+from proflab.model.findings import Fix
 from proflab.analysis.whatif.job import JobWhatIf
 from proflab.model.findings import Finding
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, severity, with_try

@@ -24,7 +24,7 @@ from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_lin
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.analysis.whatif import Fix
+from proflab.model.findings import Fix
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us, with_try
 
 __all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]

@@ -15,7 +15,7 @@ from proflab.analysis.timeline.memcpy import copies, has_copies, pageable_host_c
 from proflab.model import Trace
 from proflab.model.findings import Finding
 from proflab.analysis.timeline.memcpy import reference_link
-from proflab.analysis.whatif import Fix
+from proflab.model.findings import Fix
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["pageable_memcpy", "memcpy_bound", "reported_without_gain"]
