@@ -50,11 +50,7 @@ def combined(findings: list[Finding], whatif) -> dict[str, Any] | None:
         return None
     return {
         "findings": [f.id for f in fs],
-        "bare_step_ms": round(p.before_ms, 3),
-        "bare_step_source": p.source,
-        "predicted_step_ms": round(p.after_ms, 3),
-        "predicted_gain_ms": round(p.gain_ms, 3),
-        "predicted_gain_pct": p.gain_pct,
+        **p.saving(),
         "predicted_gain_range_ms": [round(x, 3) for x in p.gain_range_ms],
         "sum_of_findings_ms": round(sum(f.est_gain_ms for f in fs), 3),
         "gpu_work_after_ms": round(p.gpu_work_after_ms, 3),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from proflab.analysis.whatif.fixes import apply
-from proflab.analysis.whatif.model import WhatIf
+from proflab.analysis.whatif.model import StepSaving, WhatIf
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
 __all__ = ["JobWhatIf", "JobPrediction"]
@@ -29,7 +29,7 @@ FIDELITY = 0.10  # the profiled ranks replayed together must give back the job's
 
 
 @dataclass(frozen=True)
-class JobPrediction:
+class JobPrediction(StepSaving):
     """What a set of fixes saves per bare job step (ms): the slowest rank's, before and after."""
 
     fixes: dict
@@ -39,20 +39,12 @@ class JobPrediction:
     replayed_before_ms: float
     source: str  # "measured" | "estimated"
 
-    @property
-    def gain_pct(self) -> float:
-        return round(100.0 * self.gain_ms / self.before_ms, 2) if self.before_ms > 0 else 0.0
-
     def to_dict(self) -> dict:
         return {
             "model": "replay",
             "ranks_replayed": "every rank, collectives in lockstep",
             "fixes": {("all ranks" if r is None else f"rank {r}"): [f.label or f.kind for f in fs] for r, fs in self.fixes.items()},
-            "bare_step_ms": round(self.before_ms, 3),
-            "bare_step_source": self.source,
-            "predicted_step_ms": round(self.after_ms, 3),
-            "predicted_gain_ms": round(self.gain_ms, 3),
-            "predicted_gain_pct": self.gain_pct,
+            **self.saving(),
             "replayed_bare_step_ms": round(self.replayed_before_ms, 3),
             "assumptions": sorted({f.assumption for fs in self.fixes.values() for f in fs}),
         }

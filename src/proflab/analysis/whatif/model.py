@@ -30,7 +30,7 @@ from proflab.analysis.whatif.fixes import Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
-__all__ = ["WhatIf", "Prediction"]
+__all__ = ["WhatIf", "Prediction", "StepSaving"]
 
 # fixes of host time whose size is what the profiler's cost leaves of it: dispatch, and the
 # program's own Python (whose frames with_stack records)
@@ -39,8 +39,31 @@ _LAUNCH_FLOOR_NS = 2_000  # a launch call without the profiler's callback
 _FLOOR_EVENT_NS = 500  # an operator nested in another costs less unprofiled than the observer's 1 us a top-level one
 
 
+class StepSaving:
+    """A bare step before and after fixes (``before_ms``, ``after_ms``, ``gain_ms``, ``source``):
+    the figures every prediction states, in one wording (the renderers read these keys)."""
+
+    before_ms: float
+    after_ms: float
+    gain_ms: float
+    source: str
+
+    @property
+    def gain_pct(self) -> float:
+        return round(100.0 * self.gain_ms / self.before_ms, 2) if self.before_ms > 0 else 0.0
+
+    def saving(self) -> dict:
+        return {
+            "bare_step_ms": round(self.before_ms, 3),
+            "bare_step_source": self.source,
+            "predicted_step_ms": round(self.after_ms, 3),
+            "predicted_gain_ms": round(self.gain_ms, 3),
+            "predicted_gain_pct": self.gain_pct,
+        }
+
+
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(StepSaving):
     """What a set of fixes saves per bare step (ms), and from what."""
 
     fixes: tuple[Fix, ...]
@@ -52,19 +75,11 @@ class Prediction:
     gpu_work_after_ms: float  # the GPU work left per step: no fix saves past it
     source: str  # "measured" | "estimated": where the bare step came from
 
-    @property
-    def gain_pct(self) -> float:
-        return round(100.0 * self.gain_ms / self.before_ms, 2) if self.before_ms > 0 else 0.0
-
     def to_dict(self) -> dict:
         return {
             "model": "replay",
             "fixes": [f.label or f.kind for f in self.fixes],
-            "bare_step_ms": round(self.before_ms, 3),
-            "bare_step_source": self.source,
-            "predicted_step_ms": round(self.after_ms, 3),
-            "predicted_gain_ms": round(self.gain_ms, 3),
-            "predicted_gain_pct": self.gain_pct,
+            **self.saving(),
             "predicted_gain_range_ms": [round(x, 3) for x in self.gain_range_ms],
             "replayed_bare_step_ms": round(self.replayed_before_ms, 3),
             "gpu_work_after_ms": round(self.gpu_work_after_ms, 3),
@@ -85,6 +100,7 @@ class WhatIf:
     _calibration: dict = field(default_factory=dict)
     _unplaced_ns: float = 0.0
     _step_starts: np.ndarray | None = None
+    _bases: dict = field(default_factory=dict)  # alpha -> (bare plan, its replayed step): after calibration, fixed
 
     @classmethod
     def of(cls, trace, ctx) -> WhatIf:
@@ -139,6 +155,14 @@ class WhatIf:
         launch = g.call_kind == LAUNCH
         p.call_dur = np.where(launch, np.maximum(p.call_dur - rest, np.minimum(p.call_dur, _LAUNCH_FLOOR_NS)), p.call_dur)
         return p
+
+    def _base(self, alpha: float) -> tuple[Plan, float]:
+        """The bare plan at ``alpha`` and its replayed step (ms), made once: every prediction
+        replays its fixes against it (a report makes dozens)."""
+        if alpha not in self._bases:
+            base = self.bare_plan(alpha)
+            self._bases[alpha] = (base, self._median(base))
+        return self._bases[alpha]
 
     def _median(self, plan: Plan) -> float:
         return replay(self.graph, plan).median_step_ms or 0.0
@@ -195,11 +219,11 @@ class WhatIf:
         gains = []
         replayed = work_after = None
         for alpha in (self._alpha,) if self.bare_step_ms is not None else (self._alpha, 0.0, 1.0):
-            base = self.bare_plan(alpha)
+            base, before = self._base(alpha)
             plan = base
             for f in fixes:
-                plan = apply(g, plan, f)
-            before, t = self._median(base), replay(g, plan)
+                plan = apply(g, plan, f)  # (a copy: the cached base stays as it was)
+            t = replay(g, plan)
             gains.append(max(before - (t.median_step_ms or 0.0), 0.0))
             if replayed is None:
                 replayed, work_after = before, _busy_ms(g, t)
