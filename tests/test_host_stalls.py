@@ -134,7 +134,7 @@ def test_quiet_time_and_its_events_are_counted_per_step():
     trace = proflab.load(GAINS / "cnn_loader.base.pt.trace.json.gz")
     ctx = Context(trace)
     steps = trace.steps.sort("start_ns")
-    host = trace.cpu.select("start_ns", (pl.col("cat") == "python_function").alias("python")).filter(
+    host = trace.cpu.select("start_ns", "tid", (pl.col("cat") == "python_function").alias("python")).filter(
         pl.col("python") | trace.cpu.get_column("cat").is_in(["cpu_op", "user_annotation", "cuda_runtime", "cuda_driver"])
     )
     quiet_ms, ev_q, py_q = observer._quiet_per_step(trace, host, ctx.host_only, steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy())

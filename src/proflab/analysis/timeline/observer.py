@@ -178,7 +178,7 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
 
     # (a flag per event, not its category as text: a million Python strings cost 130 MB)
     host = trace.cpu.select(
-        "start_ns", (pl.col("cat") == "python_function").alias("python")
+        "start_ns", "tid", (pl.col("cat") == "python_function").alias("python")
     ).filter(pl.col("python") | trace.cpu.get_column("cat").is_in(_HOST_EVENTS))
     t, py = host["start_ns"].to_numpy(), host["python"].to_numpy()
     events, python = _counts_per_step(t, py, lo, hi)
@@ -215,7 +215,7 @@ def _quiet_per_step(trace: Trace, host: pl.DataFrame, host_only: pl.DataFrame | 
                     hi: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per step (``lo``/``hi``): the time (ms) the threads holding the steps' ranges spent in
     work that launches nothing (``host_only``), and the host events and Python frames
-    recorded inside it (of ``host``: start_ns, python, in the trace's host table's order)."""
+    recorded inside it (of ``host``: start_ns, tid, python, in the trace's host table's order)."""
     n = len(lo)
     zero = np.zeros(n, dtype=np.int64)
     if host_only is None or host_only.height == 0:
@@ -230,8 +230,7 @@ def _quiet_per_step(trace: Trace, host: pl.DataFrame, host_only: pl.DataFrame | 
     quiet = IntervalSet.from_spans(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy())
     t = host["start_ns"].to_numpy()
     inside = quiet.covered_within(t, t + 1) > 0
-    inside &= trace.cpu.filter(pl.col("cat").is_in(_HOST_EVENTS) | (pl.col("cat") == "python_function"))[
-        "tid"].is_in(own.implode()).fill_null(False).to_numpy()  # fmt: skip
+    inside &= host["tid"].is_in(own.implode()).fill_null(False).to_numpy()
     k = _step_of(t[inside], lo, hi)
     py = host["python"].to_numpy()[inside]
     ev_q = np.bincount(k[~py], minlength=n + 1)[:n]
