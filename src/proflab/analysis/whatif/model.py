@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, FLOOR_OP_US, PYTHON_COST_US
+from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, PYTHON_COST_US
 from proflab.analysis.whatif.fixes import Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
