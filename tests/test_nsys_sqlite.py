@@ -29,7 +29,7 @@ def _sql(path: Path, query: str) -> list[tuple]:
         con.close()
 
 
-@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
 def test_gpu_activity_agrees_with_direct_sql(path):
     trace = proflab.load(path)
     want = dict(_sql(path, "SELECT deviceId, SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY deviceId"))
@@ -46,7 +46,7 @@ def test_gpu_activity_agrees_with_direct_sql(path):
     assert trace.cpu.filter(pl.col("cat") == "cuda_runtime").height == n_runtime
 
 
-@pytest.mark.parametrize("path", ALL, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL, ids=[p.name for p in ALL])
 def test_every_kernel_finds_the_call_that_launched_it_in_its_own_process(path):
     """Correlation ids repeat across processes; the model's must not."""
     trace = proflab.load(path)
