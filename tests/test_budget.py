@@ -517,7 +517,8 @@ def test_choose_on_a_sample_of_one_instant():
     import numpy as np
 
     plan = limits.choose(np.full(100, 5_000, dtype=np.int64), np.full(100, 1e6), need=limits.COST_FIXED + 100_000_000,
-                         budget=limits.COST_FIXED + 50_000_000, fixed=limits.COST_FIXED, steps=pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}))
+                         budget=limits.COST_FIXED + 50_000_000, fixed=limits.COST_FIXED, steps=pl.DataFrame(schema={"step": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}),
+                         margin=limits.PART_MARGIN)
     assert (plan.lo_ns, plan.hi_ns, plan.steps) == (5_000, 5_001, None)
 
 
@@ -697,11 +698,11 @@ def test_freed_pages_are_kept_only_where_the_budget_has_room_for_them(tmp_path):
     (1.0, 1.5, False, True),  # whole, with the room
     (1.3, 1.5, False, False),  # whole, near the budget
     (1.5, 1.5, False, False),  # whole, at the budget
-    (1.56, 1.5, False, True),  # a part the budget plans: it fills 80 % of what is left beyond the fixed cost
+    (1.56, 1.5, False, True),  # a part the budget plans: it fills 70 % of what is left beyond the fixed cost
     (4.0, 1.5, False, True),
     (4.0, 1.5, True, False),  # --steps / --window: read as chosen, whatever its size
-    (4.0, 0.96, False, True),  # six times the fixed cost: the least budget whose part leaves the room
-    (4.0, 0.9, False, False),
+    (4.0, 0.361, False, True),  # 2.25 times the fixed cost (360 MB): about the least budget whose part leaves the room
+    (4.0, 0.355, False, False),
     (4.0, 0.1, False, False),  # below the fixed cost: refused
 ])
 def test_kept_pages_where_a_whole_read_or_a_planned_part_leaves_room(need_gb, budget_gb, chosen, kept):

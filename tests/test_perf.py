@@ -225,7 +225,7 @@ def test_parts_combine_to_the_whole():
 
     path = GAINS / "cnn_loader.base.shapes.pt.trace.json.gz"
     whole_t = kineto.read(path)
-    budget = int(limits.KINETO_PART_FIXED + 0.4 * limits.KINETO_PART_EVENT * (whole_t.gpu.height + whole_t.cpu.height) / limits._MARGIN)
+    budget = int(limits.KINETO_PART_FIXED + 0.4 * limits.KINETO_PART_EVENT * (whole_t.gpu.height + whole_t.cpu.height) / limits.KINETO_PART_MARGIN)
     whole = proflab.analyze(path, cache=False).perf
     parts = proflab.analyze(path, all_parts=True, memory_budget=budget, cache=False)
     assert parts.source["inputs"][0]["parts"] > 1

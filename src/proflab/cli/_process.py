@@ -87,9 +87,10 @@ def _room_for_kept(need: int, budget: int | None, chosen: bool, part: bool = Tru
     budget). A whole read fits where ``need`` times ``_KEPT_PEAK`` does; with ``part`` (an
     export), so does one over the budget, read in a part the budget plans (no ``--steps`` /
     ``--window``): the part fills ``PART_MARGIN`` of what the budget leaves beyond the fixed
-    cost, which leaves the room whenever the budget is at least six times the fixed cost (960
-    MB). The 1048 MB export within the default budget (a part of 77 % of its events):
-    13.6-14.7 -> 12.3-13.2 s, 1,135 -> 1,226-1,233 MiB."""
+    cost, which leaves the room whenever the budget is at least 2.25 times the fixed cost (360
+    MB; the parts of ``--all-parts`` fill less). The 1048 MB export within the default budget
+    (a part of 77 % of its events, planned at 0.8 of the room then): 13.6-14.7 -> 12.3-13.2 s,
+    1,135 -> 1,226-1,233 MiB."""
     from proflab.readers._export_rows import COST_FIXED, PART_MARGIN
 
     if budget is None or need * _KEPT_PEAK <= budget:

@@ -35,12 +35,12 @@ from proflab.model.slicing import SliceSpec
 # the whole-read estimates, known without polars (the CLI sizes polars' allocator by them)
 from proflab.readers import _kineto_size
 from proflab.readers._export_rows import COST_FIXED, COST_GPU, COST_HOST, estimate, whole_bytes
-from proflab.readers._export_rows import PART_MARGIN as _MARGIN
+from proflab.readers._export_rows import ALL_PARTS_MARGIN, PART_MARGIN
 from proflab.readers._export_rows import GPU_TABLES as _GPU
 from proflab.readers._kineto_size import KINETO_ALONE_EVENT, KINETO_EVENT, KINETO_FIXED
 
 __all__ = ["DEFAULT_BUDGET", "COST_FIXED", "COST_GPU", "COST_HOST", "KINETO_FIXED", "KINETO_EVENT", "KINETO_PART_FIXED",
-           "KINETO_PART_EVENT", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
+           "KINETO_PART_EVENT", "KINETO_PART_MARGIN", "KINETO_HELPER", "KINETO_ALONE_EVENT", "Plan", "whole_bytes", "estimate", "plan",
            "choose", "cuts", "cut_times", "by_launch", "each_part", "parts", "likeness", "kernel_likeness", "notes", "noted", "size_text", "kineto_need"]
 
 DEFAULT_BUDGET = 1_500_000_000  # bytes: the peak an analysis may reach by default (1.5 GB)
@@ -90,14 +90,15 @@ def _ms(ns: int, places: int = 3) -> str:
     return f"{ns / 1e6:.{places}f}".rstrip("0").rstrip(".") + "ms"
 
 
-def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame) -> Plan:
+def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame, margin: float) -> Plan:
     """The middle stretch of a trace that fits ``budget``: ``times`` (ns) of a sample of its
     events, each standing for ``weights`` bytes of the whole analysis (so they sum to about
-    ``need - fixed``); whole ``steps`` inside that stretch where the trace has any. Raises
-    UsageError for a budget below ``fixed``, what any analysis needs."""
+    ``need - fixed``), filling ``margin`` of the room above ``fixed``; whole ``steps`` inside
+    that stretch where the trace has any. Raises UsageError for a budget below ``fixed``, what
+    any analysis needs."""
     import numpy as np
 
-    room = (budget - fixed) * _MARGIN
+    room = (budget - fixed) * margin
     if room <= 0:
         raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
     order = np.argsort(times, kind="stable")
@@ -117,10 +118,11 @@ def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.Data
     return Plan(budget, need, lo, hi, None, False)
 
 
-def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin: int, calls=None) -> list[SliceSpec]:
+def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin: int, margin: float,
+         calls=None) -> list[SliceSpec]:
     """Consecutive parts of a trace that each fit ``budget`` and together hold all of it, for
-    an analysis of every event (``report.combine``); ``times``, ``weights`` and ``fixed`` as
-    for :func:`choose`. Whole profiler steps where the trace has them and none alone passes
+    an analysis of every event (``report.combine``); ``times``, ``weights``, ``fixed`` and
+    ``margin`` as for :func:`choose`. Whole profiler steps where the trace has them and none alone passes
     the room (each part as many steps as fit, from the first: its GPU work follows its host
     calls, so no step is cut and no kernel is in two parts; the first part reaches back to the
     trace's first event and the last to its end, ``SliceSpec.to_ends``); else
@@ -131,7 +133,7 @@ def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin
     its return."""
     import numpy as np
 
-    room = (budget - fixed) * _MARGIN
+    room = (budget - fixed) * margin
     if room <= 0:
         raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
     order = np.argsort(times, kind="stable")
@@ -319,7 +321,7 @@ def plan(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.D
     sample = _sample(con, rows)
     if sample is None:
         return None  # nothing dated: the whole read says what the export holds
-    return choose(*_weighted(sample, rows), need=need, budget=budget, fixed=COST_FIXED, steps=steps)
+    return choose(*_weighted(sample, rows), need=need, budget=budget, fixed=COST_FIXED, steps=steps, margin=PART_MARGIN)
 
 
 def parts(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.DataFrame, origin: int) -> list[SliceSpec] | None:
@@ -334,7 +336,7 @@ def parts(con: sqlite3.Connection, rows: dict[str, int], budget: int, steps: pl.
     if sample is None:
         return None
     calls = [sample[t] for t in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER") if t in sample]
-    return cuts(*_weighted(sample, rows), budget=budget, fixed=COST_FIXED, steps=steps, origin=origin,
+    return cuts(*_weighted(sample, rows), budget=budget, fixed=COST_FIXED, steps=steps, origin=origin, margin=ALL_PARTS_MARGIN,
                 calls=np.concatenate(calls) if calls else None)
 
 
@@ -423,6 +425,7 @@ def _time_in(ctx, table: str, lo: int, hi: int, by: str | None = None) -> dict |
 # analysing it then costs 320-375 bytes an event (a part of 614 k events: 400 MB).
 KINETO_PART_FIXED = 190_000_000
 KINETO_PART_EVENT = 400
+KINETO_PART_MARGIN = 0.8  # of the room above KINETO_PART_FIXED a part is planned to fill (one part or every one)
 KINETO_HELPER = 140_000_000
 
 

@@ -277,7 +277,7 @@ def _read_spilled(path: Path, part: SliceSpec | None, budget: int | None) -> Tra
             if need <= budget:  # its size misled the estimate: the whole read fits after all
                 return _read(path)
             plan = limits.choose(disk.sample, disk.weights(), need=need, budget=budget, fixed=limits.KINETO_PART_FIXED,
-                                 steps=disk.steps)
+                                 steps=disk.steps, margin=limits.KINETO_PART_MARGIN)
             part = plan.part(disk.origin)
         trace = disk.part(part)
         if plan is None:
@@ -307,7 +307,7 @@ def read_parts(path: str | Path, budget: int) -> Iterator[Trace]:
                 yield whole
                 return
             specs = limits.cuts(disk.sample, disk.weights(), budget=budget, fixed=limits.KINETO_PART_FIXED, steps=disk.steps,
-                                origin=disk.origin, calls=disk.calls)
+                                origin=disk.origin, margin=limits.KINETO_PART_MARGIN, calls=disk.calls)
             if cuts := limits.cut_times(specs, disk.origin, disk.steps):
                 specs = limits.by_launch(specs, *disk.latest_launches(cuts))
             yield from limits.each_part(specs, disk.next_work(specs), disk.part, budget,
