@@ -483,6 +483,23 @@ def test_analyze_writes_the_roofline_svg(tmp_path):
     assert main(["analyze", str(GAINS / "cnn_loader.base.shapes.pt.trace.json.gz"), "--roofline", str(tmp_path / "r.png")]) == 2
 
 
+def test_analyze_writes_the_roofline_beside_an_html_page(tmp_path):
+    """``-o page.html --roofline roof.svg``: the page and the SVG, the same points as the
+    roofline written beside a JSON report (the page path used to drop --roofline unsaid)."""
+    from proflab.cli import main
+
+    trace = str(GAINS / "cnn_loader.base.shapes.pt.trace.json.gz")
+    page, svg, alone = tmp_path / "page.html", tmp_path / "roof.svg", tmp_path / "alone.svg"
+    assert main(["analyze", trace, "--roofline", str(svg), "-o", str(page), "--no-cache"]) == 0
+    assert "Where the FLOPs go" in page.read_text()
+    assert main(["analyze", trace, "--roofline", str(alone), "-f", "json", "-o", str(tmp_path / "r.json"), "--no-cache"]) in (0, 1)
+    assert svg.read_text() == alone.read_text()
+    for flags in (["--all-parts", "--memory-budget", "none"],):  # the page of every event, too
+        again = tmp_path / "again.svg"
+        assert main(["analyze", trace, *flags, "--roofline", str(again), "-o", str(tmp_path / "p2.html"), "--no-cache"]) == 0
+        assert again.read_text() == alone.read_text()
+
+
 def test_compare_shows_each_class_tflops_before_and_after():
     """The fp32 MLP with its shapes, against itself and against its TF32 fix (recorded without
     shapes: its classes' time is there, their TFLOPS not)."""

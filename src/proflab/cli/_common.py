@@ -168,14 +168,18 @@ def parts_shown(status, name: str | None = None):
 
 
 def write_html(args: argparse.Namespace) -> int:
-    """The HTML report of ``args.paths`` to ``args.output`` (atomically)."""
+    """The HTML report of ``args.paths`` to ``args.output`` (atomically), and the roofline of
+    its reports where ``analyze --roofline`` asks for it."""
     from proflab.cli.page import html_report
 
     all_parts = getattr(args, "all_parts", False)
+    shown: list = []
     with analysing(all_parts) as status:
         html = html_report(args.paths, load=loader(args), top_kernels=args.top, bare_step_ms=args.bare_step_ms, job=args.job,
-                           cache=reading_options(args), all_parts=all_parts, on_part=parts_shown(status))
+                           cache=reading_options(args), all_parts=all_parts, on_part=parts_shown(status), shown=shown)
     write_atomic(Path(args.output), html)
+    if shown:
+        write_operator_roofline(args, shown[0])
     if getattr(args, "perfetto", None):  # the marked trace beside the page (one trace: check_perfetto)
         from proflab.report.analyze import analyze
         from proflab.collect.rundir import unprofiled_step_ms
@@ -186,3 +190,20 @@ def write_html(args: argparse.Namespace) -> int:
         bare = args.bare_step_ms or unprofiled_step_ms(path)
         emit_perfetto(args, trace, analyze(trace, top_kernels=args.top, bare_step_ms=bare))
     return 0
+
+
+def write_operator_roofline(args: argparse.Namespace, reports) -> None:
+    """--roofline: the first report's operators (and its Nsight Compute kernels) as an SVG;
+    said on stderr when no report has the operators it draws. (``proflab report`` has no
+    --roofline: its pages are written alone.)"""
+    if not getattr(args, "roofline", None):
+        return
+    from proflab.render.perf import roofline_svg
+
+    reps = list(getattr(reports, "reports", reports))
+    rep = next((r for r in reps if getattr(r, "perf", None)), None)
+    if rep is None:
+        print("proflab: --roofline: not written: the trace records no framework operators", file=sys.stderr)
+        return
+    with atomic_path(Path(args.roofline)) as tmp:
+        Path(tmp).write_text(roofline_svg(rep.perf, list(rep.verdicts)), encoding="utf-8")

@@ -16,6 +16,7 @@ from proflab.cli._common import (
     refuse_parts_with,
     report_output_args,
     write_html,
+    write_operator_roofline,
 )
 from proflab.cli._reading import loader, reading_args, reading_options, warn_if_too_big
 from proflab.errors import UsageError
@@ -86,7 +87,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             emit_perfetto(args, traces[0], reports[0])
     elif len(paths) >= 2 and args.job or args.scheduler or args.workers:
         reports = _job_or_reports(args, paths)
-        _roofline(args, reports)
+        write_operator_roofline(args, reports)
         return emit_reports(args, reports, fmt)
     else:
         from proflab.collect.rundir import unprofiled_step_ms
@@ -100,7 +101,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         keys = [report_cache.key(p, {**options, "bare_step_ms": b}, args.cache) for p, b in zip(paths, bare)]
         reports = [None if args.perfetto else report_cache.get(k) for k in keys]  # --perfetto needs the trace
         if reports and all(r is not None for r in reports):  # analysed before: nothing to read
-            _roofline(args, reports)
+            write_operator_roofline(args, reports)
             return emit_reports(args, reports, fmt)
         from proflab.report.analyze import analyze
 
@@ -113,7 +114,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             if job is not None:
                 if args.perfetto:
                     raise UsageError(f"{paths[0]}: holds several ranks' processes; --perfetto marks one process's trace")
-                _roofline(args, job)
+                write_operator_roofline(args, job)
                 return emit_reports(args, job, fmt)
         with analysing(fmt == "term"):
             reports = [r or analyze(t, top_kernels=args.top, bare_step_ms=b) for r, t, b in zip(reports, traces, bare)]
@@ -121,9 +122,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
             report_cache.put(k, r)
         if args.perfetto:
             emit_perfetto(args, traces[0], reports[0])
-        _roofline(args, reports)
+        write_operator_roofline(args, reports)
         return emit_reports(args, reports, fmt, traces=traces)
-    _roofline(args, reports)
+    write_operator_roofline(args, reports)
     return emit_reports(args, reports, fmt)
 
 
@@ -152,29 +153,10 @@ def _analyze_all_parts(args: argparse.Namespace, paths: list[Path], fmt: str) ->
                                  cache=args.cache, on_part=on_part)
             report_cache.put(key, report)
         reports.append(report)
-    _roofline(args, reports)
+    write_operator_roofline(args, reports)
     # (a run directory's energy is read from its traces' windows and steps: they would be read
     # again, whole or in a part, past the budget the parts held; `proflab energy` reads them)
     return emit_reports(args, reports, fmt, energy_skipped="not with --all-parts: proflab energy RUN_DIR analyses it")
-
-
-def _roofline(args: argparse.Namespace, reports) -> None:
-    """--roofline: the first report's operators (and its Nsight Compute kernels) as an SVG;
-    said on stderr when no report has the operators it draws."""
-    if not args.roofline:
-        return
-    import sys
-
-    from proflab._io import atomic_path
-    from proflab.render.perf import roofline_svg
-
-    reps = list(getattr(reports, "reports", reports))
-    rep = next((r for r in reps if getattr(r, "perf", None)), None)
-    if rep is None:
-        print("proflab: --roofline: not written: the trace records no framework operators", file=sys.stderr)
-        return
-    with atomic_path(Path(args.roofline)) as tmp:
-        Path(tmp).write_text(roofline_svg(rep.perf, list(rep.verdicts)), encoding="utf-8")
 
 
 def _job_or_reports(args: argparse.Namespace, paths: list[Path]):

@@ -18,7 +18,7 @@ __all__ = ["html_report"]
 def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | None = None, top_kernels: int = 15,
                 bare_step_ms: float | None = None, job: bool = True, title: str | None = None,
                 cache: dict[str, Any] | None = None, all_parts: bool = False,
-                on_part: Callable[[int, str], None] | None = None) -> str:
+                on_part: Callable[[int, str], None] | None = None, shown: list | None = None) -> str:
     """The HTML page for ``paths``: one trace, several (the ranks of one job get the job
     view), a folder of traces or a run directory. ``load`` reads one trace (default
     ``proflab.load``). ``cache``: the reading options ``load`` uses (``cache``, ``steps``,
@@ -27,16 +27,17 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
     made before, without reading the trace. ``all_parts``: one trace file over the memory
     budget is analysed in consecutive parts that each fit (``report.combine``), its timeline
     combined from the parts' (``on_part(n, label)`` called as each is analysed); a run
-    directory's energy is then not shown (``proflab energy`` gives it)."""
+    directory's energy is then not shown (``proflab energy`` gives it). ``shown``: a list the
+    page's reports (a list of them, or a job's report) are appended to, for what else is
+    written from them (``analyze --roofline``)."""
     from proflab.collect.rundir import unprofiled_step_ms
     from proflab.readers import expand_paths
-    from proflab.render.html import render_html
 
     files = expand_paths([str(p) for p in paths])
     run_dir = Path(paths[0]) if len(paths) == 1 and Path(paths[0]).is_dir() else None
     if all_parts:
         return _in_parts(files, run_dir, top_kernels=top_kernels, bare_step_ms=bare_step_ms, title=title,
-                         reading=cache or {}, on_part=on_part)
+                         reading=cache or {}, on_part=on_part, shown=shown)
     monitor, energy = _run_extras(run_dir)
     if len(files) >= 2 and job:
         from proflab.report import job as jobs
@@ -53,7 +54,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         if rep is not None:
             # each rank's timeline: its trace read again (the cache makes that cheap for big ones)
             overviews = [overview(Context(read(f))) for f in files] if len(files) <= 8 else []
-            return render_html(rep, overviews=overviews, monitor=monitor, energy=energy, title=title)
+            return _drawn(shown, rep, overviews=overviews, monitor=monitor, energy=energy, title=title)
     reports, overviews = [], []
     deep = _ncu_pages(run_dir)
     key = None
@@ -65,7 +66,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         key = report_cache.key(files[0], options, cache.get("cache"))
         got = report_cache.get_with_extra(key)
         if got is not None and isinstance(got[1], dict) and "overview" in got[1]:
-            return render_html([got[0]], overviews=[got[1]["overview"]], monitor=monitor, energy=energy, title=title)
+            return _drawn(shown, [got[0]], overviews=[got[1]["overview"]], monitor=monitor, energy=energy, title=title)
     from proflab.analysis.context import Context
     from proflab.analysis.overview import overview
     from proflab.readers import load_trace as _load
@@ -81,7 +82,7 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
 
             rep = analyze_processes(trace, top_kernels=top_kernels, bare_step_ms=bare_step_ms)
             if rep is not None:
-                return render_html(rep, monitor=monitor, energy=energy, title=title)
+                return _drawn(shown, rep, monitor=monitor, energy=energy, title=title)
     for f in files:
         trace = traces.pop(f) if f in traces else read(f)
         ctx = Context(trace, bare_step_ms=bare_step_ms or unprofiled_step_ms(f))
@@ -98,11 +99,11 @@ def html_report(paths: Sequence[str | Path], *, load: Callable[[Any], Any] | Non
         overviews.append(overview(ctx) if trace.has_gpu or trace.steps.height else None)
     if key is not None:  # (one Kineto trace, or an export of one process: a job page returned above)
         report_cache.put(key, reports[0], extra={"overview": overviews[0]})
-    return render_html(reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
+    return _drawn(shown, reports, overviews=overviews, monitor=monitor, energy=energy, title=title)
 
 
 def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare_step_ms: float | None, title: str | None,
-              reading: dict[str, Any], on_part: Callable[[int, str], None] | None) -> str:
+              reading: dict[str, Any], on_part: Callable[[int, str], None] | None, shown: list | None = None) -> str:
     """The page of one trace file analysed in parts (``html_report``'s ``all_parts``), from the
     report cache when made before with the same options."""
     from proflab.analysis.overview import combined_overview, overview, part_overview
@@ -110,7 +111,6 @@ def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare
     from proflab.errors import UsageError
     from proflab.readers import load_parts
     from proflab.readers.budget import DEFAULT_BUDGET
-    from proflab.render.html import render_html
     from proflab.report import cache as report_cache
     from proflab.report.combine import report_in_parts
 
@@ -123,7 +123,7 @@ def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare
     key = report_cache.key(path, options, reading.get("cache"))
     got = report_cache.get_with_extra(key)
     if got is not None and isinstance(got[1], dict) and "overview" in got[1]:
-        return render_html([got[0]], overviews=[got[1]["overview"]], monitor=monitor, title=title)
+        return _drawn(shown, [got[0]], overviews=[got[1]["overview"]], monitor=monitor, title=title)
     views: list[tuple[int, int, Any, bool]] = []  # window, overview, whether of the whole trace
 
     def each(ctx) -> None:
@@ -149,7 +149,16 @@ def _in_parts(files: list[Path], run_dir: Path | None, *, top_kernels: int, bare
         view = combined_overview([(lo, v) for lo, _, v, _ in views], min(v[0] for v in views), max(v[1] for v in views))
     if key is not None:
         report_cache.put(key, report, extra={"overview": view})
-    return render_html([report], overviews=[view], monitor=monitor, title=title)
+    return _drawn(shown, [report], overviews=[view], monitor=monitor, title=title)
+
+
+def _drawn(shown: list | None, reports, **kw) -> str:
+    """The page of ``reports`` (``render.html.render_html``), noted in ``shown``."""
+    from proflab.render.html import render_html
+
+    if shown is not None:
+        shown.append(reports)
+    return render_html(reports, **kw)
 
 
 def _whole(path: Path, reading: dict[str, Any]):
