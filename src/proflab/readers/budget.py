@@ -90,6 +90,15 @@ def _ms(ns: int, places: int = 3) -> str:
     return f"{ns / 1e6:.{places}f}".rstrip("0").rstrip(".") + "ms"
 
 
+def _room(budget: int, fixed: int, margin: float) -> float:
+    """What a part may fill (bytes): ``margin`` of the budget above ``fixed``. Raises
+    UsageError for a budget below ``fixed``, what any analysis needs."""
+    room = (budget - fixed) * margin
+    if room <= 0:
+        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
+    return room
+
+
 def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.DataFrame, margin: float) -> Plan:
     """The middle stretch of a trace that fits ``budget``: ``times`` (ns) of a sample of its
     events, each standing for ``weights`` bytes of the whole analysis (so they sum to about
@@ -98,9 +107,7 @@ def choose(times, weights, *, need: int, budget: int, fixed: int, steps: pl.Data
     any analysis needs."""
     import numpy as np
 
-    room = (budget - fixed) * margin
-    if room <= 0:
-        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
+    room = _room(budget, fixed, margin)
     order = np.argsort(times, kind="stable")
     t, cum = times[order], np.cumsum(weights[order])
     first = (cum[-1] - room) / 2  # the middle of the trace by where its memory goes
@@ -122,8 +129,8 @@ def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin
          calls=None) -> list[SliceSpec]:
     """Consecutive parts of a trace that each fit ``budget`` and together hold all of it, for
     an analysis of every event (``report.combine``); ``times``, ``weights``, ``fixed`` and
-    ``margin`` as for :func:`choose`. Whole profiler steps where the trace has them and none alone passes
-    the room (each part as many steps as fit, from the first: its GPU work follows its host
+    ``margin`` as for :func:`choose`. Whole profiler steps where the trace has them and none
+    alone passes the room (each part as many steps as fit, from the first: its GPU work follows its host
     calls, so no step is cut and no kernel is in two parts; the first part reaches back to the
     trace's first event and the last to its end, ``SliceSpec.to_ends``); else
     time windows from the trace's first event (``origin``) that meet exactly (an event across
@@ -133,9 +140,7 @@ def cuts(times, weights, *, budget: int, fixed: int, steps: pl.DataFrame, origin
     its return."""
     import numpy as np
 
-    room = (budget - fixed) * margin
-    if room <= 0:
-        raise UsageError(f"--memory-budget {budget / 1e6:.0f} MB: below the {fixed / 1e6:.0f} MB any analysis of this trace needs")
+    room = _room(budget, fixed, margin)
     order = np.argsort(times, kind="stable")
     t, cum = np.asarray(times)[order], np.cumsum(np.asarray(weights, dtype=np.float64)[order])
     if t.size == 0:

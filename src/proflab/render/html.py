@@ -715,9 +715,10 @@ def _job(page: _Page, job: Any) -> None:
     d = job.to_dict()
     s = d["summary"]
     page.add("<h1>proflab job report</h1>")
-    page.add(_verdict(d["findings"]))
+    per = s.get("gain_per", "step")
+    page.add(_verdict(d["findings"], per))
     page.add(_kv(list(s.items())))
-    _findings(page, d["findings"], s.get("gain_per", "step"))
+    _findings(page, d["findings"], per)
     if d["ranks"]:
         page.add("<h2>Ranks</h2>")
         rows = []

@@ -31,7 +31,8 @@ memory follows one part while time follows the whole trace. What the combined re
 - **findings**: each part's rules run on that part. A finding of several parts is one
   finding: a gain whose fix the what-if model replays is predicted again over all parts'
   steps (``whatif.graph.concat``), a gain per step is the parts' mean weighted by their
-  steps, any other the sum of theirs, its share and severity over the combined window, its title and evidence those of the part where it gains most; ``evidence`` adds
+  steps, any other the sum of theirs; its share and severity are over the combined window,
+  its title and evidence those of the part where it gains most; ``evidence`` adds
   ``part`` (that part) and ``found_in_parts``; one found in only some parts is kept where it
   passes its rule's floor over the combined window too (``_over_the_whole``), as a whole
   analysis would decide. The host-side rules' gains (sync, host and launch overhead) are

@@ -20,9 +20,8 @@ import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.ranks import JobTables, RankSummary, link_reference
-from proflab.model.findings import Fix
 from proflab.analysis.whatif.job import JobWhatIf
-from proflab.model.findings import Finding
+from proflab.model.findings import Finding, Fix
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, ms, pct, severity, with_try
 
 __all__ = ["job_rules", "load_imbalance", "communication_bound", "job_wall_ns"]

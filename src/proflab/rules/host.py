@@ -23,8 +23,7 @@ from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
 from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_link
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
-from proflab.model.findings import Finding
-from proflab.model.findings import Fix
+from proflab.model.findings import Finding, Fix
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us, with_try
 
 __all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]

@@ -13,9 +13,8 @@ from proflab.analysis.timeline.calls import IS_CALL, call_names
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.memcpy import copies, has_copies, pageable_host_copies
 from proflab.model import Trace
-from proflab.model.findings import Finding
+from proflab.model.findings import Finding, Fix
 from proflab.analysis.timeline.memcpy import reference_link
-from proflab.model.findings import Fix
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["pageable_memcpy", "memcpy_bound", "reported_without_gain"]

@@ -14,8 +14,7 @@ import polars as pl
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
-from proflab.model.findings import Finding
-from proflab.model.findings import Fix
+from proflab.model.findings import Finding, Fix
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
 
 __all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
