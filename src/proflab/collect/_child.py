@@ -36,11 +36,15 @@ kept too. Each process writes its own trace (``<host>_<pid>`` or ``rank<R>_<pid>
 torchrun worker leaves one.
 
 One training step outside the profiler's window (the second of the program, where the
-schedule still waits; else the first after the window closed) runs under
-``torch.utils.flop_counter`` (``FlopCount``): its FLOPs by operator, by dtype and by module
-go into ``processes/<pid>.json`` (``flops``), which the analysis reads for the FLOPs, MFU and
+schedule still waits; else the first after the window closed) runs under a dispatch mode
+that counts FLOPs with ``torch.utils.flop_counter``'s formulas and leaves torch.compile as
+it is (``_child_compiled.FlopCount``: the mode FlopCounterMode uses would de-compile a
+compiled program for good): its FLOPs by operator, by dtype and by module go into
+``processes/<pid>.json`` (``flops``), which the analysis reads for the FLOPs, MFU and
 TFLOPS/W of a trace recorded without shapes. That step is slower (every operator passes
-through Python once) and is left out of the unprofiled step times.
+through Python once) and is left out of the unprofiled step times. What torch.compile did
+(graph breaks, recompiles, CUDA graph skips: Dynamo's own record, only read) goes there
+too (``compile``).
 
 The end never hangs on Kineto's CUPTI teardown (``end_without_teardown``), and each process
 writes ``processes/<pid>.exit`` as it ends (its main thread done, the threads it waits for,
@@ -328,77 +332,18 @@ class GpuStepClock:
         self._pending, self._head, self._last, self._free = [], 0, None, []
 
 
-_FLOP_MODULES = 50  # modules kept in the FLOP count (the largest, at most three levels deep)
-_FLOP_MODULE_DEPTH = 3
+def _sibling(name: str):
+    """A standard-library module beside this file, loaded by path as this one is (the
+    profiled interpreter need not have proflab installed)."""
+    key = f"_proflab_run_{name}"
+    if key not in sys.modules:
+        import importlib.util
 
-
-class FlopCount:
-    """One step's FLOPs under ``torch.utils.flop_counter.FlopCounterMode``, entered at one
-    step's end and left at the next's (on the training thread; autograd's threads inherit
-    the mode). Its formula for an operator runs inside the program's call: a formula that
-    fails is caught and said, never raised into the program. Per operator, per dtype (of the
-    operator's first tensor input) and per module (the counter's own module tracking)."""
-
-    def __init__(self, torch) -> None:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self.errors: list[str] = []
-        self.by_dtype: dict[str, int] = {}
-        errors, by_dtype, tensor = self.errors, self.by_dtype, torch.Tensor
-
-        class _Counter(FlopCounterMode):
-            def _count_flops(self, func_packet, out, args, kwargs):
-                registry = getattr(self, "flop_registry", None)
-                if registry is None or func_packet not in registry:
-                    return out
-                try:
-                    n = registry[func_packet](*args, **kwargs, out_val=out)
-                    for par in set(self.mod_tracker.parents):
-                        self.flop_counts[par][func_packet] += n
-                    dt = next((str(a.dtype) for a in args if isinstance(a, tensor)), "unknown")
-                    by_dtype[dt] = by_dtype.get(dt, 0) + int(n)
-                except Exception as e:  # the program's call goes on, uncounted
-                    if len(errors) < 5:
-                        errors.append(f"{func_packet}: {type(e).__name__}: {e}")
-                return out
-
-        self.counter = _Counter(display=False)
-        self.thread = threading.get_ident()
-        self.t0 = time.perf_counter()
-        self.counter.__enter__()
-
-    def stop(self, torch, step: int) -> dict:
-        """Leave the counter (on the thread that entered it) and return the record."""
-        if threading.get_ident() != self.thread:
-            raise RuntimeError("the step ended on another thread than it began on")
-        self.counter.__exit__(None, None, None)
-        counts = self.counter.get_flop_counts()
-        by_op = {str(op): int(n) for op, n in (counts.get("Global") or {}).items()}
-        modules = {m: sum(int(n) for n in ops.values()) for m, ops in counts.items()
-                   if m != "Global" and m.count(".") < _FLOP_MODULE_DEPTH}  # fmt: skip
-        try:
-            tf32 = torch.get_float32_matmul_precision() != "highest"
-        except Exception:
-            tf32 = None
-        return {
-            "source": "torch.utils.flop_counter, one unprofiled step",
-            "step": step,
-            "total": sum(by_op.values()),
-            "by_op": dict(sorted(by_op.items(), key=lambda kv: -kv[1])),
-            "by_dtype": dict(sorted(self.by_dtype.items(), key=lambda kv: -kv[1])),
-            "by_module": dict(sorted(modules.items(), key=lambda kv: -kv[1])[:_FLOP_MODULES]),
-            "matmul_tf32": tf32,
-            "counted_step_s": round(time.perf_counter() - self.t0, 4),
-            "errors": self.errors,
-        }
-
-    def abandon(self) -> None:
-        """The program ends inside the counted step: leave the counter, keep nothing."""
-        try:
-            if threading.get_ident() == self.thread:
-                self.counter.__exit__(None, None, None)
-        except Exception:
-            pass
+        spec = importlib.util.spec_from_file_location(key, os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 class Runtime:
@@ -426,7 +371,7 @@ class Runtime:
         self._last_step_ns: int | None = None
         self._last_step_profiling = False
         self._window_end_steps: list[int] = []
-        self._flop_count: FlopCount | None = None  # the step being counted (FlopCount)
+        self._flop_count = None  # the step being counted (_child_compiled.FlopCount)
         self._flops: dict | None = None  # its record, or why there is none (processes/<pid>.json: flops)
         self._flop_steps: list[int] = []  # the counted step's interval: not a bare step time
         # What the compression thread touches (the trace list, notes, the process file) is
@@ -868,8 +813,13 @@ class Runtime:
             closed = self.done or self.prof is None
             if not (waiting or closed) or self._profiling_now() or self._someone_else_profiles():
                 return
+            counting = _sibling("_child_compiled")
+            try:
+                self._flop_count = counting.FlopCount(self.torch)
+            except counting.CannotCount as e:
+                self._flops = {"missing": str(e)}
+                return
             self._flop_steps.append(self.steps + 1)  # the interval ending at the next step
-            self._flop_count = FlopCount(self.torch)
         except Exception as e:
             if self._flop_count is not None:
                 self._flop_count.abandon()
@@ -1302,6 +1252,12 @@ class Runtime:
             return "no proflab.capture() block ran"
         return "no window closed before the program ended"
 
+    def _compile_record(self) -> dict | None:
+        try:
+            return _sibling("_child_compiled").compile_record()
+        except Exception as e:  # proflab's to lose, never the program's
+            return {"missing": f"reading torch.compile's record failed: {type(e).__name__}: {e}"}
+
     def _write_process_info(self) -> None:
         torch = self.torch
         info = {
@@ -1325,8 +1281,10 @@ class Runtime:
             "time_window_waited_for": self._deferred_why,
             # step-to-step wall time (ms) without and with a profiler recording
             "step_times": self._step_time_summary(),
-            # one unprofiled step's FLOPs (FlopCount), or why there are none
+            # one unprofiled step's FLOPs (_child_compiled.FlopCount), or why there are none
             "flops": self._flops,
+            # what torch.compile did in this process (graph breaks, recompiles, CUDA graph skips)
+            "compile": self._compile_record(),
             "notes": self.notes,
         }
         d = os.path.join(self.run_dir, "processes")

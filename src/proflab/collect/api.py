@@ -55,6 +55,15 @@ def _nvtx() -> tuple:
     return _nvtx_backend
 
 
+def _compiling() -> bool:
+    """Whether torch.compile is tracing this call: an annotation there would break the graph
+    (an NVTX push is a call Dynamo cannot trace), so inside compiled code it does nothing; the
+    trace names the compiled region itself (``Torch-Compiled Region``)."""
+    torch = sys.modules.get("torch")
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(check()) if check is not None else False
+
+
 class _Annotation:
     __slots__ = ("name", "color", "_rf", "_pop")
 
@@ -65,6 +74,8 @@ class _Annotation:
         self._pop = None
 
     def __enter__(self) -> _Annotation:
+        if _compiling():
+            return self
         nv = _nvtx()
         if nv:
             nv[0](self.name, self.color)
@@ -88,6 +99,8 @@ class _Annotation:
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
+            if _compiling():
+                return fn(*args, **kwargs)
             with _Annotation(name, color):
                 return fn(*args, **kwargs)
 
