@@ -137,3 +137,18 @@ def test_an_eager_program_has_no_compile_record_and_keeps_its_module_attribution
     assert info["compile"] is None
     f = info["flops"]
     assert f["compiled"] is False and f["by_module"]["Sequential"] == 3 * LAYER + 3 * LAYER + 2 * LAYER
+
+
+def test_the_report_files_the_breaks_and_recompiles_with_their_lines(runs):
+    from proflab.cli import main
+
+    out = runs[2].parent / "report.json"
+    assert main(["analyze", str(runs[2]), "--format", "json", "-o", str(out)]) in (0, 1)
+    doc = json.loads(out.read_text())
+    by = {f["category"]: f for f in doc["findings"]}
+    brk, rec = by["graph_breaks"], by["recompiles"]
+    assert brk["severity"] == "warning" and brk["evidence"]["graph_breaks"] >= 1
+    assert brk["where"]["lines"] == [f"{runs[0].args[1]}:{next(i for i, x in enumerate(PROG.splitlines(), 1) if 'graph_break()' in x)}"]
+    assert brk["prediction"]["model"] == "none" and brk["est_gain_ms"] == 0
+    assert rec["evidence"]["recompiles"] >= 2 and "size mismatch" in rec["title"]
+    assert doc["summary"]["compiled"]["record"]["graph_break_count"] == brk["evidence"]["graph_breaks"]

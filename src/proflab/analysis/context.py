@@ -171,6 +171,16 @@ class Context:
 
         return WhatIf.of(self.trace, self)
 
+    @_table
+    def compiled(self):
+        """What torch.compile and CUDA graphs did in the trace (see ``timeline.compiled``), with
+        ``proflab run``'s record of Dynamo where the trace comes from a run directory."""
+        from proflab.analysis.timeline.compiled import compiled_view
+        from proflab.readers.rundir import compile_record_of
+
+        source = self.trace.meta.source
+        return compiled_view(self.trace, self.launches, self.kernel_ops, compile_record_of(source) if source else None)
+
     @property
     def has_launch_links(self) -> bool:
         """Whether host launch calls carry correlation ids that match GPU work."""

@@ -22,6 +22,8 @@ CATEGORIES = (
     "power_capped", "thermal_throttled",
     # memory
     "memory_leak", "memory_fragmentation", "memory_headroom",
+    # compiled code
+    "graph_breaks", "recompiles", "cudagraph_skipped",
     "healthy",
 )  # fmt: skip
 

@@ -79,3 +79,12 @@ def step_flops_of(trace: str | Path) -> dict | None:
     it counted some; else None (not a run directory, not counted, or the count failed)."""
     f = (process_info_of(trace) or {}).get("flops")
     return f if isinstance(f, dict) and isinstance(f.get("total"), int) and f["total"] > 0 else None
+
+
+def compile_record_of(trace: str | Path) -> dict | None:
+    """What torch.compile did in the process that wrote ``trace``, as ``proflab run`` read it
+    from Dynamo at the process's end (``processes/<pid>.json``: ``compile``: graph breaks,
+    recompiles, CUDA graph skips); None where there is none (not a run directory, or a
+    program that compiled nothing)."""
+    c = (process_info_of(trace) or {}).get("compile")
+    return c if isinstance(c, dict) else None

@@ -123,6 +123,8 @@ def gain_text(f: dict, per: str | None = "step") -> str:
     """A finding's gain in words: what its fix is predicted to save, per step or over the
     window, and how (the step replayed with the fix, or the idle time it claims)."""
     p = f.get("prediction") or {}
+    if p.get("model") == "none":
+        return p.get("why") or "no gain is predicted"
     unit = "a step" if per == "step" else "over the window"
     how = "replayed" if p.get("model") == "replay" else "from idle time" if p else "estimated"
     # (a replayed gain is a share of the bare step; an idle-time one of the profiled window it was idle in)
@@ -150,3 +152,26 @@ def combined_text(summary: dict) -> str | None:
         f"All {n} fixes together: {step}, against {fmt_num(p['sum_of_findings_ms'])} ms if their gains simply added; "
         f"GPU work left {fmt_num(p['gpu_work_after_ms'])} ms"
     )
+
+
+def compiled_text(summary: dict) -> str | None:
+    """What torch.compile and CUDA graphs did, in one line (``summary["compiled"]``)."""
+    c = summary.get("compiled")
+    if not c:
+        return None
+    per = c.get("launches_per_step") or {}
+    ids = ", ".join(i for ids in (c.get("frames") or {}).values() for i in ids)
+    text = (f"Compiled: {fmt_num(c['regions'])} compiled region calls" + (f" ({ids})" if ids else "")
+            + (f", {fmt_num(c['in_regions_pct'])}% of kernel time inside them" if c.get("in_regions_pct") is not None else "")
+            + (f"; CUDA graphs replayed {fmt_num(per.get('graph_replays'))} a step" if c.get("graphed") and per.get("graph_replays") is not None
+               else "; no CUDA graph replays" if not c.get("graphed") else "")
+            + (f"; launches a step: {fmt_num(per.get('in_regions'))} inside, {fmt_num(per.get('outside'))} outside" if per.get("outside") is not None else ""))
+    eager = c.get("eager_ops") or []
+    if eager:
+        text += "; eager outside: " + ", ".join(f"{o['op']} {fmt_num(o['kernel_ms'])} ms" for o in eager[:3])
+    rec = c.get("record") or {}
+    said = [f"{rec[k]} {w}" for k, w in (("graph_break_count", "graph breaks"), ("recompile_count", "recompiles"),
+                                         ("cudagraph_skip_count", "CUDA graph skips")) if rec.get(k)]
+    if said:
+        text += "; " + ", ".join(said)
+    return text

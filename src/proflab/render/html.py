@@ -292,6 +292,9 @@ def _verdict(findings: Sequence[dict[str, Any]], per: str | None = "step") -> st
     top = findings[0]
     kind = str(top.get("id", "")).split(":", 1)[0]
     extra = f" ({kind})" if kind != top["category"] and re.fullmatch(r"[a-z][a-z0-9_]*", kind) else ""
+    if (top.get("prediction") or {}).get("model") == "none":
+        return (f'<div class="verdict {_e(top["severity"])}"><b>Verdict: {_e(top["category"])}{_e(extra)}</b> — '
+                f"{_e(top['title'])}; no gain predicted: make the fix and measure it (proflab compare)</div>")
     return (f'<div class="verdict {_e(top["severity"])}"><b>Verdict: {_e(top["category"])}{_e(extra)}</b> — '
             f"{_e(top['title'])}; fixing it saves {_e(_fmt(top['est_gain_ms']))} ms {'a step' if per == 'step' else 'over the window'} "
             f"({_e(_fmt(top['est_gain_pct'], 1))}%, predicted)</div>")

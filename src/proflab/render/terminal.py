@@ -16,6 +16,7 @@ from rich.text import Text
 
 from proflab.render._text import (
     combined_text,
+    compiled_text,
     evidence_lines,
     fmt_bytes,
     fmt_num,
@@ -74,6 +75,9 @@ def _verdict(findings: list[dict], per: str | None = "step") -> Text | None:
         # a specific cause filed under a contract category (local_memory_spills is memory_bound)
         line.append(f" ({kind})")
     line.append(" — ")
+    if (top.get("prediction") or {}).get("model") == "none":
+        line.append(_line("no gain predicted: make the fix and measure it (proflab compare)"))
+        return line
     line.append(_line(f"fixing it saves {fmt_num(top['est_gain_ms'])} ms {'a step' if per == 'step' else 'over the window'} "
                       f"({fmt_num(top['est_gain_pct'])}%, predicted)"))
     return line
@@ -164,6 +168,9 @@ def _body(d: dict, width: int) -> Group:
             + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
                and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
+    compiled = compiled_text(d["summary"])
+    if compiled:
+        parts.append(_line(compiled))
     verdict = _verdict(d["findings"], d["summary"].get("gain_per"))
     if verdict:
         parts.append(Text(""))

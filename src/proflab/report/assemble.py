@@ -62,6 +62,11 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
     summary = _summary(ctx)
+    compiled = ctx.compiled
+    if compiled.compiled:  # what torch.compile and CUDA graphs did (analysis.timeline.compiled)
+        summary["compiled"] = compiled.to_dict()
+        for why in compiled.missing:
+            ctx.note_missing("compiled regions", why, "the split of compiled and eager work")
     perf = _perf(ctx)
     summary["gain_per"] = "step" if summary.get("step_count") else "window"
     if predicted is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.rules import host, memcpy, tensor_cores, utilization
+from proflab.rules import compiled, host, memcpy, tensor_cores, utilization
 from proflab.rules._common import predicted
 
 __all__ = ["RULES", "run_rules"]
@@ -24,6 +24,9 @@ RULES = (
     tensor_cores.tensor_cores_unused,
     tensor_cores.tensor_cores_tf32,
     utilization.low_utilization,
+    compiled.graph_breaks,
+    compiled.recompiles,
+    compiled.cudagraph_skipped,
 )
 
 

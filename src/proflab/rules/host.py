@@ -17,6 +17,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.timeline.calls import IS_CALL, call_names
+from proflab.analysis.timeline.compiled import in_spans, region_spans
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.intervals import IntervalSet
 from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
@@ -401,6 +402,8 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     fix = " ".join(f"{p['what'][0].upper()}{p['what'][1:]} ({p['share_pct']}% of it): {p['fix']}." for p in parts) or (
         "Capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs)."
     )
+    if ctx.compiled.compiled:
+        evidence["compiled"] = _compiled_evidence(ctx)
     # each part's own fix, replayed; the finding's gain is its first part's fix (the one its title names)
     w = ctx.whatif
     for p in parts:
@@ -429,6 +432,20 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     return keep(f, ctx) if w.available else [f]
 
 
+def _compiled_evidence(ctx: Context) -> dict:
+    """What a launch-bound compiled program's launches are (per step where there are steps)."""
+    c = ctx.compiled
+    per = c.per_step if c.steps else (lambda n: n)
+    return {
+        "launches_in_regions_per_step": per(c.launches["in_regions"]),
+        "launches_outside_regions_per_step": per(c.launches["outside"]),
+        "graph_replays_per_step": per(c.launches["graph_replays"]),
+        "kernel_ms_in_regions": round(c.kernel_ns["in_regions"] / 1e6, 3),
+        "kernel_ms_outside_regions": round(c.kernel_ns["outside"] / 1e6, 3),
+        "eager_ops_outside": [o["op"] for o in c.eager_ops],
+    }
+
+
 def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     """The launch idle by what launched the work ending each gap."""
     kern = trace.gpu.select("correlation", pl.col("name").alias("kname"), pl.col("dur_ns").alias("kdur_ns")).drop_nulls("correlation").unique("correlation")
@@ -455,6 +472,12 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     def top_ops(mask: np.ndarray) -> list[str]:
         return g.filter(pl.Series(mask))["kop"].drop_nulls().value_counts(sort=True).head(3)["kop"].to_list()
 
+    # a compiled program: launches from torch.compile's code are not compiled again; what it
+    # leaves is capturing them (reduce-overhead), and the eager code outside its regions
+    compiled = ctx.compiled.compiled
+    in_reg = in_spans(region_spans(trace)[0], g["tid"], g["launch_start_ns"]) if compiled else np.zeros(g.height, dtype=bool)
+    in_opt &= ~in_reg
+    outside = " outside the compiled regions" if compiled else ""
     parts = []
     if in_opt.any():
         fused = bool(g.filter(pl.Series(in_opt))["kname"].drop_nulls().str.contains(_FUSED_OPTIMIZER).any())
@@ -466,16 +489,33 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
                     if fused else f"update all parameters at once with {opt_name}(..., foreach=True) or fused=True"),
             "whatif": Fix("fuse_optimizer", label=f"{opt_name}(fused=True)"),
         })
+    if in_reg.any():
+        parts.append({
+            "what": "the compiled regions' own launches (torch.compile's generated code"
+                    + (f": {ctx.compiled.per_step(ctx.compiled.launches['in_regions']):g} launches a step" if ctx.compiled.steps else "") + ")",
+            "share_pct": round(100 * float(w[in_reg].sum()) / total, 1),
+            "op": None,
+            "fix": ("the program already compiles: capture its compiled regions in CUDA graphs with "
+                    "torch.compile(..., mode='reduce-overhead'), which replays the compiled forward and backward "
+                    "(the optimizer, loss and input pipeline outside them stay as they are); "
+                    "a CUDA graph skip (dynamic shapes, CPU tensors, mutated inputs) keeps a region eager-launched"),
+            "whatif": Fix("cuda_graph", target="regions", label="torch.compile(mode='reduce-overhead')"),
+        })
+    rest = ~in_opt & ~in_reg
     for mask, what, fix, whatif in (
-        (~in_opt & elem, "elementwise/reduction chains", "fuse them into a few kernels with torch.compile",
-         Fix("compile", label="torch.compile")),
-        (~in_opt & ~elem & ~long, "many small launches",
-         "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) so it "
-         "launches once, or batch the small tensors into larger ones", Fix("cuda_graph", label="CUDA graph")),
-        (~in_opt & ~elem & long, "slow dispatch of longer work",
+        (rest & elem, "elementwise/reduction chains" + outside,
+         ("bring them into the compiled code (compile the function that computes them, such as the loss) so "
+          "Inductor fuses them" if compiled else "fuse them into a few kernels with torch.compile"),
+         Fix("compile", label="compile the eager code" if compiled else "torch.compile")),
+        (rest & ~elem & ~long, "many small launches" + outside,
+         ("capture them in a CUDA graph (torch.cuda.graphs) or bring them into the compiled code" if compiled else
+          "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) so it "
+          "launches once, or batch the small tensors into larger ones"),
+         Fix("cuda_graph", target="outside" if compiled else "", label="CUDA graph")),
+        (rest & ~elem & long, "slow dispatch of longer work" + outside,
          "the host spends this time inside these operators before their work reaches the GPU (record with "
          "with_stack=True to see the lines): make that host work cheaper, or capture the step in a CUDA graph "
-         "so it is not repeated", Fix("cuda_graph", label="CUDA graph")),
+         "so it is not repeated", Fix("cuda_graph", target="outside" if compiled else "", label="CUDA graph")),
     ):
         if mask.any():
             names = top_ops(mask)

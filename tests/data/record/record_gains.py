@@ -25,6 +25,10 @@ gpt_char        nanoGPT's character-level GPT (6 layers, 6 heads, 384 wide, bloc
                 vocab 65, 10.7 M parameters), bf16 autocast, fused AdamW, eager, printing
                 ``loss.item()`` every iteration. Fixes: ``noitem`` (the loss read every 1000
                 iterations: no per-step sync) and ``compile`` (torch.compile, the print kept).
+nanogpt         the same GPT as nanoGPT's train.py runs it: the loss read every 10 iterations
+                (log_interval). Fixes: ``compile`` (torch.compile(model), default mode) and
+                ``graphs`` (torch.compile(model, mode="reduce-overhead"): CUDA graphs of the
+                compiled forward and backward; the optimizer and loss stay eager).
 lm_sync         a GPU-bound transformer LM (8 layers, 768 wide, seq 512, batch 24, bf16) that
                 each step reads the loss, synchronises and spends ~3 ms formatting a log line.
                 Fix ``nosync``: the loss read and logged every 20 steps.
@@ -144,16 +148,17 @@ class CharGPT(nn.Module):
         return per_token * c["block"] * batch
 
 
-def _gpt_char(variant):
+def _gpt_char(variant, *, every=None):
     small = dict(d=64, layers=2, heads=4, block=32) if SMALL else {}
     batch = 4 if SMALL else 64
     model = CharGPT(**small).to(DEV)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=DEV == "cuda")
-    fwd = torch.compile(model) if variant == "compile" else model
+    fwd = (torch.compile(model) if variant == "compile" else
+           torch.compile(model, mode="reduce-overhead") if variant == "graphs" else model)
     block = model.cfg["block"]
     data = torch.randint(0, 65, (8, batch, block + 1), device=DEV)
     log = open(os.devnull, "w")
-    every = 1000 if variant == "noitem" else 1
+    every = every or (1000 if variant == "noitem" else 1)
 
     def step(i):
         tok = data[i % 8]
@@ -358,6 +363,9 @@ PROGRAMS = {
                         fix={"noitem": "read the loss every 1000 iterations (no .item() per step)",
                              "compile": "torch.compile(model) (fusion), the per-step print kept"},
                         flops=True),
+    "nanogpt": Program(lambda v: _gpt_char(v, every=10), ("base", "compile", "graphs"), category="launch_bound",
+                       fix={"compile": "torch.compile(model) (default mode)",
+                            "graphs": "torch.compile(model, mode='reduce-overhead')"}),
     "lm_sync": Program(lambda v: _lm(v, drain=v == "base"), ("base", "nosync"), category="sync_bound",
                        fix={"nosync": "read and log the loss every 20 steps, no synchronize"}),
     "cnn_loader": Program(_cnn_loader, ("base", "workers"), category="host_bound",
@@ -562,6 +570,7 @@ def _dry_run() -> None:
     DEV, SMALL, WAIT, WARMUP, ACTIVE, ROUNDS = "cpu", True, 1, 1, 2, 2
     PROGRAMS.pop("graph_mlp", None)  # CUDA graphs need CUDA
     PROGRAMS["gpt_char"].variants = ("base", "noitem")  # torch.compile takes minutes on a CPU
+    PROGRAMS.pop("nanogpt", None)  # (gpt_char without its compiled variants, and CUDA graphs)
 
 
 def main(argv=None) -> int:

@@ -12,7 +12,8 @@ figures it uses are stated here, not tuned per trace:
 ``fuse_optimizer``   the optimizer's per-parameter kernels become one multi-tensor kernel per
                      kind of update: its host time drops to ``FUSED_OPTIMIZER_NS`` a step,
                      its GPU time to the largest of its kernels per step plus a quarter of the rest.
-``compile``          torch.compile fuses each chain of elementwise, normalisation and reduction
+``compile``          (target ``outside``: only the eager code outside compiled regions)
+                     torch.compile fuses each chain of elementwise, normalisation and reduction
                      kernels between two library kernels (GEMM, attention, convolution, copies,
                      collectives) into one, as long as the longest of the chain and a quarter of
                      the rest; a launch that no longer happens takes its dispatch with it, and
@@ -20,7 +21,10 @@ figures it uses are stated here, not tuned per trace:
                      launches at about eager's cost per kernel).
 ``cuda_graph``       the step's launches are replayed from one CUDA graph: one launch of
                      ``GRAPH_LAUNCH_NS`` a step, no host work between kernels; syncs and the
-                     work that launches nothing stay.
+                     work that launches nothing stay. Target ``regions``: only the launches
+                     inside compiled regions (what ``mode="reduce-overhead"`` captures: the
+                     compiled forward and backward), one replay per region; ``outside``: only
+                     the launches outside them.
 ``speed_ops``        the selected kernels run ``factor`` times as long (a datasheet ratio: FP32
                      SIMT to TF32 tensor cores, TF32 to BF16).
 ``pin_copies``       pageable copies run at the pinned rate and no longer hold the host.
@@ -143,7 +147,7 @@ class _Apply:
 
     @staticmethod
     def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
-        inside = (g.call_step >= 0) & ~g.call_optimizer
+        inside = (g.call_step >= 0) & ~g.call_optimizer & ~g.region  # compiled code is not compiled again
         fusible = _names(g, POINTWISE_KERNEL) & ~_library(g) & inside[g.op_call]
         # chains: consecutive fusible operations of a step and stream in launch order
         order = np.lexsort((g.op_start, g.call_start[g.op_call]))
@@ -181,12 +185,21 @@ class _Apply:
     @staticmethod
     def cuda_graph(g: StepGraph, q: Plan, fix: Fix) -> None:
         inside = g.call_step >= 0
+        if fix.target == "regions":
+            inside = inside & g.region
+        elif fix.target == "outside":
+            inside = inside & ~g.region
         replayed = inside & np.isin(q.call_kind, (LAUNCH, OTHER))
         taken = q.loader + q.quiet
         q.work = np.where(replayed, np.minimum(q.work, taken), q.work)
         q.call_dur = np.where(replayed, 0.0, q.call_dur)
-        for s in np.unique(g.call_step[replayed]):
-            first = np.flatnonzero(replayed & (g.call_step == s))[0]
+        # one replay a step, or one a region: a run of replayed calls that no other call breaks
+        idx = np.flatnonzero(replayed)
+        if fix.target == "regions" and idx.size:
+            starts = idx[np.concatenate([[True], (np.diff(idx) > 1) | (np.diff(g.call_step[idx]) != 0)])]
+        else:
+            starts = [np.flatnonzero(replayed & (g.call_step == s))[0] for s in np.unique(g.call_step[replayed])]
+        for first in starts:
             q.work[first] += GRAPH_LAUNCH_NS
 
     @staticmethod

@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.timeline.calls import IS_CALL
+from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.gaps import _SYNC_CALL
 
 __all__ = ["StepGraph", "build_graph", "concat", "kept", "calls_of_ops", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
@@ -80,10 +81,17 @@ class StepGraph:
     # a part of a trace analysed in parts: what its work after its last call holds (events,
     # python, loader, quiet), which the next part's first stretch of work continues
     tail: tuple = (0, 0, 0, 0)
+    # bool per call: inside a compiled region (torch.compile's code: ``timeline.compiled``); None: no region
+    call_region: np.ndarray | None = None
 
     @property
     def n_calls(self) -> int:
         return int(self.call_start.size)
+
+    @property
+    def region(self) -> np.ndarray:
+        """Per call, whether it ran inside a compiled region (all False where none ran)."""
+        return self.call_region if self.call_region is not None else np.zeros(self.n_calls, dtype=bool)
 
 
 def calls_of_ops(op_call: np.ndarray, n: int) -> list[list[int]]:
@@ -262,6 +270,8 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
         & (pl.col("start_ns") < hi) & (pl.col("start_ns") + pl.col("dur_ns") > lo)
     ).select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     call_optimizer = _covered(opt, call_tid, call_start, call_start + 1) > 0
+    regions = region_spans(trace)[0].filter((pl.col("start_ns") < hi) & (pl.col("end_ns") > lo))
+    call_region = _covered(regions, call_tid, call_start, call_start + 1) > 0 if regions.height else None
     # Python inside the optimizer's step is its dispatch (a per-parameter loop), not the
     # program's own work: the optimizer's fix takes it, the host-work fix does not
     work_quiet[call_optimizer] = 0
@@ -319,6 +329,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
         op_stream=op_stream, op_kind=_shared(op_kind), op_name=_shared(ops["name"].to_numpy()), op_call=op_call, op_dep=op_dep,
         op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=_shared(ops["copy_kind"].cast(pl.String).to_numpy()), op_gap=op_gap, op_comm_bytes=comm_bytes,
         latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, calls_of=calls_of, tail=tail,
+        call_region=call_region,
     )  # fmt: skip
 
 
@@ -409,4 +420,5 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
         op_pageable=cat("op_pageable"), op_bytes=cat("op_bytes"), op_comm=cat("op_comm"), op_copy=cat("op_copy"),
         op_gap=cat("op_gap"), op_comm_bytes=cat("op_comm_bytes"), latency_ns=int(np.average([g.latency_ns for g in graphs], weights=weights)),
         wake_ns=int(np.average([g.wake_ns for g in graphs], weights=weights)), calls_of=calls_of,
+        call_region=None if all(g.call_region is None for g in graphs) else np.concatenate([g.region for g in graphs]),
     )  # fmt: skip
