@@ -41,6 +41,8 @@ class Row:
 ROWS = (
     Row("gpt_char", "noitem", "sync_bound"),
     Row("gpt_char", "compile", "launch_bound", part="elementwise"),
+    Row("nanogpt", "compile", "launch_bound", part="elementwise"),
+    Row("nanogpt", "graphs", "launch_bound", part="small launches"),
     Row("lm_sync", "nosync", "sync_bound"),
     Row("cnn_loader", "workers", "host_bound"),
     Row("pageable_h2d", "pinned", "pageable_memcpy"),
