@@ -146,3 +146,11 @@ def test_the_cli_prints_the_compiled_line(tmp_path, capsys):
     assert main(["analyze", str(run)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "Compiled: 5 compiled region calls (0/0)" in out and "CUDA graphs replayed 2 a step" in out
+
+
+def test_a_program_that_captures_its_own_cuda_graph_is_recognised_as_graphed():
+    """torch.cuda.graphs, no torch.compile: the gain-truth set's MLP after its fix."""
+    r = proflab.analyze(Path(__file__).parent / "data" / "gains" / "graph_mlp.graph.pt.trace.json.gz")
+    c = r.summary["compiled"]
+    assert c["graphed"] and not c["compiled"] and c["launches_per_step"]["graph_replays"] == 1
+    assert not [f for f in r.findings if f.category == "launch_bound"]

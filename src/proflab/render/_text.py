@@ -160,18 +160,25 @@ def compiled_text(summary: dict) -> str | None:
     if not c:
         return None
     per = c.get("launches_per_step") or {}
-    ids = ", ".join(i for ids in (c.get("frames") or {}).values() for i in ids)
-    text = (f"Compiled: {fmt_num(c['regions'])} compiled region calls" + (f" ({ids})" if ids else "")
-            + (f", {fmt_num(c['in_regions_pct'])}% of kernel time inside them" if c.get("in_regions_pct") is not None else "")
-            + (f"; CUDA graphs replayed {fmt_num(per.get('graph_replays'))} a step" if c.get("graphed") and per.get("graph_replays") is not None
-               else "; no CUDA graph replays" if not c.get("graphed") else "")
-            + (f"; launches a step: {fmt_num(per.get('in_regions'))} inside, {fmt_num(per.get('outside'))} outside" if per.get("outside") is not None else ""))
+    kms = c.get("kernel_ms") or {}
+    said = []
+    if c.get("regions"):
+        ids = ", ".join(i for ids in (c.get("frames") or {}).values() for i in ids)
+        said.append(f"{fmt_num(c['regions'])} compiled region calls" + (f" ({ids})" if ids else "")
+                    + (f", {fmt_num(c['in_regions_pct'])}% of kernel time inside them" if c.get("in_regions_pct") is not None else ""))
+    if c.get("graphed"):
+        share = f" ({fmt_num(round(100 * kms['graphed'] / kms['all'], 1))}% of kernel time)" if kms.get("all") else ""
+        what = "CUDA graphs replayed" if c.get("regions") else "replayed"
+        said.append(f"{what} {fmt_num(per.get('graph_replays'))} a step{share}" if per.get("graph_replays") is not None
+                    else f"{what} {fmt_num(c['launches']['graph_replays'])} times{share}")
+    elif c.get("regions"):
+        said.append("no CUDA graph replays")
+    if c.get("regions") and per.get("outside") is not None:
+        said.append(f"launches a step: {fmt_num(per.get('in_regions'))} inside the regions, {fmt_num(per.get('outside'))} outside")
     eager = c.get("eager_ops") or []
     if eager:
-        text += "; eager outside: " + ", ".join(f"{o['op']} {fmt_num(o['kernel_ms'])} ms" for o in eager[:3])
+        said.append("eager outside: " + ", ".join(f"{o['op']} {fmt_num(o['kernel_ms'])} ms" for o in eager[:3]))
     rec = c.get("record") or {}
-    said = [f"{rec[k]} {w}" for k, w in (("graph_break_count", "graph breaks"), ("recompile_count", "recompiles"),
-                                         ("cudagraph_skip_count", "CUDA graph skips")) if rec.get(k)]
-    if said:
-        text += "; " + ", ".join(said)
-    return text
+    said += [f"{rec[k]} {w}" for k, w in (("graph_break_count", "graph breaks"), ("recompile_count", "recompiles"),
+                                          ("cudagraph_skip_count", "CUDA graph skips")) if rec.get(k)]
+    return ("Compiled: " if c.get("regions") or c.get("compiled") else "CUDA graphs: ") + "; ".join(said)

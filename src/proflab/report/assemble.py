@@ -63,7 +63,7 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
     summary = _summary(ctx)
     compiled = ctx.compiled
-    if compiled.compiled:  # what torch.compile and CUDA graphs did (analysis.timeline.compiled)
+    if compiled.compiled or compiled.graphed:  # what torch.compile and CUDA graphs did (analysis.timeline.compiled)
         summary["compiled"] = compiled.to_dict()
         for why in compiled.missing:
             ctx.note_missing("compiled regions", why, "the split of compiled and eager work")
