@@ -95,3 +95,26 @@ def test_the_prediction_is_the_finding_that_names_the_knob(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "predicted: saves" in done.stdout and "[tensor_cores_unused, replay]" in done.stdout, done.stdout
     assert "measured:" in done.stdout and "95% interval" in done.stdout
+
+
+def test_compile_mode_is_given_to_every_torch_compile_the_program_makes():
+    """``compile-mode=reduce-overhead``: the fix a launch-bound compiled program is advised,
+    made without code changes. A stand-in for torch records what torch.compile was asked (the
+    knob wraps the real one in the profiled process; wrapping it here would leak into the
+    other tests of this process)."""
+    from types import SimpleNamespace
+
+    from proflab.collect import _child
+
+    assert parse("compile-mode=reduce-overhead") == Knob("compile-mode", "reduce-overhead")
+    with pytest.raises(UsageError):
+        parse("compile-mode=fastest")
+    fake = SimpleNamespace(compile=lambda *args, **kwargs: kwargs)
+    notes: list[str] = []
+    _child.apply_knobs(fake, {"compile-mode": "reduce-overhead"}, notes)
+    assert fake.compile(object()) == {"mode": "reduce-overhead"}
+    assert fake.compile(object(), mode="default", dynamic=False) == {"mode": "reduce-overhead", "dynamic": False}
+    assert fake.compile(object(), options={"max_autotune": True}) == {"mode": "reduce-overhead"}
+    assert any("replaced a torch.compile's options" in n for n in notes)
+    _child.apply_knobs(fake, {"compile-mode": "reduce-overhead"}, notes)  # set twice: wrapped once
+    assert fake.compile.__wrapped__(object()) == {}

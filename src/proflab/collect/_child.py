@@ -193,6 +193,18 @@ def apply_knobs(torch, knobs: dict, notes: list) -> None:
                         kw.pop(other, None)
 
                     wrap(cls, opt)
+        if "compile-mode" in knobs:
+            compile_, mode = torch.compile, knobs["compile-mode"]
+            if not getattr(compile_, "_proflab_knobs", False):
+                def compile(*args, **kwargs):
+                    if kwargs.pop("options", None) is not None:  # (torch takes a mode or options, not both)
+                        notes.append(f"proflab try: compile-mode={mode} replaced a torch.compile's options")
+                    kwargs["mode"] = mode
+                    return compile_(*args, **kwargs)
+
+                compile._proflab_knobs = True
+                compile.__wrapped__ = compile_
+                torch.compile = compile
         ddp = {k: v for k, v in knobs.items() if k.startswith("ddp-")}
         if ddp:
             from torch.nn.parallel import DistributedDataParallel as DDP

@@ -16,6 +16,9 @@ Names (``proflab try NAME[=VALUE] ...``):
 ``pin-memory``             ``DataLoader(pin_memory=True)``
 ``persistent-workers``     ``DataLoader(persistent_workers=True)`` (with workers)
 ``prefetch=N``             ``DataLoader(prefetch_factor=N)`` (with workers)
+``compile-mode=M``         ``torch.compile(..., mode=M)`` for every compile the program makes
+                           (``reduce-overhead``: CUDA graphs of the compiled regions;
+                           ``max-autotune``, ``max-autotune-no-cudagraphs``, ``default``)
 ``foreach-optimizer``      optimizers built with ``foreach=True``
 ``fused-optimizer``        optimizers built with ``fused=True`` (Adam, AdamW, SGD, ...)
 ``expandable-segments``    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``
@@ -44,6 +47,7 @@ KNOBS: dict[str, tuple[str | None, str]] = {
     "pin-memory": (None, "DataLoader(pin_memory=True)"),
     "persistent-workers": (None, "DataLoader(persistent_workers=True)"),
     "prefetch": ("N", "DataLoader(prefetch_factor=N)"),
+    "compile-mode": ("reduce-overhead|max-autotune|max-autotune-no-cudagraphs|default", "torch.compile(..., mode=M)"),
     "foreach-optimizer": (None, "optimizers with foreach=True"),
     "fused-optimizer": (None, "optimizers with fused=True"),
     "expandable-segments": (None, "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"),

@@ -429,6 +429,8 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     f = predicted(f, ctx, *([parts[0]["whatif"]] if parts else [Fix("cuda_graph", label="CUDA graph")]))
     if parts and parts[0]["whatif"].kind == "fuse_optimizer":
         f = with_try(f, "fused-optimizer")
+    elif parts and parts[0]["whatif"].target == "regions":
+        f = with_try(f, "compile-mode=reduce-overhead")
     return keep(f, ctx) if w.available else [f]
 
 

@@ -111,6 +111,8 @@ def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | 
             base[k.replace("_pct", "_throughput_pct") if k in ("dram_pct", "l2_pct", "l1_pct") else k] = round(m[k], 1)
     if v.roofline is not None and v.roofline.percent_of_roof is not None:
         base["percent_of_roof"] = round(v.roofline.percent_of_roof, 1)
+    # Inductor's generated kernels are compiled code already: they are tuned, not compiled again
+    inductor = v.name.startswith("triton_")
     if v.bound == "memory":
         frac = 1.0 - mem / 100.0
         return _finding(
@@ -118,8 +120,11 @@ def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | 
             f"reaching the peak of the busiest memory unit ({v.memory_unit or 'memory'}); moving fewer bytes can save more than this",
             f"{_short(v.name)} is memory-bound: {v.memory_unit or 'memory'} at {mem:.0f}% of peak",
             base,
-            "Move fewer bytes: fuse this kernel with its producer or consumer (torch.compile or a fused op), "
-            "store tensors in lower precision (bf16, fp8), and reuse data from L2/shared memory instead of re-reading it.",
+            ("Move fewer bytes: this is torch.compile's generated kernel; let Inductor fuse more around it (fewer graph "
+             "breaks, mode='max-autotune' to search its tile sizes), store tensors in lower precision (bf16, fp8)."
+             if inductor else
+             "Move fewer bytes: fuse this kernel with its producer or consumer (torch.compile or a fused op), "
+             "store tensors in lower precision (bf16, fp8), and reuse data from L2/shared memory instead of re-reading it."),
         )
     if v.bound == "compute":
         tensor = m.get("tensor_pipe_pct") or 0.0
@@ -146,8 +151,11 @@ def _bound_finding(v: KernelVerdict, kt: KernelTime, denom: float) -> Finding | 
                "arrays or spilled values out of local memory first (see its local-memory finding).")
     elif waves is not None and waves < 1.0:
         fix = (f"The grid ({m.get('grid_size') and int(m['grid_size'])} blocks) does not fill the GPU: give each launch more "
-               "parallel work (batch small tensors, fuse small kernels, torch.compile), or capture them in a CUDA graph "
-               "so launch latency is paid once.")
+               "parallel work (batch small tensors, "
+               + ("larger batches into the compiled code; mode='max-autotune' searches its block sizes), or capture the "
+                  "compiled regions in CUDA graphs (mode='reduce-overhead')" if inductor else
+                  "fuse small kernels, torch.compile), or capture them in a CUDA graph")
+               + " so launch latency is paid once.")
     else:
         fix = ("Neither compute nor memory is busy: raise occupancy (see its limiter) or instruction-level "
                "parallelism (more independent work per thread), and cut the stall reason at the top of the list.")
