@@ -73,6 +73,7 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         summary["predicted"] = predicted
     elif whatif is not None and not whatif.available:
         summary["predicted"] = {"missing": whatif.why_not}
+    _one_bare_step(summary, findings)
     return Report(
         source=_source(trace),
         device=_device(ctx),
@@ -90,6 +91,27 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
         perf=None if perf is None else perf.to_dict(),
     )
+
+
+def _one_bare_step(summary: dict[str, Any], findings: list) -> None:
+    """Every number of a report reads one unprofiled step. Where it was estimated, the
+    observer's range and the what-if's replayed bare step (which the predictions start from:
+    it keeps what serialises the step, a sync's drain, that the observer's range leaves out)
+    can differ: the header then states the range both span, and never a step shorter than its
+    GPU work."""
+    o = summary.get("observer")
+    if not o or o.get("source") != "estimated":
+        return
+    bare = [p["bare_step_ms"] for f in findings if isinstance(p := f.prediction, dict) and p.get("model") == "replay"
+            and isinstance(p.get("bare_step_ms"), (int, float))]
+    if isinstance(summary.get("predicted"), dict) and isinstance(summary["predicted"].get("bare_step_ms"), (int, float)):
+        bare.append(summary["predicted"]["bare_step_ms"])
+    lo, hi = o["unprofiled_step_ms"]
+    work = o.get("gpu_work_ms") or 0.0
+    new = [round(max(min([lo, *bare]), work), 3), round(max([hi, *bare, work]), 3)]
+    if new != [lo, hi]:
+        o["unprofiled_step_ms"] = new
+        o["replayed_bare_step_ms"] = sorted({round(b, 3) for b in bare})
 
 
 def _perf(ctx: Context):
