@@ -64,3 +64,31 @@ def test_lightning_training_that_raises_still_stops_the_profiler(tmp_path):
     assert cb.core.prof is None
     assert not torch.autograd.profiler._is_profiler_enabled
     assert proflab.load(tmp_path / "prof" / "trace.pt.trace.json.gz").cpu.height > 0
+
+
+def test_a_compiled_module_stays_compiled_under_the_callback(tmp_path):
+    """ProfCallback observes without touching: a compiled network records its compiled
+    regions (Inductor's generated code), not the eager autograd nodes it replaces."""
+    torch = pytest.importorskip("torch")
+    L = pytest.importorskip("lightning")
+
+    class Compiled(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.compile(torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
+    cb = proflab.ProfCallback(tmp_path / "prof", framework="lightning", wait=2, warmup=1, active=3)
+    trainer = L.Trainer(max_epochs=1, callbacks=[cb], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")  # fmt: skip
+    trainer.fit(Compiled(), torch.utils.data.DataLoader(data, batch_size=8))
+    names = set(proflab.load(tmp_path / "prof" / "trace.pt.trace.json.gz").cpu["name"].to_list())
+    assert "CompiledFunction" in names and "CompiledFunctionBackward" in names
+    assert not names & {"AddmmBackward0", "GeluBackward0"}
