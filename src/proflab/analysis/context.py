@@ -179,7 +179,15 @@ class Context:
         from proflab.readers.rundir import compile_record_of
 
         source = self.trace.meta.source
-        return compiled_view(self.trace, self.launches, self.kernel_ops, compile_record_of(source) if source else None)
+        return compiled_view(self.trace, self.launches, self.kernel_ops, compile_record_of(source) if source else None,
+                             self.regions)
+
+    @_table
+    def regions(self):
+        """The compiled ranges per thread and how many the trace left unclosed (``timeline.compiled``)."""
+        from proflab.analysis.timeline.compiled import region_spans
+
+        return region_spans(self.trace)
 
     @property
     def has_launch_links(self) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.timeline.calls import IS_CALL, call_names
-from proflab.analysis.timeline.compiled import in_spans, region_spans
+from proflab.analysis.timeline.compiled import in_spans
 from proflab.analysis.context import Context
 from proflab.analysis.timeline.intervals import IntervalSet
 from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
@@ -477,7 +477,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     # a compiled program: launches from torch.compile's code are not compiled again; what it
     # leaves is capturing them (reduce-overhead), and the eager code outside its regions
     compiled = ctx.compiled.compiled
-    in_reg = in_spans(region_spans(trace)[0], g["tid"], g["launch_start_ns"]) if compiled else np.zeros(g.height, dtype=bool)
+    in_reg = in_spans(ctx.regions[0], g["tid"], g["launch_start_ns"]) if compiled else np.zeros(g.height, dtype=bool)
     in_opt &= ~in_reg
     outside = " outside the compiled regions" if compiled else ""
     parts = []

@@ -140,11 +140,12 @@ def in_spans(spans: pl.DataFrame, tid: pl.Series, t: pl.Series) -> np.ndarray:
 
 
 def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame | None = None,
-                  record: dict | None = None) -> Compiled:
+                  record: dict | None = None, regions: tuple[pl.DataFrame, int] | None = None) -> Compiled:
     """The compiled program's split of the trace (see the module doc). ``launches``: the host
     launch calls by correlation (``gaps.launch_calls``); ``kernel_ops``: the operator behind
-    each correlation (``Context.kernel_ops``); ``record``: ``proflab run``'s record of Dynamo."""
-    spans, unclosed = region_spans(trace)
+    each correlation (``Context.kernel_ops``); ``record``: ``proflab run``'s record of Dynamo;
+    ``regions``: :func:`region_spans` where already found."""
+    spans, unclosed = regions if regions is not None else region_spans(trace)
     names = spans["name"]
     ids = names.str.extract_groups(_FRAME_ID).struct.unnest().drop_nulls() if spans.height else pl.DataFrame()
     frames: dict[str, list[str]] = {}
@@ -177,7 +178,7 @@ def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame
     launch_counts = {
         "in_regions": int(la.filter(pl.col("in_region") & ~pl.col("graph")).height),
         "outside": int(la.filter(~pl.col("in_region") & ~pl.col("graph")).height),
-        "graph_replays": int(trace.cpu.filter(pl.col("cat").is_in(["cuda_runtime", "cuda_driver"]) & pl.col("name").str.contains(GRAPH_LAUNCH)).height),
+        "graph_replays": int(la.filter(pl.col("graph")).height),  # (a replay's kernels all carry its correlation)
     }
     eager: list[dict[str, Any]] = []
     if kernel_ops is not None and kernel_ops.height and spans.height:

@@ -28,7 +28,6 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.timeline.calls import IS_CALL
-from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.gaps import _SYNC_CALL
 
 __all__ = ["StepGraph", "build_graph", "concat", "kept", "calls_of_ops", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
@@ -270,7 +269,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
         & (pl.col("start_ns") < hi) & (pl.col("start_ns") + pl.col("dur_ns") > lo)
     ).select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     call_optimizer = _covered(opt, call_tid, call_start, call_start + 1) > 0
-    regions = region_spans(trace)[0].filter((pl.col("start_ns") < hi) & (pl.col("end_ns") > lo))
+    regions = ctx.regions[0].filter((pl.col("start_ns") < hi) & (pl.col("end_ns") > lo))
     call_region = _covered(regions, call_tid, call_start, call_start + 1) > 0 if regions.height else None
     # Python inside the optimizer's step is its dispatch (a per-parameter loop), not the
     # program's own work: the optimizer's fix takes it, the host-work fix does not
