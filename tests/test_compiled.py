@@ -154,3 +154,11 @@ def test_a_program_that_captures_its_own_cuda_graph_is_recognised_as_graphed():
     c = r.summary["compiled"]
     assert c["graphed"] and not c["compiled"] and c["launches_per_step"]["graph_replays"] == 1
     assert not [f for f in r.findings if f.category == "launch_bound"]
+
+
+def test_each_hot_kernel_names_the_compiled_region_that_launched_it(reports):
+    kernels = reports["compile"].kernels
+    regions = {k["compiled_region"] for k in kernels}
+    assert {"Torch-Compiled Region: 0/0", "CompiledFunctionBackward"} <= regions
+    assert all(k["compiled_region"] for k in kernels if k["name"].startswith("triton_"))
+    assert all("compiled_region" not in k for k in reports["eager"].kernels)

@@ -322,7 +322,11 @@ def summary_of(window: tuple[int, int], breakdowns: dict, memcpy: pl.DataFrame, 
 
 
 def _kernels(ctx: Context, top: int) -> list[dict[str, Any]]:
-    return kernels_of(ctx.hot_kernels(top))
+    rows = kernels_of(ctx.hot_kernels(top))
+    regions = ctx.compiled.kernel_regions
+    for r in rows if regions else ():  # a compiled program: which compiled region launched each
+        r["compiled_region"] = regions.get(r["name"])
+    return rows
 
 
 def kernels_of(t: pl.DataFrame) -> list[dict[str, Any]]:

@@ -66,6 +66,9 @@ class Compiled:
     eager_ops: list[dict[str, Any]] = field(default_factory=list)
     record: dict | None = None
     missing: tuple[str, ...] = ()
+    # kernel name -> the compiled region that launched it most often ("Torch-Compiled Region:
+    # 0/0", or "CompiledFunctionBackward" for the compiled backward, which names no frame)
+    kernel_regions: dict[str, str] = field(default_factory=dict)
 
     @property
     def compiled(self) -> bool:
@@ -187,6 +190,7 @@ def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame
                .sort(["dur_ns", "op"], descending=[True, False]).head(_TOP_EAGER))  # fmt: skip
         eager = [{"op": o, "kernel_ms": round(d / 1e6, 3), "kernels": int(n)} for o, d, n in top.iter_rows()]
     count = lambda pattern: int(names.str.contains(pattern).sum()) if spans.height else 0  # noqa: E731
+    regions_of = _kernel_regions(spans, k.filter(in_region).select("name", "correlation"), la) if in_region.any() else {}
     return Compiled(
         regions=count(r"^Torch-Compiled Region"),
         frames=frames,
@@ -201,4 +205,29 @@ def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame
         eager_ops=eager,
         record=record if isinstance(record, dict) else None,
         missing=tuple(missing),
+        kernel_regions=regions_of,
     )
+
+
+def _kernel_regions(spans: pl.DataFrame, kernels: pl.DataFrame, launches: pl.DataFrame) -> dict[str, str]:
+    """Each kernel name's compiled region: the outermost named range (a compiled frame's call,
+    or the compiled backward) around its launch on the launching thread, the most common one.
+    These ranges do not nest in one another on a thread: the latest one to start before a
+    launch holds it if it has not ended (a loop over threads, not events)."""
+    outer = spans.filter(pl.col("name").str.contains(r"^(?:Torch-Compiled Region|CompiledFunctionBackward$)"))
+    at = kernels.join(launches.select("correlation", "tid", pl.col("launch_start_ns").alias("t")), on="correlation")
+    found = []
+    for (tid,), o in outer.sort("start_ns").group_by("tid"):
+        mine = at.filter(pl.col("tid") == tid)
+        if mine.height == 0:
+            continue
+        t = mine["t"].to_numpy()
+        i = np.searchsorted(o["start_ns"].to_numpy(), t, side="right") - 1
+        held = (i >= 0) & (t < o["end_ns"].to_numpy()[np.maximum(i, 0)])
+        found.append(pl.DataFrame({"name": mine["name"].filter(pl.Series(held)),
+                                   "region": o["name"].gather(i[held])}))
+    if not found:
+        return {}
+    top = (pl.concat(found).group_by("name", "region").len()
+           .sort(["name", "len", "region"], descending=[False, True, False]).unique("name", keep="first"))
+    return dict(top.select("name", "region").iter_rows())
