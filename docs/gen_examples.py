@@ -83,12 +83,13 @@ BEGIN, END = "<!-- sample:begin -->", "<!-- sample:end -->"
 
 
 def readme_sample(report: str) -> str:
-    """The README's sample: the sample report up to its ranges and FLOPs sections (the
-    summary, the findings and the hot kernels), in a fenced block."""
+    """The README's sample: the sample report's summary screen (what it prints before its
+    details), in a fenced block."""
     lines = report.splitlines()
-    stop = next((i for i, ln in enumerate(lines) if ln.startswith(("range (NVTX", "Where the FLOPs go"))), len(lines))
+    stop = next((i for i, ln in enumerate(lines) if ln == "Details"), len(lines))
     body = "\n".join(lines[:stop]).rstrip()
-    more = "\n[... the ranges, where the FLOPs go and what is missing follow: docs/reading-a-report.md]" if stop < len(lines) else ""
+    more = (f"\n\n[... {len(lines) - stop} lines of details follow: the timeline, each finding's evidence, fix and "
+            "where, the hot kernels, where the FLOPs go, what is missing]" if stop < len(lines) else "")
     return f"```text\n$ proflab analyze {SAMPLE}\n{body}{more}\n```"
 
 
