@@ -235,6 +235,7 @@ def test_the_cli_analyses_every_event_and_refuses_a_part_with_it(tmp_path, capsy
     assert rc in (0, 1)
     report = json.loads(out.read_text())
     assert report["source"]["inputs"][0]["parts"] >= 2
+    assert f"proflab: wrote {out} (" in capsys.readouterr().err  # (said where; the refusals below are one line each)
     for extra in (["--steps", "1:3"], ["--window", "0:10"], ["--perfetto", str(tmp_path / "p.json.gz")]):
         assert main(["analyze", str(path), "--all-parts", *extra]) == 2
         err = capsys.readouterr().err
