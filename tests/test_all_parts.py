@@ -427,6 +427,7 @@ def test_the_cli_compares_in_parts_from_the_report_cache_and_refuses_a_part(tmp_
         got.append(json.loads(out.read_text()))
     assert got[0] == got[2] and got[0]["step_time_ms"]["steps_before"] == 24
     assert got[1]["step_time_ms"]["steps_before"] < 24  # a part from the middle
+    assert capsys.readouterr().err.count(f"proflab: wrote {out} (") == 3  # each -o said where it went
     for extra in (["--steps", "1:3"], ["--window", "0:10"]):
         assert main(["compare", str(a), str(b), "--all-parts", *extra]) == 2
         err = capsys.readouterr().err
