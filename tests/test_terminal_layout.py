@@ -123,3 +123,15 @@ def test_markdown_and_html_show_evidence_as_tables(reports):
 
     page = render_html([r])
     assert '<table class="evidence">' in page and "<th>sync idle</th><td>3.066 ms</td>" in page
+
+
+def test_a_comparison_wraps_with_its_units_and_no_glue_is_left(capsys):
+    """The comparison's terminal view shares the line helper: the glue must be gone there too."""
+    from proflab.cli import main
+
+    before, after = (str(KINETO / f"{n}.pt.trace.json.gz") for n in ("sync_every_step", "healthy_bf16_gemm"))
+    assert main(["compare", before, after, "--width", "80", "--no-cache"]) in (0, 1)
+    out = capsys.readouterr().out
+    assert "proflab compare:" in out and "\ue000" not in out
+    lines = out.splitlines()
+    assert all(cell_len(ln) <= 80 for ln in lines if not ln.startswith(("Kernels", "Where")))

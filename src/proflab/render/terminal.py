@@ -448,4 +448,4 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out.append(Text(""))
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    return "\n".join(line.rstrip() for line in buf.getvalue().replace(UNIT_GLUE, " ").splitlines()) + "\n"
