@@ -70,3 +70,62 @@ def test_site_builds_strict(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     page = (tmp_path / "site" / "reading-a-report" / "index.html").read_text(encoding="utf-8")
     assert "Verdict:" in page, "the generated sample report was not included in the page"
+
+
+def _readme_commands() -> list[list[str]]:
+    """Every `proflab ...` line of the README's bash blocks, as argv (comments cut; a
+    program path like `.venv/bin/proflab` counts too)."""
+    import re
+    import shlex
+
+    text = README.read_text(encoding="utf-8")
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            for part in line.split("&&"):
+                words = shlex.split(part.split(" #", 1)[0], comments=False)
+                if words and words[0].endswith("proflab"):
+                    out.append(words[1:])
+    return out
+
+
+def test_every_command_the_readme_shows_is_one_proflab_takes():
+    """Parsed by the real parser (not run): a renamed option or command fails here."""
+    from proflab.cli import _parser
+
+    cmds = _readme_commands()
+    assert len(cmds) >= 10 and {c[0] for c in cmds} >= {"analyze", "run", "try", "compare", "doctor"}
+    parser = _parser()
+    for argv in cmds:
+        head = argv[: argv.index("--")] if "--" in argv else argv
+        try:
+            parser.parse_args(head)
+        except SystemExit as e:  # argparse's way of refusing
+            pytest.fail(f"the README shows `proflab {' '.join(argv)}`, which proflab refuses ({e})")
+
+
+def test_the_main_job_from_a_fresh_clone(tmp_path):
+    """The README's first command as a newcomer meets it, on a fresh clone of what is
+    committed: its analysis prints what the README's sample shows (the install is what CI's
+    own environment did; here the clone's sources run, without their compiled readers: the
+    same report)."""
+    import os
+    import shutil
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "clone"
+    got = subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], capture_output=True, text=True, timeout=120, check=False)
+    if got.returncode != 0:
+        pytest.skip(f"git clone failed here: {got.stderr.strip()[-200:]}")
+    (main_job,) = [c for c in _readme_commands() if c[:1] == ["analyze"] and c[1].startswith("tests/data/")]
+    env = {**os.environ, "PYTHONPATH": str(clone / "src"), "PROFLAB_NO_CACHE": "1"}
+    r = subprocess.run([sys.executable, "-m", "proflab", *main_job], capture_output=True, text=True, timeout=300,
+                       cwd=clone, env=env, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = README.read_text(encoding="utf-8")
+    sample = text.split("<!-- sample:begin -->", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
+    shown = [ln for ln in sample.splitlines()[1:] if not ln.startswith("[...")]  # (after the $ line)
+    while shown and not shown[-1]:
+        shown.pop()
+    assert r.stdout.splitlines()[: len(shown)] == shown
