@@ -86,6 +86,8 @@ def perf_lines(p: dict[str, Any], width: int = 100) -> list[str]:
         for c in p["classes"]:
             r = _class_row(c, scale)
             out.append(f"{r[0]:<12}{r[1]:>9}{r[2]:>6}{r[3]:>9}{r[4]:>8}  {r[5]:<8}{r[6]:>9}")
+        out.append(f"(ms: GPU time; %: of kernel time; {head}, GB/s: achieved; bound: the roof that limits it; "
+                   "lost ms: time over its ideal at that roof)")
     tops = [o for o in p["top_ops"] if o.get("lost_ms")][:TOP]
     if tops:
         out.append("where a better kernel pays (time lost to the roof):")
