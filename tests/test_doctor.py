@@ -40,6 +40,8 @@ def test_doctor_on_this_cpu_machine(tmp_path, capsys):
     assert rc == 0 and doc["can_profile"] is False and doc["broken"] == []
     works = {w["name"]: w for w in doc["works"]}
     assert works["trace analysis"]["works"] and works["profiling CPU programs"]["works"]
+    dask = works["many ranks on Dask"]  # the job extra: said which one adds it where it is missing
+    assert dask["works"] or "proflab[job]" in dask["fix"]
     assert torch.__version__ in works["profiling CPU programs"]["detail"]
     if shutil.which("nvidia-smi") is None:
         gpu = works["profiling GPU programs"]

@@ -11,8 +11,8 @@ nsys, the counter permission, free disk) are what the other commands need; "comp
 readers" says whether the fast readers of large traces and exports are in use.
 
 :attr:`DoctorReport.works` says what the checks add up to, one :class:`Capability` each
-(trace analysis, profiling CPU programs, profiling GPU programs, the GPU monitor, the kernel
-deep dive, the Nsight Systems backend), with how to add what is missing. A machine without a
+(trace analysis, many ranks on Dask, profiling CPU programs, profiling GPU programs, the GPU
+monitor, the kernel deep dive, the Nsight Systems backend), with how to add what is missing. A machine without a
 GPU is not a failure: trace analysis works anywhere, and the exit status is 1 only where
 something that is there does not work (:meth:`DoctorReport.exit_status`), or where ``need``
 asks for a capability this machine lacks.
@@ -154,6 +154,13 @@ def capabilities(checks: list[Check], facts: dict[str, Any], python: str) -> tup
     t = facts.get("torch") or {}
     out = [Capability("trace analysis", "analyze, report, compare, sql, memory, energy, demo", True,
                       "torch.profiler/Kineto traces and Nsight Systems exports, from any machine; no GPU or torch needed")]
+    import importlib.util
+
+    dask = importlib.util.find_spec("distributed") is not None  # (found, not imported: doctor stays fast)
+    out.append(Capability("many ranks on Dask", "analyze of 5 or more ranks, --workers, --scheduler", dask,
+                          "dask.distributed is installed" if dask else
+                          "dask.distributed is not installed (up to 4 ranks are analysed without it)",
+                          "" if dask else "pip install 'proflab[job]' (the job extra)"))
     if ok("torch") and ok("run folder"):
         out.append(Capability("profiling CPU programs", "run, try", True, f"torch {t.get('torch')} in {python}"))
     elif not ok("torch"):

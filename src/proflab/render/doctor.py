@@ -41,7 +41,8 @@ def render_doctor(report: dict[str, Any], fmt: str = "term", *, need: str | None
     elif report["can_profile"]:
         lines.append(f"torch.profiler can profile GPU programs here (exit {status if status is not None else 0}).")
     else:
-        can = [x["name"] for x in works if x["works"]]
+        main = ("trace analysis", "profiling CPU programs", "profiling GPU programs")  # (the rest: the lines above)
+        can = [x["name"] for x in works if x["works"] and x["name"] in main]
         cannot = [x["name"] for x in works if not x["works"] and x["name"] == "profiling GPU programs"]
         tail = f" (exit {status})" if status is not None else ""
         lines.append(f"proflab works here for {_and(can) or 'nothing'}"
