@@ -62,3 +62,22 @@ def test_the_interpreter_of_a_script(tmp_path, bare_python):
     not_python.chmod(0o755)
     assert launcher.program_interpreter([str(not_python)]) is None
     assert launcher.interpreter_note([str(not_python)]) is None
+
+
+def test_a_cuda_torch_without_a_gpu_is_explained(tmp_path, monkeypatch):
+    """A CUDA build of torch on a machine with no GPU: CUDA's own warnings at every run are
+    explained in the run's notes (finalize, with what the program's process recorded)."""
+    from proflab.collect import monitor
+
+    (tmp_path / "processes").mkdir()
+    (tmp_path / "processes" / "7.json").write_text(json.dumps({"pid": 7, "torch": "2.13.0+cu130", "torch_cuda": "13.0"}))
+    monkeypatch.setattr(monitor, "device_info", lambda: {"available": False, "reason": "no driver"})
+    meta = {"notes": [], "options": {"backend": "torch"}, "cwd": str(tmp_path), "command": ["python", "t.py"]}
+    launcher.finalize(tmp_path, meta)
+    (note,) = [n for n in meta["notes"] if "CUDA build" in n]
+    assert "2.13.0+cu130" in note and "gpuGetDeviceCount failed with code 35" in note and "/whl/cpu" in note
+    # a CPU build: nothing to explain
+    (tmp_path / "processes" / "7.json").write_text(json.dumps({"pid": 7, "torch": "2.13.0+cpu", "torch_cuda": None}))
+    meta = {"notes": [], "options": {"backend": "torch"}, "cwd": str(tmp_path), "command": ["python", "t.py"]}
+    launcher.finalize(tmp_path, meta)
+    assert not [n for n in meta["notes"] if "CUDA build" in n]

@@ -417,6 +417,14 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     from proflab.collect import monitor as m
 
     meta["gpu"] = m.device_info()
+    cuda_builds = sorted({p["torch"] for p in procs if p.get("torch") and p.get("torch_cuda")})
+    if cuda_builds and not meta["gpu"].get("available"):
+        # (a newcomer's `pip install torch` on Linux: every run then printed CUDA's warning unexplained)
+        meta["notes"].append(
+            f"the program's torch ({', '.join(cuda_builds)}) is a CUDA build, and this machine has no NVIDIA GPU: "
+            "its warnings such as 'gpuGetDeviceCount failed with code 35' are CUDA's, not the program's; the CPU "
+            "build has none of them and is a fraction of the size (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu)")
     meta["git"] = _git(meta.get("cwd") or os.getcwd())
     meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
     meta["recorded"] = bool(meta["traces"])
