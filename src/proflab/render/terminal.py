@@ -142,7 +142,8 @@ def _summary(d: dict, width: int) -> list:
             tr.append(_line(knob))
             out.append(_indent(tr, 12))
     legend = ("saves: the bare step time (without the profiler) its fix is predicted to save, a step, and its share of "
-              "the step" if per_step else "saves: the time its fix is predicted to save over the window, and its share")
+              "the step (of the window where no step could be replayed)" if per_step
+              else "saves: the time its fix is predicted to save over the window, and its share of the window")
     out.append(Text(legend + "; each finding's evidence and full fix follow.", style="dim"))
     return out
 
