@@ -72,13 +72,13 @@ def test_site_builds_strict(tmp_path):
     assert "Verdict:" in page, "the generated sample report was not included in the page"
 
 
-def _readme_commands() -> list[list[str]]:
+def _readme_commands(readme: Path = README) -> list[list[str]]:
     """Every `proflab ...` line of the README's bash blocks, as argv (comments cut; a
     program path like `.venv/bin/proflab` counts too)."""
     import re
     import shlex
 
-    text = README.read_text(encoding="utf-8")
+    text = readme.read_text(encoding="utf-8")
     out = []
     for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.splitlines():
@@ -118,12 +118,12 @@ def test_the_main_job_from_a_fresh_clone(tmp_path):
     got = subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], capture_output=True, text=True, timeout=120, check=False)
     if got.returncode != 0:
         pytest.skip(f"git clone failed here: {got.stderr.strip()[-200:]}")
-    (main_job,) = [c for c in _readme_commands() if c[:1] == ["analyze"] and c[1].startswith("tests/data/")]
+    (main_job,) = [c for c in _readme_commands(clone / "README.md") if c[:1] == ["analyze"] and c[1].startswith("tests/data/")]
     env = {**os.environ, "PYTHONPATH": str(clone / "src"), "PROFLAB_NO_CACHE": "1"}
     r = subprocess.run([sys.executable, "-m", "proflab", *main_job], capture_output=True, text=True, timeout=300,
                        cwd=clone, env=env, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    text = README.read_text(encoding="utf-8")
+    text = (clone / "README.md").read_text(encoding="utf-8")  # the clone's own: what that commit promises
     sample = text.split("<!-- sample:begin -->", 1)[1].split("```text\n", 1)[1].split("```", 1)[0]
     shown = [ln for ln in sample.splitlines()[1:] if not ln.startswith("[...")]  # (after the $ line)
     while shown and not shown[-1]:
