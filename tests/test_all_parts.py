@@ -235,6 +235,7 @@ def test_the_cli_analyses_every_event_and_refuses_a_part_with_it(tmp_path, capsy
     assert rc in (0, 1)
     report = json.loads(out.read_text())
     assert report["source"]["inputs"][0]["parts"] >= 2
+    assert f"proflab: wrote {out} (" in capsys.readouterr().err  # (said where; the refusals below are one line each)
     for extra in (["--steps", "1:3"], ["--window", "0:10"], ["--perfetto", str(tmp_path / "p.json.gz")]):
         assert main(["analyze", str(path), "--all-parts", *extra]) == 2
         err = capsys.readouterr().err
@@ -426,6 +427,7 @@ def test_the_cli_compares_in_parts_from_the_report_cache_and_refuses_a_part(tmp_
         got.append(json.loads(out.read_text()))
     assert got[0] == got[2] and got[0]["step_time_ms"]["steps_before"] == 24
     assert got[1]["step_time_ms"]["steps_before"] < 24  # a part from the middle
+    assert capsys.readouterr().err.count(f"proflab: wrote {out} (") == 3  # each -o said where it went
     for extra in (["--steps", "1:3"], ["--window", "0:10"]):
         assert main(["compare", str(a), str(b), "--all-parts", *extra]) == 2
         err = capsys.readouterr().err

@@ -24,6 +24,7 @@ IMPORTS = {
     "adbc-driver-manager": "adbc_driver_manager.dbapi",
     "nvidia-ml-py": "pynvml",
     "import-linter": "importlinter",
+    "mkdocs-material": "material",
 }
 _REQ = re.compile(r'^\s*"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*(>=|==)\s*([0-9][0-9A-Za-z.+]*)\s*(?:;[^"]*)?"')  # (markers after ;)
 

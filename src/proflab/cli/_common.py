@@ -37,17 +37,18 @@ def write_out(args: argparse.Namespace, text: str) -> int:
     return 0
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, say: bool = True) -> None:
     """Write via a temporary file and rename, so a crash never leaves half a report."""
-    with output_file(path) as tmp:
+    with output_file(path, say=say) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 @contextlib.contextmanager
-def output_file(path: Path):
+def output_file(path: Path, *, say: bool = True):
     """``atomic_path`` for an output the user named: a place that cannot be written (a
     directory, no permission, a full disk, a name too long) is one line and exit 2, and what
-    was there before stays as it was."""
+    was there before stays as it was. Once written, one line on stderr says where and how
+    large (``say``), so that a command run with -o never finishes in silence."""
     try:
         if path.is_dir():
             raise UsageError(f"{path}: is a directory; give -o a file name")
@@ -55,6 +56,24 @@ def output_file(path: Path):
             yield tmp
     except OSError as e:
         raise UsageError(f"{path}: cannot write there ({e.strerror or e})") from e
+    if say:
+        said_written(path)
+
+
+def said_written(path: Path, what: str = "") -> None:
+    """``proflab: wrote report.html (912.4 KB)`` on stderr (stdout stays the output's)."""
+    try:
+        size = _size_text(Path(path).stat().st_size)
+    except OSError:  # written and then gone (another process): say where it went all the same
+        size = "size unknown"
+    print(f"proflab: wrote {what + ' ' if what else ''}{path} ({size})", file=sys.stderr)
+
+
+def _size_text(n_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:,.1f} {unit}"
+    return f"{n_bytes} bytes"
 
 
 def is_html(output: str | None) -> bool:
@@ -205,5 +224,5 @@ def write_operator_roofline(args: argparse.Namespace, reports) -> None:
     if rep is None:
         print("proflab: --roofline: not written: the trace records no framework operators", file=sys.stderr)
         return
-    with atomic_path(Path(args.roofline)) as tmp:
+    with output_file(Path(args.roofline)) as tmp:
         Path(tmp).write_text(roofline_svg(rep.perf, list(rep.verdicts)), encoding="utf-8")

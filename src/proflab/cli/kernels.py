@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from proflab.cli._common import emit_reports, report_output_args, write_atomic
+from proflab.cli._common import emit_reports, report_output_args, said_written, write_atomic
 from proflab.errors import UsageError
 
 __all__ = ["add_parsers", "cmd_kernels"]
@@ -109,6 +109,7 @@ def cmd_kernels(args: argparse.Namespace) -> int:
         from proflab.render.roofline import write_roofline
 
         write_roofline(list(report.verdicts), chart)
+        said_written(Path(chart), "the roofline")
     if out_dir is not None:
         write_atomic(out_dir / "kernels.json", render([report], "json", width=80, color=False))
     return emit_reports(args, [report], fmt)

@@ -69,9 +69,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.all_parts:
         refuse_parts_with(args)
     check_perfetto(args, paths)
-    write_html(args)
-    print(f"proflab: HTML report written to {args.output}", file=sys.stderr)
-    return 0
+    return write_html(args)  # (it says where the page went)
 
 
 def _fresh_path(stem: str, suffix: str, folder: Path = Path(".")) -> Path:
@@ -110,6 +108,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
         except OSError as e:
             raise UsageError(f"{out_dir}: cannot make the report's folder there ({e.strerror or e})") from e
         out = _fresh_path("proflab-demo-report", ".html", out_dir)
-        write_atomic(out, html_report([trace_path], load=lambda p: trace, bare_step_ms=bare_ms, title="proflab demo"))
+        write_atomic(out, html_report([trace_path], load=lambda p: trace, bare_step_ms=bare_ms, title="proflab demo"), say=False)
     print(f"\nHTML report: {out.resolve()}")
     return 0

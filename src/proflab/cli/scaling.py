@@ -7,8 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from proflab._io import atomic_path
-from proflab.cli._common import format_arg, write_out
+from proflab.cli._common import format_arg, output_file, write_out
 from proflab.cli._recording import recording_args, recording_defaults, recording_options
 from proflab.errors import UsageError
 
@@ -149,7 +148,7 @@ def cmd_scaling(args: argparse.Namespace) -> int:
     if args.plot:
         from proflab.render.scaling import plot_scaling
 
-        with atomic_path(Path(args.plot)) as tmp:
+        with output_file(Path(args.plot)) as tmp:
             plot_scaling(rep, tmp, Path(args.plot).suffix[1:])
     if fmt == "json":
         import json

@@ -19,7 +19,10 @@ def add_parsers(sub) -> None:
         description=(
             "Run the program bare as it is and with the fix, interleaved, timing its unprofiled steps (on the GPU's "
             "clock, as run does), until the 95% interval of the saving is narrow enough; print the measured saving "
-            "with its interval beside the predicted one (from a profiled run of the program as it is, or --from)."
+            "with its interval beside the predicted one (from a profiled run of the program as it is, or --from). "
+            "Verdict: faster, slower, no clear change, or inconclusive, with the reason: the runs fall into two "
+            "groups (a bimodal machine or program; the trial then stops at --rounds), or the interval spans no "
+            "change and is still wider than --target after --max-rounds."
         ),
         epilog=f"fixes:\n{knobs}\n  nccl:NAME=VALUE, env:NAME=VALUE: set in the environment\n\n"
                "example: proflab try workers=4 pin-memory -- python train.py",
@@ -74,6 +77,8 @@ def text(t) -> str:
                          f"[{p['finding']}, {p.get('model') or 'model'}], from {p['from']}")  # fmt: skip
         else:
             lines.append(f"  predicted: nothing ({p.get('note')}), from {p['from']}")
+    if t.inconclusive:
+        lines.append(f"  inconclusive: {t.inconclusive}")
     lines += [f"  note: {n}" for n in t.notes]
     lines.append(f"  runs and trial.json: {t.folder}")
     return "\n".join(lines)

@@ -4,11 +4,18 @@ Each check is one :class:`Check`: a status (``ok``, ``missing`` or ``warning``),
 found, and the fix when it is not ok. The checks never raise: a probe that fails is a
 ``missing`` or ``warning`` line with the reason.
 
-``required`` checks decide the exit status (:attr:`DoctorReport.can_profile`): profiling a
-program with torch.profiler works when torch imports, is built with CUDA, sees a GPU, its
-profiler can record CUDA activity (CUPTI), and the run folder can be written. The rest
-(NVML, GPM, ncu, nsys, the counter permission, free disk) are what the other commands need;
-"compiled readers" says whether the fast readers of large traces and exports are in use.
+``required`` checks decide :attr:`DoctorReport.can_profile`: profiling a GPU program with
+torch.profiler works when torch imports, is built with CUDA, sees a GPU, its profiler can
+record CUDA activity (CUPTI), and the run folder can be written. The rest (NVML, GPM, ncu,
+nsys, the counter permission, free disk) are what the other commands need; "compiled
+readers" says whether the fast readers of large traces and exports are in use.
+
+:attr:`DoctorReport.works` says what the checks add up to, one :class:`Capability` each
+(trace analysis, many ranks on Dask, profiling CPU programs, profiling GPU programs, the GPU
+monitor, the kernel deep dive, the Nsight Systems backend), with how to add what is missing. A machine without a
+GPU is not a failure: trace analysis works anywhere, and the exit status is 1 only where
+something that is there does not work (:meth:`DoctorReport.exit_status`), or where ``need``
+asks for a capability this machine lacks.
 
 torch is probed in a separate interpreter (``python``: the one that will run the program;
 default this one), so a broken CUDA install cannot take proflab down, and proflab itself
@@ -28,7 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Check", "DoctorReport", "doctor", "counter_permission", "PERMISSION_FIX", "LOW_DISK_BYTES"]
+__all__ = ["Capability", "Check", "DoctorReport", "doctor", "counter_permission", "torch_install_fix", "PERMISSION_FIX",
+           "LOW_DISK_BYTES"]
 
 Status = Literal["ok", "missing", "warning"]
 LOW_DISK_BYTES = 2 * 2**30  # a profiled window with stacks can write hundreds of MB per process
@@ -59,24 +67,127 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Capability:
+    """What a group of checks adds up to: a thing proflab can or cannot do here."""
+
+    name: str  # "trace analysis", "profiling GPU programs", ...
+    commands: str  # the commands it serves
+    works: bool
+    detail: str  # what it runs on, or what is missing
+    fix: str = ""  # how to add it ("" when it works, or when nothing can be done here)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+NEEDS = ("analysis", "cpu", "gpu")  # doctor --need: the capability whose absence is exit 1
+_NEED_CAPABILITY = {"analysis": "trace analysis", "cpu": "profiling CPU programs", "gpu": "profiling GPU programs"}
+EXIT_RULE = ("exit 1 when something here does not work as it should: the run folder cannot be written, the interpreter "
+             "given cannot run, or a GPU is present but torch.profiler cannot profile it; with --need gpu (or cpu), also "
+             "when profiling GPU (CPU) programs does not work here; else exit 0 (no GPU is not a failure: trace analysis "
+             "works anywhere)")
+
+
+@dataclass(frozen=True)
 class DoctorReport:
     checks: tuple[Check, ...]
     facts: dict[str, Any] = field(default_factory=dict)  # versions, GPUs, paths: what was found
+    works: tuple[Capability, ...] = ()
 
     @property
     def can_profile(self) -> bool:
         """torch.profiler can record a GPU program here: every required check is ok."""
         return all(c.status == "ok" for c in self.checks if c.required)
 
+    def broken(self) -> list[str]:
+        """What is here but does not work (each a short reason): these make the exit status 1."""
+        c = {x.name: x for x in self.checks}
+        out = [f"run folder: {c['run folder'].detail}"] if "run folder" in c and c["run folder"].status != "ok" else []
+        if "probe_error" in (self.facts.get("torch") or {}):
+            out.append(f"torch: {self.facts['torch']['probe_error']}")
+        torch_there = "torch" in c and c["torch"].status == "ok"
+        if _gpu_present(self.facts) and torch_there and not self.can_profile:
+            out.append("a GPU is here, but torch.profiler cannot profile it (" + ", ".join(
+                x.name for x in self.checks if x.required and x.status != "ok") + ")")
+        return out
+
+    def exit_status(self, need: str | None = None) -> int:
+        """0 or 1 by :data:`EXIT_RULE`; ``need`` one of :data:`NEEDS`."""
+        if self.broken():
+            return 1
+        if need is not None:
+            cap = next((w for w in self.works if w.name == _NEED_CAPABILITY[need]), None)
+            return 0 if cap is not None and cap.works else 1
+        return 0
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": "proflab.doctor/1",
             "can_profile": self.can_profile,
-            "rule": "exit 0 when torch imports, is a CUDA build, sees a GPU, records CUDA activity (CUPTI) "
-            "and the run folder is writable; else exit 1",
+            "rule": EXIT_RULE,
             "checks": [c.to_dict() for c in self.checks],
+            "works": [w.to_dict() for w in self.works],
+            "broken": self.broken(),
             "facts": self.facts,
         }
+
+
+def _gpu_present(facts: dict[str, Any]) -> bool:
+    """An NVIDIA GPU is on this machine: NVML lists one, or torch sees one."""
+    nv, t = facts.get("nvml") or {}, facts.get("torch") or {}
+    return bool(any(g.get("name") for g in (nv.get("gpus") or [])) or t.get("devices"))
+
+
+def torch_install_fix(python: str) -> str:
+    """How to put torch into ``python``: the CPU build where there is no GPU (pip's default
+    on Linux is a CUDA build of several GB), a CUDA build where there is one."""
+    return (f"install PyTorch into {python}: without a GPU, the CPU build: {python} -m pip install torch==2.13.0 "
+            "--index-url https://download.pytorch.org/whl/cpu ; with a GPU, the command for your CUDA driver from "
+            "pytorch.org's install selector (pip install 'proflab[torch]' installs the build pip picks: on Linux, a "
+            "CUDA build)")
+
+
+def capabilities(checks: list[Check], facts: dict[str, Any], python: str) -> tuple[Capability, ...]:
+    """What the checks add up to (see module doc)."""
+    c = {x.name: x for x in checks}
+    ok = lambda name: name in c and c[name].status == "ok"  # noqa: E731
+    t = facts.get("torch") or {}
+    out = [Capability("trace analysis", "analyze, report, compare, sql, memory, energy, demo", True,
+                      "torch.profiler/Kineto traces and Nsight Systems exports, from any machine; no GPU or torch needed")]
+    import importlib.util
+
+    dask = importlib.util.find_spec("distributed") is not None  # (found, not imported: doctor stays fast)
+    out.append(Capability("many ranks on Dask", "analyze of 5 or more ranks, --workers, --scheduler", dask,
+                          "dask.distributed is installed" if dask else
+                          "dask.distributed is not installed (up to 4 ranks are analysed without it)",
+                          "" if dask else "pip install 'proflab[job]' (the job extra)"))
+    if ok("torch") and ok("run folder"):
+        out.append(Capability("profiling CPU programs", "run, try", True, f"torch {t.get('torch')} in {python}"))
+    elif not ok("torch"):
+        out.append(Capability("profiling CPU programs", "run, try", False, f"no torch in {python}", torch_install_fix(python)))
+    else:
+        out.append(Capability("profiling CPU programs", "run, try", False, "the run folder cannot be written", c["run folder"].fix))
+    missing = [x.name for x in checks if x.required and x.status != "ok"]
+    if not missing:
+        out.append(Capability("profiling GPU programs", "run, try, scaling", True, f"torch {t.get('torch')}, CUDA {t.get('torch_cuda')}"))
+    elif not _gpu_present(facts):
+        out.append(Capability("profiling GPU programs", "run, try, scaling", False, "no NVIDIA GPU on this machine",
+                              "run on a machine with an NVIDIA GPU and driver, with a CUDA build of torch"))
+    else:
+        first = next(x for x in checks if x.required and x.status != "ok")
+        out.append(Capability("profiling GPU programs", "run, try, scaling", False, "missing: " + ", ".join(missing),
+                              first.fix or (torch_install_fix(python) if first.name == "torch" else "")))
+    out.append(Capability("GPU monitor and energy", "run (monitor.parquet), energy", ok("NVML") and ok("GPU"),
+                          c["GPU"].detail if "GPU" in c else "", "" if ok("GPU") else (c["NVML"].fix if not ok("NVML") else c["GPU"].fix)))
+    deep = ok("ncu") and ok("GPU") and c.get("counter permission", Check("", "missing", "")).status in ("ok", "warning")
+    out.append(Capability("kernel deep dive", "kernels", deep,
+                          c["ncu"].detail if deep else ("needs Nsight Compute (ncu) and a GPU" if not ok("ncu") else
+                                                        "needs a GPU and its performance counters"),
+                          "" if deep else (c["ncu"].fix if not ok("ncu") else c["GPU"].fix)))
+    out.append(Capability("Nsight Systems backend", "run --backend nsys", ok("nsys") and ok("GPU"),
+                          c["nsys"].detail if ok("nsys") else "needs Nsight Systems (nsys)",
+                          "" if ok("nsys") else c["nsys"].fix))
+    return tuple(out)
 
 
 # Run in the target interpreter; prints one JSON object. Static text: nothing from the user.
@@ -153,8 +264,7 @@ def _torch_checks(t: dict[str, Any]) -> list[Check]:
     if "probe_error" in t:
         return [Check("torch", "missing", t["probe_error"], "check the interpreter given with --python", True)]
     if "torch_error" in t:
-        return [Check("torch", "missing", f"not importable in {py} ({t['torch_error']})",
-                      "install PyTorch in the environment that runs your program", True)]
+        return [Check("torch", "missing", f"not importable in {py} ({t['torch_error']})", torch_install_fix(py), True)]
     out = [Check("torch", "ok", f"{t['torch']} in {py}", required=True)]
     if t.get("torch_hip"):
         out.append(Check("torch CUDA build", "warning", f"a ROCm build (HIP {t['torch_hip']}): proflab reads its traces, "
@@ -369,4 +479,4 @@ def doctor(*, folder: str | Path = "proflab-runs", python: str | None = None, nc
         else:
             checks.append(Check("ncu probe", "missing", "needs ncu and a CUDA-capable torch", ""))
     checks += _folder_checks(Path(folder))
-    return DoctorReport(tuple(checks), facts)
+    return DoctorReport(tuple(checks), facts, capabilities(checks, facts, python))

@@ -411,11 +411,20 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
         if not procs:
             meta["notes"].append("proflab's in-process runtime did not start in the program (its stderr says why)")
         elif not any(p.get("torch") for p in procs):
-            meta["notes"].append("the program never imported torch: no torch.profiler trace")
+            meta["notes"].append("the program never imported torch: no torch.profiler trace"
+                                 + (interpreter_note(meta.get("command") or [], meta.get("cwd")) or ""))
     meta["versions"] = _versions(procs)
     from proflab.collect import monitor as m
 
     meta["gpu"] = m.device_info()
+    cuda_builds = sorted({p["torch"] for p in procs if p.get("torch") and p.get("torch_cuda")})
+    if cuda_builds and not meta["gpu"].get("available"):
+        # (a newcomer's `pip install torch` on Linux: every run then printed CUDA's warning unexplained)
+        meta["notes"].append(
+            f"the program's torch ({', '.join(cuda_builds)}) is a CUDA build, and this machine has no NVIDIA GPU: "
+            "its warnings such as 'gpuGetDeviceCount failed with code 35' are CUDA's, not the program's; the CPU "
+            "build has none of them and is a fraction of the size (pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu)")
     meta["git"] = _git(meta.get("cwd") or os.getcwd())
     meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
     meta["recorded"] = bool(meta["traces"])
@@ -428,6 +437,65 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
     meta["ended"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.write_json(run_dir / rundir.META, meta)
     return meta
+
+
+# Run in the program's interpreter: where it is, and whether torch is there (found, not imported).
+_TORCH_THERE = ("import importlib.util, sys; print(sys.prefix); print(sys.executable); "
+                "print(importlib.util.find_spec('torch') is not None)")
+
+
+def program_interpreter(cmd: list[str], cwd: str | None = None) -> str | None:
+    """The Python interpreter that ``cmd`` runs in: its first word when that is a Python, or
+    the interpreter of its script's ``#!`` line (torchrun, accelerate); None for anything else."""
+    if not cmd:
+        return None
+    exe = shutil.which(cmd[0], path=os.environ.get("PATH")) if os.sep not in cmd[0] else str(Path(cwd or ".") / cmd[0])
+    if exe is None:
+        return None
+    if Path(exe).name.startswith("python"):
+        return exe
+    try:
+        with open(exe, "rb") as f:
+            first = f.readline(512).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+    if not first.startswith("#!") or "python" not in first:
+        return None
+    words = first[2:].split()
+    if Path(words[0]).name == "env" and len(words) > 1:  # #!/usr/bin/env python3
+        return shutil.which(words[-1])
+    return words[0]
+
+
+def interpreter_note(cmd: list[str], cwd: str | None = None) -> str | None:
+    """``; it ran in X, which has no torch: ...`` with an interpreter that has it (proflab's
+    own, when it does) or how to install it; None when the program's interpreter has torch
+    (the program just did not import it) or cannot be told. A newcomer's ``python`` on the
+    PATH is often not the environment's, and "never imported torch" alone does not say so."""
+    interp = program_interpreter(cmd, cwd)
+    if interp is None:
+        return None
+    try:  # proflab's own environment, without its bootstrap: this must not start a run
+        got = subprocess.run([interp, "-c", _TORCH_THERE], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL, env=user_environ(), cwd=cwd)
+        prefix, real, has = got.stdout.splitlines()[-3:]
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    if has == "True":
+        return None
+    import importlib.util
+
+    said = f"`{cmd[0]}`" + (" on the PATH" if os.sep not in cmd[0] else "")
+    note = f"; it ran in {real} ({said}), which has no torch"
+    # (a venv's python is a link to the base interpreter: environments differ by prefix, not by file)
+    if importlib.util.find_spec("torch") is not None and Path(sys.prefix) != Path(prefix):
+        rest = cmd[1:] if Path(interp).name.startswith("python") else cmd  # (a #! script: run it with that python)
+        import shlex
+
+        return note + f"; proflab's own interpreter has torch: proflab run -- {shlex.join([sys.executable, *rest])}"
+    from proflab.collect.doctor import torch_install_fix
+
+    return note + f": {torch_install_fix(real)}"
 
 
 def _why_no_trace(meta: dict, procs: list[dict]) -> str:

@@ -8,6 +8,14 @@ than asked, up to a number of rounds. The saving is the difference of the two si
 steps; its interval comes from resampling the runs and, within each, its steps (the runs are
 replicates: the variation between them counts, not only the steps').
 
+Runs of one side that fall into separate groups (a bimodal machine or program: some runs at
+~8 ms a step, others at ~190 ms; two runs or more in each) make a difference of medians
+meaningless, however many rounds are run: the trial detects them (:func:`groups`), stops, says
+which runs fell where, and its verdict is ``inconclusive``, saying why. One run apart from its
+side's others is a disturbed run: said in the notes, and left aside by the estimate. So is a trial whose interval is still wider
+than asked after ``--max-rounds``. The point estimate is the median of the runs' medians (a
+run is a replicate: one disturbed run does not move it), the interval as above.
+
 Beside it, the predicted saving: the finding whose fix this is, from a profiled run of the
 program as it is (made first, or given with ``--from``). Both are written to ``trial.json`` in
 the trial's folder, with every run's directory.
@@ -28,7 +36,12 @@ from proflab.collect import rundir
 from proflab.collect.knobs import Knob
 from proflab.errors import UsageError
 
-__all__ = ["TrialOptions", "Trial", "trial", "predicted_for"]
+__all__ = ["TrialOptions", "Trial", "trial", "predicted_for", "groups", "GROUP_RATIO"]
+
+# Two groups of runs: the slowest run of the faster group and the fastest of the slower one at
+# least this far apart (x), and each group at least two runs and a fifth of them. Steps of one
+# loop spread by tens of percent (a DataLoader's, a host-bound loop's); not by half again.
+GROUP_RATIO = 1.5
 
 
 @dataclass(frozen=True)
@@ -61,11 +74,16 @@ class Trial:
     clock: str | None = None
     predicted: dict | None = None
     notes: list[str] = field(default_factory=list)
+    # runs that formed separate groups (see groups()): {"ratio", "groups": [{"median_ms", "runs"}, ...]}
+    groups: dict | None = None
+    inconclusive: str | None = None  # why the measurement cannot say (None: it can)
 
     @property
     def verdict(self) -> str:
         if self.ci95_pct is None:
             return "unknown"
+        if self.inconclusive:
+            return "inconclusive"
         lo, hi = self.ci95_pct
         return "faster" if hi < 0 else "slower" if lo > 0 else "no clear change"
 
@@ -111,6 +129,31 @@ def _interval(base: list[list[float]], fix: list[list[float]], seed: int, n: int
     return float(np.percentile(d, 2.5)), float(np.percentile(d, 97.5))
 
 
+def groups(medians: dict[str, float], ratio: float = GROUP_RATIO, least_runs: int = 2) -> dict | None:
+    """Whether runs (name -> median step, ms) fall into two separate groups: split at the
+    widest gap between sorted medians (on a log scale), two groups when that gap is at least
+    ``ratio`` and each holds at least a fifth of the runs and ``least_runs`` (one run apart is
+    an outlier, which the median of medians leaves aside, not a mode). None otherwise."""
+    runs = sorted((v, k) for k, v in medians.items() if v and v > 0)
+    if len(runs) < 2 * least_runs or len(runs) < 2:
+        return None
+    gaps = [(runs[i + 1][0] / runs[i][0], i) for i in range(len(runs) - 1)]
+    gap, i = max(gaps)
+    low, high = runs[: i + 1], runs[i + 1:]
+    least = max(least_runs, len(runs) // 5)
+    if gap < ratio or len(low) < least or len(high) < least:
+        return None
+    return {"ratio": round(gap, 2), "groups": [
+        {"median_ms": round(statistics.median(v for v, _ in g), 4), "runs": [k for _, k in g]} for g in (low, high)]}
+
+
+def _groups_text(g: dict) -> str:
+    lo, hi = g["groups"]
+    return (f"the runs fall into two groups, about {lo['median_ms']:.3g} ms a step ({', '.join(lo['runs'])}) and about "
+            f"{hi['median_ms']:.3g} ms ({', '.join(hi['runs'])}), {g['ratio']:.3g}x apart: the machine or the program runs "
+            "in two modes, and a difference of medians says which mode each side happened to get, not what the fix saves")
+
+
 def trial(cmd: list[str], knobs: list[Knob], opts: TrialOptions = TrialOptions(), *, out=sys.stderr) -> Trial:
     """Measure ``knobs`` on ``cmd`` (see the module doc). Raises UsageError when the program
     fails or makes no steps to time."""
@@ -153,19 +196,64 @@ def trial(cmd: list[str], knobs: list[Knob], opts: TrialOptions = TrialOptions()
                 t.clock = t.clock or clock
             if r + 1 >= opts.rounds:
                 ci = _interval(base_steps, fix_steps, opts.seed)
+                t.groups = _mixed_groups(t)
+                if t.groups is not None:  # more rounds cannot make two modes one: stop, and say so
+                    t.inconclusive = _groups_text(t.groups)
+                    t.notes.append(f"stopped after {r + 1} round(s): the runs fall into two groups")
+                    break
                 if (ci[1] - ci[0]) / 2 <= opts.target_pct:
                     break
-    base = statistics.median([x for s in base_steps for x in s])
-    fix = statistics.median([x for s in fix_steps for x in s])
+    # robust: the median of the runs' medians (a run is a replicate; one disturbed run does not move it)
+    base = statistics.median(statistics.median(s) for s in base_steps)
+    fix = statistics.median(statistics.median(s) for s in fix_steps)
     t.base_ms, t.fix_ms = round(base, 4), round(fix, 4)
     t.change_ms = round(fix - base, 4)
     t.change_pct = round(100.0 * (fix - base) / base, 2)
     lo, hi = ci if ci is not None else _interval(base_steps, fix_steps, opts.seed)  # (the last round's, not again)
     t.ci95_pct = (round(lo, 2), round(hi, 2))
-    if (hi - lo) / 2 > opts.target_pct:
+    if t.groups is None:
+        t.notes += _outliers(t)
+    if (hi - lo) / 2 > opts.target_pct and t.groups is None:
         t.notes.append(f"the interval is still wider than +-{opts.target_pct:g}% after {len(base_steps)} rounds (--max-rounds)")
+        if lo < 0 < hi:  # neither faster nor slower, and not narrow enough to say "no change" either
+            t.inconclusive = (f"the 95% interval ({lo:+.2f} to {hi:+.2f}%) spans no change and is wider than "
+                              f"+-{opts.target_pct:g}% after {len(base_steps)} rounds: the steps vary more than the fix "
+                              "changes them (more --max-rounds, longer runs, or a quieter machine)")
     rundir.write_json(folder / "trial.json", t.to_dict())
     return t
+
+
+def _run_medians(runs: list[dict], side: str) -> dict[str, float]:
+    """Each run's median step (ms), named by side and round (``as it is 1``, ``fixed 2``)."""
+    return {f"{side} {i}": r["median_ms"] for i, r in enumerate(runs, 1) if r.get("median_ms")}
+
+
+def _mixed_groups(t: Trial) -> dict | None:
+    """Groups of runs within a side (its runs split, whatever the fix does), said over all the
+    runs; None where only the sides differ (a fix that halves the step makes two groups too:
+    that is the saving)."""
+    base, fix = _run_medians(t.base_runs, "as it is"), _run_medians(t.fix_runs, "fixed")
+    split = groups(base) or groups(fix)
+    if split is None:
+        return None
+    both = groups({**base, **fix})
+    # said over all the runs where that split is the side's too (each group holds both sides)
+    mixed = both is not None and all({n.split()[0] for n in g["runs"]} == {"as", "fixed"} for g in both["groups"])
+    return both if mixed else split
+
+
+def _outliers(t: Trial) -> list[str]:
+    """A run apart from the rest of its side (1.5x or more; one run, so not a mode): said, and
+    left to the median of medians."""
+    out = []
+    for side, runs in (("as it is", t.base_runs), ("fixed", t.fix_runs)):
+        g = groups(_run_medians(runs, side), least_runs=1)
+        if g is not None:
+            lone, rest = sorted(g["groups"], key=lambda x: len(x["runs"]))
+            out.append(f"{lone['runs'][0]} ran at {lone['median_ms']:.3g} ms a step, {g['ratio']:.3g}x apart from the "
+                       f"other runs {'as it is' if side == 'as it is' else 'with the fix'} (about {rest['median_ms']:.3g} ms): "
+                       "a disturbed run, left aside by the median of the runs' medians")
+    return out
 
 
 def predicted_for(knobs: list[Knob], cmd: list[str], folder: Path, opts: TrialOptions, out) -> dict:

@@ -3,13 +3,15 @@ them imports another's privates."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from proflab._controls import escape
 from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
-__all__ = ["shorten", "fmt_num", "fmt_bytes", "evidence_lines", "kernel_label", "is_scope_note", "printable", "esc",
-           "unprofiled_steps", "gain_text", "combined_text"]
+__all__ = ["shorten", "shorten_middle", "fmt_num", "fmt_bytes", "fmt_flops", "flops_scale", "evidence_lines", "evidence_items",
+           "evidence_label", "evidence_value", "evidence_row_text", "evidence_table_rows", "evidence_markdown", "kernel_label", "is_scope_note", "printable", "esc",
+           "unprofiled_steps", "gain_text", "combined_text", "glue_units", "UNIT_GLUE"]
 
 
 def printable(obj: Any) -> Any:
@@ -48,6 +50,51 @@ def shorten(name: str | None, width: int) -> str:
     return name if len(name) <= width else name[: max(width - 1, 1)] + "…"
 
 
+def shorten_middle(name: str | None, width: int) -> str:
+    """``name`` cut in the middle to ``width``: its start and its end stay, so names that
+    differ only at the end (``…_coopA_NNT``, ``…_coopA_NTT``: the same kernel family, two
+    layouts) stay distinct, where an end cut printed them alike."""
+    if name is None:
+        return "-"
+    name = " ".join(str(name).split())
+    if len(name) <= width:
+        return name
+    if width < 8:
+        return shorten(name, width)
+    tail = (width - 1) * 2 // 5
+    return name[: width - 1 - tail] + "…" + name[len(name) - tail:]
+
+
+def fmt_flops(flops: float | None, unit: str = "FLOP") -> str:
+    """``flops`` scaled so that it reads as a number, never as 0: 38.786 TFLOP, 136.2 MFLOP
+    (``unit`` "FLOP/s" for a rate)."""
+    if flops is None:
+        return "n/a"
+    scale, prefix = flops_scale(abs(flops))
+    return f"{fmt_num(round(flops / scale, 3))} {prefix}{unit}"
+
+
+def flops_scale(flops: float) -> tuple[float, str]:
+    """The scale and prefix for ``flops`` (FLOP or FLOP/s): T, G, M, k or none."""
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if flops >= scale:
+            return scale, prefix
+    return 1.0, ""
+
+
+# A number and its unit stay on one line: the terminal wraps at spaces, and "median 34.925 /
+# ms" once split across two. The glue is a private-use character, one cell wide, made a
+# plain space after wrapping (rich breaks at a no-break space as at any other).
+UNIT_GLUE = "\ue000"
+_UNITS = r"(?:ms|us|µs|ns|s|%|GB/s|GB|MB|KB|MiB|GiB|KiB|B|TFLOPS|GFLOPS|MFLOPS|TFLOP|GFLOP|MFLOP|kFLOP|FLOP|W|J|MHz|SMs|CUs)"
+_NUM_UNIT = re.compile(r"(?<![\w.])(-?\d[\d,]*(?:\.\d+)?(?:-\d[\d,]*(?:\.\d+)?)?) (" + _UNITS + r")(?![\w/])")
+
+
+def glue_units(text: str) -> str:
+    """``text`` with each number joined to the unit after it by :data:`UNIT_GLUE`."""
+    return _NUM_UNIT.sub(lambda m: m.group(1) + UNIT_GLUE + m.group(2), text)
+
+
 def fmt_num(v: Any) -> str:
     if v is None:
         return "n/a"
@@ -60,20 +107,100 @@ def fmt_num(v: Any) -> str:
     return str(v)
 
 
-def evidence_lines(evidence: dict[str, Any], width: int = 76) -> list[str]:
-    """Flat ``key: value`` lines for scalar evidence; lists of rows as indented sub-lines."""
-    out: list[str] = []
+# Units named by a word of an evidence key (``sync_idle_ms``, ``gpu_busy_pct_by_device``):
+# the key's words without it are the label, the unit goes after the value.
+_KEY_UNITS = {"ms": "ms", "us": "us", "ns": "ns", "s": "s", "pct": "%", "gbps": "GB/s", "tflops": "TFLOPS", "mib": "MiB",
+              "gib": "GiB", "w": "W", "j": "J", "mhz": "MHz", "bytes": "bytes", "flops": "FLOP"}
+# the key that names what a row of a table of evidence is about: its value goes first, bare
+_ROW_NAMES = ("name", "call", "kernel", "op", "what", "cause", "part", "rank")
+
+
+def evidence_label(key: str) -> tuple[str, str | None]:
+    """A human label and the unit of an evidence key: ``sync_idle_ms`` -> ("sync idle", "ms"),
+    ``idle_pct_of_window`` -> ("idle", "% of the window"), ``launch_idle_ms_range`` ->
+    ("launch idle range", "ms"), ``syncs_per_step`` -> ("syncs per step", None)."""
+    words = str(key).split("_")
+    unit = None
+    if len(words) == 1 and words[0] in _KEY_UNITS:  # the key is its unit ("bytes")
+        return words[0], _KEY_UNITS[words[0]]
+    if words[0] == "pct" and words[1:2] == ["of"] and len(words) > 2:  # pct_of_gap_time: a share of it
+        return "share", "% of the " + " ".join(words[2:])
+    for i, w in enumerate(words):
+        if w in _KEY_UNITS and i > 0:
+            unit = _KEY_UNITS[w]
+            rest = words[i + 1:]
+            if unit == "%" and rest[:1] == ["of"] and len(rest) > 1:  # a share of something: said with the unit
+                unit, rest = "% of the " + " ".join(rest[1:]), []
+            words = words[:i] + rest
+            break
+    label = " ".join(w for w in words if w) or str(key)
+    return label, unit
+
+
+def _with_unit(v: Any, unit: str | None) -> str:
+    if unit == "bytes" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt_bytes(int(v))
+    if unit == "FLOP" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return fmt_flops(v)
+    text = fmt_num(v)
+    if unit is None or v is None or not isinstance(v, (int, float)) or isinstance(v, bool):
+        return text
+    return f"{text}{unit}" if unit.startswith("%") else f"{text} {unit}"
+
+
+def evidence_value(value: Any, unit: str | None) -> str:
+    """A scalar, a range or a list of evidence with its unit: ``[44.944, 44.944]`` ms is one
+    value, ``44.944 ms``; ``[8.254, 50.806]`` a range, ``8.254-50.806 ms``."""
+    if isinstance(value, list):
+        nums = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(value) == 2 and len(nums) == 2 and unit not in ("bytes", "FLOP"):
+            if value[0] == value[1]:
+                return _with_unit(value[0], unit)
+            return _with_unit(value[0], None) + "-" + _with_unit(value[1], unit)
+        return ", ".join(_with_unit(v, unit) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_with_unit(v, unit)}" for k, v in value.items())
+    return _with_unit(value, unit)
+
+
+def evidence_row_text(row: dict[str, Any]) -> str:
+    """One row of a table of evidence in words: its name first, then ``label value unit``."""
+    name_key = next((k for k in _ROW_NAMES if isinstance(row.get(k), str)), None)
+    bits = [str(row[name_key])] if name_key else []
+    for k, v in row.items():
+        if k == name_key or v is None or v == "" or v == [] or v == {}:
+            continue
+        label, unit = evidence_label(k)
+        bits.append(f"{label} {evidence_value(v, unit)}")
+    return ", ".join(bits)
+
+
+def evidence_items(evidence: dict[str, Any]) -> list[tuple[str, str | list[dict[str, Any]]]]:
+    """The evidence as (label, value in words) pairs, or (label, rows) for a table of rows;
+    empty values left out (an absent signal is the report's "missing", not an empty key)."""
+    out: list[tuple[str, Any]] = []
     for key, value in evidence.items():
-        if isinstance(value, list) and value and isinstance(value[0], dict):
-            out.append(f"{key}:")
-            for row in value[:5]:
-                out.append("  - " + shorten(", ".join(f"{k}={fmt_num(v)}" for k, v in row.items()), width - 4))
-        elif isinstance(value, dict):
-            out.append(shorten(f"{key}: " + ", ".join(f"{k}={fmt_num(v)}" for k, v in value.items()), width))
-        elif isinstance(value, list):
-            out.append(shorten(f"{key}: " + ", ".join(fmt_num(v) for v in value), width))
+        if value is None or value == "" or value == [] or value == {}:
+            continue
+        label, unit = evidence_label(key)
+        if isinstance(value, list) and isinstance(value[0], dict):
+            out.append((label, value))
         else:
-            out.append(f"{key}: {fmt_num(value)}")
+            out.append((label, evidence_value(value, unit)))
+    return out
+
+
+def evidence_lines(evidence: dict[str, Any], width: int = 76) -> list[str]:
+    """``label: value unit`` lines; a table of rows as its label and one indented line a row
+    (a row is left whole, to wrap: cut, it lost the unit of its last number)."""
+    out: list[str] = []
+    for label, value in evidence_items(evidence):
+        if isinstance(value, list):
+            out.append(f"{label}:")
+            for row in value[:5]:
+                out.append("  " + shorten(evidence_row_text(row), 3 * width))
+        else:
+            out.append(shorten(f"{label}: {value}", 2 * width))
     return out
 
 
@@ -91,14 +218,32 @@ def observer_line(summary: dict) -> str | None:
     )
 
 
-# Enough to keep names from becoming markup, links or HTML; readable in raw form too.
+# Enough to keep names from becoming markup, links or HTML; readable in raw form too. ">"
+# stays itself ("->" read "-&gt;"): with "<" escaped no tag can open, and a ">" that would
+# start a quote is escaped where it starts the text.
 _MD_SPECIAL = str.maketrans({"\\": "\\\\", "`": "\\`", "*": "\\*", "_": "\\_", "[": "\\[", "]": "\\]",
-                             "|": "\\|", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
+                             "|": "\\|", "<": "&lt;", "&": "&amp;"})
 
 
 def esc(text) -> str:
     """``text`` on one line, its Markdown and HTML specials escaped (a name taken from a trace)."""
-    return str(text).translate(_MD_SPECIAL).replace("\n", " ")
+    out = str(text).translate(_MD_SPECIAL).replace("\n", " ")
+    return "\\" + out if out.lstrip().startswith(">") else out
+
+
+def evidence_table_rows(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """A table of evidence rows as (headers, cells): each header a label with its unit
+    (``idle ms``), each cell the value alone."""
+    keys: list[str] = []
+    for row in rows:
+        keys += [k for k in row if k not in keys and any(r.get(k) not in (None, "", [], {}) for r in rows)]
+    heads, units = [], []
+    for k in keys:
+        label, unit = evidence_label(k)
+        heads.append(label if unit in (None, "bytes", "FLOP") else f"{label} {unit}")
+        units.append(unit if unit in ("bytes", "FLOP") else None)
+    cells = [[evidence_value(r.get(k), u) if r.get(k) is not None else "" for k, u in zip(keys, units)] for r in rows]
+    return heads, cells
 
 
 def unprofiled_steps(d: dict) -> tuple[str, str, str] | None:
@@ -171,9 +316,9 @@ def compiled_text(summary: dict) -> str | None:
         what = "CUDA graphs replayed" if c.get("regions") else "replayed"
         said.append(f"{what} {fmt_num(per.get('graph_replays'))} a step{share}" if per.get("graph_replays") is not None
                     else f"{what} {fmt_num(c['launches']['graph_replays'])} times{share}")
-    elif c.get("regions"):
+    elif c.get("regions") and (c.get("kernels") or {}).get("all"):
         said.append("no CUDA graph replays")
-    if c.get("regions") and per.get("outside") is not None:
+    if c.get("regions") and per.get("outside") is not None and (c.get("kernels") or {}).get("all"):
         said.append(f"launches a step: {fmt_num(per.get('in_regions'))} inside the regions, {fmt_num(per.get('outside'))} outside")
     eager = c.get("eager_ops") or []
     if eager:
@@ -182,3 +327,19 @@ def compiled_text(summary: dict) -> str | None:
     said += [f"{rec[k]} {w}" for k, w in (("graph_break_count", "graph breaks"), ("recompile_count", "recompiles"),
                                           ("cudagraph_skip_count", "CUDA graph skips")) if rec.get(k)]
     return ("Compiled: " if c.get("regions") or c.get("compiled") else "CUDA graphs: ") + "; ".join(said)
+
+
+def evidence_markdown(evidence: dict) -> list[str]:
+    """A finding's evidence as a table of labelled values (units with the values), and each
+    table of rows in it (the syncs' calls, the host's work in the gaps) as a table of its own."""
+    items = [(k, v) for k, v in evidence_items(evidence) if k != "proflab try"]  # (the fix says it)
+    if not items:
+        return []
+    scalars = [(k, v) for k, v in items if not isinstance(v, list)]
+    out = ["| evidence | value |", "|---|---|", *(f"| {esc(k)} | {esc(v)} |" for k, v in scalars), ""] if scalars else []
+    for label, rows in ((k, v) for k, v in items if isinstance(v, list)):
+        heads, cells = evidence_table_rows(rows[:10])
+        out += [f"*{esc(label)}*", "", "| " + " | ".join(esc(h) for h in heads) + " |", "|" + "---|" * len(heads)]
+        out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cells]
+        out.append("")
+    return out

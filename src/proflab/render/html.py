@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from proflab.render._text import combined_text, gain_text, kernel_label, printable
+from proflab.render._text import combined_text, evidence_items, evidence_table_rows, gain_text, kernel_label, printable
 
 __all__ = ["render_html", "safe_json", "SIZE_BUDGET_BYTES", "VENDORED"]
 
@@ -182,7 +182,7 @@ th[aria-sort=descending]::after{content:" \\25BC"}
 dl.kv{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:6px 0}dl.kv dt{color:var(--muted)}dl.kv dd{margin:0}
 .chart{width:100%;min-height:40px;margin:6px 0 14px}details>summary{cursor:pointer;font-weight:600;margin:10px 0}
 footer{max-width:1200px;margin:0 auto;padding:10px 24px;color:var(--muted);font-size:12px}
-ul.evidence{margin:4px 0;padding-left:20px}.scroll{overflow-x:auto;max-width:100%}.chart-error{color:var(--crit)}
+ul.evidence{margin:4px 0;padding-left:20px}table.evidence{margin:4px 0}table.evidence th{text-align:left;font-weight:normal;color:var(--muted,#666)}.scroll{overflow-x:auto;max-width:100%}.chart-error{color:var(--crit)}
 """
 
 # Draw every chart (errors go to the console and onto the page), sort tables on a click, and
@@ -300,12 +300,30 @@ def _verdict(findings: Sequence[dict[str, Any]], per: str | None = "step") -> st
             f"({_e(_fmt(top['est_gain_pct'], 1))}%, predicted)</div>")
 
 
+def _evidence_html(evidence: dict[str, Any]) -> str:
+    """A finding's evidence as a table of labelled values with their units, and each table of
+    rows in it as a table of its own (every name escaped)."""
+    items = [(k, v) for k, v in evidence_items(evidence) if k != "proflab try"]  # (the fix says it)
+    if not items:
+        return ""
+    out = ['<table class="evidence"><tbody>']
+    out += [f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items if not isinstance(v, list)]
+    out.append("</tbody></table>")
+    for label, rows in ((k, v) for k, v in items if isinstance(v, list)):
+        heads, cells = evidence_table_rows(rows[:10])
+        out.append(f'<div class="muted">{_e(label)}</div><div class="scroll"><table class="evidence"><thead><tr>'
+                   + "".join(f"<th>{_e(h)}</th>" for h in heads) + "</tr></thead><tbody>"
+                   + "".join("<tr>" + "".join(f"<td class=name>{_e(c)}</td>" for c in row) + "</tr>" for row in cells)
+                   + "</tbody></table></div>")
+    return "".join(out)
+
+
 def _findings(page: _Page, findings: Sequence[dict[str, Any]], per: str | None = "step") -> None:
     page.add('<section class="findings"><h2>Findings, largest predicted gain first</h2>')
     if not findings:
         page.add('<p class="muted">No finding on this input.</p>')
     for i, f in enumerate(findings, 1):
-        ev = "".join(f"<li><span class=muted>{_e(k)}</span>: {_e(_fmt(v))}</li>" for k, v in (f.get("evidence") or {}).items())
+        ev = _evidence_html(f.get("evidence") or {})
         where = "".join(f"<li><span class=muted>{_e(k)}</span>: <span class=name>{_e(_fmt(v))}</span></li>"
                         for k, v in (f.get("where") or {}).items() if v)
         page.add(
@@ -314,7 +332,7 @@ def _findings(page: _Page, findings: Sequence[dict[str, Any]], per: str | None =
             f'<div><span class="muted">{_e(f["category"])}</span> · <span class="gain">{_e(gain_text(f, per))}</span>'
             + (f' <span class="muted">— {_e(f["assumption"])}</span>' if f.get("assumption") else "") + "</div>"
             f'<div class="fix"><b>Fix:</b> {_e(f["fix"])}</div>'
-            + (f'<details><summary>Evidence</summary><ul class="evidence">{ev}</ul></details>' if ev else "")
+            + (f'<details><summary>Evidence</summary>{ev}</details>' if ev else "")
             + (f'<details><summary>Where</summary><ul class="evidence">{where}</ul></details>' if where else "")
             + "</article>"
         )

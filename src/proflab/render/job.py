@@ -3,7 +3,7 @@ per-rank table and the collectives across ranks, then each rank's own report."""
 
 from __future__ import annotations
 
-from proflab.render._text import esc, fmt_num
+from proflab.render._text import esc, evidence_lines, evidence_markdown, fmt_num
 
 __all__ = ["render_job_terminal", "render_job_markdown"]
 
@@ -111,8 +111,8 @@ def render_job_terminal(job, *, width: int | None = None, color: bool = False) -
     for i, f in enumerate(d["findings"], 1):
         lines.append(f" {i} {f['severity'].upper()} {f['title']}")
         lines.append(f"   gain ≈ {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%): {f['assumption']}")
-        for k, v in f["evidence"].items():
-            lines.append(f"   · {k}: {v}")
+        for e in evidence_lines(f["evidence"], (width or 80) - 5):  # in words, with units; a row under its label
+            lines.append(f"       {e.strip()}" if e.startswith("  ") else f"   · {e}")
         lines.append(f"   fix: {f['fix']}")
     for m in d["missing"]:
         lines.append(f"missing: {m['signal']} ({m['reason']})")
@@ -148,8 +148,8 @@ def render_job_markdown(job) -> str:
     for i, f in enumerate(d["findings"], 1):
         lines += [f"### {i}. [{f['severity']}] {esc(f['title'])}", "",
                   f"*{f['category']}* — estimated gain {fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])} %): {esc(f['assumption'])}", ""]
-        lines += [f"- {esc(k)}: {esc(v)}" for k, v in f["evidence"].items()]
-        lines += ["", f"**Fix:** {esc(f['fix'])}", ""]
+        lines += evidence_markdown(f["evidence"])
+        lines += [f"**Fix:** {esc(f['fix'])}", ""]
     for m in d["missing"]:
         lines.append(f"- missing: {esc(m['signal'])} ({esc(m['reason'])})")
     for n in d["notes"]:

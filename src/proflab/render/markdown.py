@@ -5,7 +5,7 @@ from __future__ import annotations
 from proflab.render._text import (
     combined_text,
     esc,
-    evidence_lines,
+    evidence_markdown,
     fmt_num,
     gain_text,
     is_scope_note,
@@ -66,9 +66,7 @@ def render_markdown(report) -> str:
         lines.append(f"*{f['category']}* — {esc(gain_text(f, d['summary'].get('gain_per')))}"
                      + (f", assuming {esc(f['assumption'])}" if f.get("assumption") else ""))
         lines.append("")
-        for e in evidence_lines(f["evidence"], width=200):
-            lines.append(f"- {esc(e)}")
-        lines.append("")
+        lines += evidence_markdown(f["evidence"])
         lines.append(f"**Fix:** {esc(f['fix'])}")
         where = {k: v for k, v in f["where"].items() if v}
         if where:
@@ -222,3 +220,4 @@ def render_compare_html(comparison) -> str:
         parts.append(f"<h5>{html.escape(title)}</h5>" + df._repr_html_())
     parts += [f"<p><i>{html.escape(c)}</i></p>" for c in comparison.caveats]
     return "\n".join(parts)
+

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from proflab._controls import escape
-from proflab.render._text import fmt_num, kernel_label, shorten
+from proflab.render._text import fmt_bytes, fmt_flops, flops_scale, fmt_num, kernel_label, shorten
 
 __all__ = ["perf_headline", "perf_lines", "perf_markdown", "roofline_points", "roofline_svg"]
 
@@ -34,9 +34,10 @@ def perf_headline(p: dict[str, Any]) -> list[str]:
     out = []
     peak = ps.get("mfu_peak") or {}
     if ps.get("model_flops") is not None:
-        line = f"{fmt_num(round(ps['model_flops'] / 1e12, 3))} TFLOP a step (model)"
+        # scaled (TFLOP, GFLOP, MFLOP): a CPU run's 545 MFLOP a step once read "0 TFLOP"
+        line = f"{fmt_flops(ps['model_flops'])} a step (model)"
         if ps.get("exec_flops") is not None and ps["exec_flops"] != ps["model_flops"]:
-            line += f", {fmt_num(round(ps['exec_flops'] / 1e12, 3))} executed"
+            line += f", {fmt_flops(ps['exec_flops'])} executed"
         if ps.get("mfu_pct") is not None:
             line += (f"; MFU {_pct(ps['mfu_pct'])}" + (f", HFU {_pct(ps['hfu_pct'])}" if ps.get("hfu_pct") is not None else "")
                      + f" of {(peak.get('dtype') or '').upper()} {fmt_num(peak.get('tflops'))} TFLOPS"
@@ -54,19 +55,39 @@ def perf_headline(p: dict[str, Any]) -> list[str]:
     return out
 
 
-def _class_row(c: dict[str, Any]) -> tuple:
-    return (c["class"], fmt_num(c["time_ms"]), fmt_num(c["share_pct"]), fmt_num(c["achieved_tflops"]),
+def rate_scale(classes: list[dict[str, Any]]) -> tuple[float, str]:
+    """The scale (from TFLOPS) and header of an achieved-FLOP/s column: TFLOPS unless every
+    value is under 1, then GFLOPS or MFLOPS, so that a slow class does not print 0."""
+    top = max((c["achieved_tflops"] or 0 for c in classes), default=0)
+    if top >= 1 or top == 0:
+        return 1.0, "TFLOPS"
+    scale, prefix = flops_scale(top * 1e12)
+    return 1e12 / scale, f"{prefix}FLOPS"
+
+
+def _class_row(c: dict[str, Any], scale: float = 1.0) -> tuple:
+    rate = None if c["achieved_tflops"] is None else round(c["achieved_tflops"] * scale, 3)
+    return (c["class"], fmt_num(c["time_ms"]), fmt_num(c["share_pct"]), fmt_num(rate),
             fmt_num(None if c["achieved_gbps"] is None else round(c["achieved_gbps"])), c["bound"] or "-", fmt_num(c["lost_ms"]))
 
 
 def perf_lines(p: dict[str, Any], width: int = 100) -> list[str]:
     """The section as plain lines: headline, classes, the top operators, the unmodelled."""
     out = perf_headline(p)
-    if p["classes"]:
-        out.append(f"{'class':<12}{'ms':>9}{'%':>6}{'TFLOPS':>9}{'GB/s':>8}  {'bound':<8}{'lost ms':>9}")
+    if p["classes"] and not any(c.get("time_ms") for c in p["classes"]):
+        # no GPU time (a CPU run): what each class computes and moves, not a table of zeros
+        out.append(f"{'class':<12}{'calls':>8}{'FLOP (window)':>16}{'bytes':>12}{'FLOP/byte':>11}")
         for c in p["classes"]:
-            r = _class_row(c)
+            out.append(f"{c['class']:<12}{fmt_num(c.get('count')):>8}{fmt_flops(c.get('flops')):>16}"
+                       f"{fmt_bytes(c.get('bytes')):>12}{fmt_num(c.get('intensity_flop_per_byte')):>11}")
+    elif p["classes"]:
+        scale, head = rate_scale(p["classes"])
+        out.append(f"{'class':<12}{'ms':>9}{'%':>6}{head:>9}{'GB/s':>8}  {'bound':<8}{'lost ms':>9}")
+        for c in p["classes"]:
+            r = _class_row(c, scale)
             out.append(f"{r[0]:<12}{r[1]:>9}{r[2]:>6}{r[3]:>9}{r[4]:>8}  {r[5]:<8}{r[6]:>9}")
+        out.append(f"(ms: GPU time; %: of kernel time; {head}, GB/s: achieved; bound: the roof that limits it; "
+                   "lost ms: time over its ideal at that roof)")
     tops = [o for o in p["top_ops"] if o.get("lost_ms")][:TOP]
     if tops:
         out.append("where a better kernel pays (time lost to the roof):")

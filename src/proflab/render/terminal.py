@@ -15,17 +15,20 @@ from rich.table import Table
 from rich.text import Text
 
 from proflab.render._text import (
+    UNIT_GLUE,
     combined_text,
     compiled_text,
     evidence_lines,
     fmt_bytes,
     fmt_num,
+    glue_units,
     is_scope_note,
     gain_text,
     kernel_label,
     observer_line,
     printable,
     shorten,
+    shorten_middle,
     unprofiled_steps,
 )
 
@@ -44,12 +47,14 @@ def render_terminal(report, *, width: int | None = None, color: bool = False) ->
     )
     console.print(_body(printable(report.to_dict()), width))
     # Padding fills lines to the full width; trailing blanks only get in the way of pipes.
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    # (the glue that kept each number on its unit's line is a plain space once wrapped)
+    return "\n".join(line.rstrip() for line in buf.getvalue().replace(UNIT_GLUE, " ").splitlines()) + "\n"
 
 
 def _line(text) -> Text:
-    """One output line: user text never breaks the layout with its own newlines."""
-    return Text(" ".join(str(text).split()))
+    """One output line: user text never breaks the layout with its own newlines, and a
+    number is never wrapped away from its unit."""
+    return Text(glue_units(" ".join(str(text).split())))
 
 
 def _duration_us(v) -> str:
@@ -81,6 +86,73 @@ def _verdict(findings: list[dict], per: str | None = "step") -> Text | None:
     line.append(_line(f"fixing it saves {fmt_num(top['est_gain_ms'])} ms {'a step' if per == 'step' else 'over the window'} "
                       f"({fmt_num(top['est_gain_pct'])}%, predicted)"))
     return line
+
+
+def _kind(f: dict) -> str:
+    """The finding's kind: its category, or the specific cause its id names
+    (``host_bound_unconfirmed``, ``local_memory_spills``)."""
+    kind = str(f.get("id", "")).split(":", 1)[0]
+    return kind if re.fullmatch(r"[a-z][a-z0-9_]*", kind) else f["category"]
+
+
+def _summary(d: dict, width: int) -> list:
+    """The first screen: the verdict, GPU busy, and each finding on one line (what, its
+    predicted saving, its fix, and its ``proflab try`` line where a knob makes the fix)."""
+    s = d["summary"]
+    out: list = []
+    verdict = _verdict(d["findings"], s.get("gain_per"))
+    if verdict:
+        out.append(verdict)
+    bits = []
+    if s.get("gpu_busy_pct") is not None:
+        bits.append(f"GPU busy {s['gpu_busy_pct']:.1f}%")
+    if s.get("kind") != "ncu":
+        steps = f"{s['step_count']} steps"
+        if s.get("median_step_ms") is not None:
+            steps += f", median {fmt_num(s['median_step_ms'])} ms" + (" GPU-side" if s.get("step_side") == "gpu" else "")
+        bits += [steps, f"window {fmt_num(s['wall_ms'])} ms"]
+    if bits:
+        out.append(_line(" · ".join(bits)))
+    compiled = compiled_text(s)
+    if compiled:
+        out.append(_line(compiled))
+    together = combined_text(s)
+    if together:
+        out.append(_line(together))
+    if not d["findings"]:
+        return out
+    per_step = s.get("gain_per") == "step"
+    rows = []
+    for i, f in enumerate(d["findings"], 1):
+        gain = (f"{fmt_num(f['est_gain_ms'])} ms ({fmt_num(f['est_gain_pct'])}%)"
+                if f["category"] != "healthy" and f.get("est_gain_ms") else "-")
+        rows.append((f"{i:>2}", f["severity"], _kind(f), gain, f["fix"], (f.get("evidence") or {}).get("proflab_try")))
+    kind_w = min(max(len("finding"), *(len(r[2]) for r in rows)), 26)
+    gain_head = "saves a step" if per_step else "saves"
+    gain_w = max(len(gain_head), *(len(r[3]) for r in rows))
+    lead = 2 + 1 + 9 + kind_w + 1 + gain_w + 1
+    fix_w = width - lead
+    out.append(Text(""))
+    head = f"{'#':>2} {'severity':<9}{'finding':<{kind_w}} {gain_head:<{gain_w}} " + ("fix" if fix_w >= 16 else "")
+    out.append(Text(head, style="bold"))
+    for n, sev, kind, gain, fix, knob in rows:
+        t = Text(f"{n} ")
+        t.append(f"{sev.upper():<9}", style=_SEV_STYLE[sev])
+        t.append(f"{shorten(kind, kind_w):<{kind_w}} {gain:<{gain_w}} ")  # (padded: not through _line)
+        if fix_w >= 16:
+            t.append(_line(shorten(fix, fix_w)))
+        out.append(t)
+        if fix_w < 16:
+            out.append(_indent(_line(shorten(fix, width - 6)), 6))
+        if knob:
+            tr = Text("try: ", style="bold")
+            tr.append(_line(knob))
+            out.append(_indent(tr, 12))
+    legend = ("saves: the bare step time (without the profiler) its fix is predicted to save, a step, and its share of "
+              "the step (of the window where no step could be replayed)" if per_step
+              else "saves: the time its fix is predicted to save over the window, and its share of the window")
+    out.append(Text(legend + "; each finding's evidence and full fix follow.", style="dim"))
+    return out
 
 
 def _name_table(name: tuple[str, int], numbers: tuple[tuple[str, int], ...], rows: list[tuple]) -> Table:
@@ -115,6 +187,9 @@ def _body(d: dict, width: int) -> Group:
     scope = [n for n in d["notes"] if is_scope_note(n)]
     for n in scope:  # what the trace holds, when it is not a GPU trace proflab diagnoses: said first
         parts.append(Text(_line(n).plain, style="yellow"))
+    parts.extend(_summary(d, width))
+    parts.append(Text(""))
+    parts.append(Text("Details", style="bold underline"))
     if s.get("kind") == "ncu":
         line = (f"Nsight Compute: {s['kernels_profiled']} kernels, {s['launches_profiled']} launches profiled, "
                 f"{fmt_num(s['wall_ms'])} ms of kernel time")
@@ -168,25 +243,18 @@ def _body(d: dict, width: int) -> Group:
             + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
                and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
-    compiled = compiled_text(d["summary"])
-    if compiled:
-        parts.append(_line(compiled))
-    verdict = _verdict(d["findings"], d["summary"].get("gain_per"))
-    if verdict:
-        parts.append(Text(""))
-        parts.append(verdict)
-    together = combined_text(d["summary"])
-    if together:
-        parts.append(_line(together))
     parts.append(Text(""))
     parts.append(Text("Findings, largest predicted gain first", style="bold underline"))
     if not d["findings"]:
         parts.append(Text("  none"))
     for i, f in enumerate(d["findings"], 1):
-        t = Text(f"{i:>2} ")
-        t.append(f"{f['severity'].upper():<9}", style=_SEV_STYLE[f["severity"]])
-        t.append(_line(f["title"]))
-        parts.append(t)
+        # the title wraps under itself, not back to column 0
+        head = Table.grid(padding=(0, 1))
+        head.add_column(width=2, justify="right", no_wrap=True)
+        head.add_column(width=8, no_wrap=True)
+        head.add_column(ratio=1)
+        head.add_row(Text(str(i)), Text(f["severity"].upper(), style=_SEV_STYLE[f["severity"]]), _line(f["title"]))
+        parts.append(head)
         if f["category"].startswith("memory_") and not f["est_gain_ms"]:
             note = _line(f"   memory: no time gain; {f['assumption']}" if f.get("assumption") else "   memory: no time gain")
             note.stylize("dim")
@@ -198,14 +266,24 @@ def _body(d: dict, width: int) -> Group:
             )
             gain.stylize("dim")
             parts.append(_indent(gain))
-        for e in evidence_lines(f["evidence"], width - 5)[:10]:
-            parts.append(_indent(Text("· ").append(_line(e))))
+        ev = [e for e in evidence_lines(f["evidence"], width - 5) if not e.startswith("proflab try:")]
+        shown = 0
+        for e in ev:
+            if not e.startswith("  "):
+                shown += 1
+                if shown > 10:
+                    break
+            # a row of a table of evidence goes under its label, wrapped under itself
+            parts.append(_indent(_line(e), 7) if e.startswith("  ") else _indent(Text("· ").append(_line(e))))
         fix = _line("fix: " + f["fix"])
         fix.stylize("green")
         parts.append(_indent(fix))
         for k, v in f["where"].items():
             if v:
                 names = [kernel_label(x) if k == "kernels" else str(x) for x in v[:5]]
+                room = width - 4 - len(f"where {k}: ") - 2 * (len(names) - 1)
+                if k == "kernels" and len(names) > 1 and sum(len(x) for x in names) > room:  # cut in the middle: distinct
+                    names = [shorten_middle(x, max(room // len(names), 24)) for x in names]
                 where = _line(shorten(f"where {k}: " + ", ".join(names), width - 4))
                 where.stylize("dim")
                 parts.append(_indent(where))
@@ -221,10 +299,13 @@ def _body(d: dict, width: int) -> Group:
         table.add_column("TC", width=4)
         for i, k in enumerate(d["kernels"][:10], 1):
             tc = k["tensor_cores"] or "-"
-            cells = (str(i), shorten(kernel_label(k["name"]), name_w), fmt_num(k["total_ms"]), fmt_num(k["count"]),
+            # cut in the middle: kernels of one family differ at the end of their names
+            cells = (str(i), shorten_middle(kernel_label(k["name"]), name_w), fmt_num(k["total_ms"]), fmt_num(k["count"]),
                      f"{k['share_pct']:.1f}", tc)
             table.add_row(*(_line(c) for c in cells))
         parts.append(table)
+        parts.append(Text("ms: total GPU time · count: launches · %: share of all kernel time · TC: runs on the "
+                          "tensor cores", style="dim"))
     elif d.get("host_ops"):
         parts.append(Text(""))
         rows = [(o["name"], fmt_num(o["total_ms"]), fmt_num(o["count"])) for o in d["host_ops"][:10]]
@@ -375,4 +456,4 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out.append(Text(""))
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
-    return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+    return "\n".join(line.rstrip() for line in buf.getvalue().replace(UNIT_GLUE, " ").splitlines()) + "\n"
