@@ -42,6 +42,9 @@ def test_the_compiled_regions_their_kernels_and_the_eager_rest_are_told_apart():
     assert c.per_step(c.launches["outside"]) == 13
     assert c.eager_ops[0]["op"] == "aten::_fused_adamw_"
     assert not c.recompiled_frames
+    # the host outside every compiled range (the main thread waits in backward() while autograd's
+    # thread runs the compiled backward: neither is eager time)
+    assert 0 < c.to_dict()["host_outside_ms_per_step"] < 0.5 * 13.961
 
 
 def test_cuda_graph_replays_are_recognised():

@@ -320,9 +320,11 @@ def compiled_text(summary: dict) -> str | None:
         said.append("no CUDA graph replays")
     if c.get("regions") and per.get("outside") is not None and (c.get("kernels") or {}).get("all"):
         said.append(f"launches a step: {fmt_num(per.get('in_regions'))} inside the regions, {fmt_num(per.get('outside'))} outside")
+    if c.get("host_outside_ms_per_step") is not None and c.get("regions"):
+        said.append(f"host time outside them {fmt_num(c['host_outside_ms_per_step'])} ms a step (profiled)")
     eager = c.get("eager_ops") or []
     if eager:
-        said.append("eager outside: " + ", ".join(f"{o['op']} {fmt_num(o['kernel_ms'])} ms" for o in eager[:3]))
+        said.append("eager kernels outside: " + ", ".join(f"{o['op']} {fmt_num(o['kernel_ms'])} ms" for o in eager[:3]))
     rec = c.get("record") or {}
     said += [f"{rec[k]} {w}" for k, w in (("graph_break_count", "graph breaks"), ("recompile_count", "recompiles"),
                                           ("cudagraph_skip_count", "CUDA graph skips")) if rec.get(k)]

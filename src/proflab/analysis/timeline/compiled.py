@@ -69,6 +69,9 @@ class Compiled:
     # kernel name -> the compiled region that launched it most often ("Torch-Compiled Region:
     # 0/0", or "CompiledFunctionBackward" for the compiled backward, which names no frame)
     kernel_regions: dict[str, str] = field(default_factory=dict)
+    # per step, the host's time on the stepping thread outside the compiled regions (ns): the
+    # eager Python, the loss, the optimizer, the batch fetch; None without profiler steps
+    host_outside_ns: int | None = None
 
     @property
     def compiled(self) -> bool:
@@ -107,6 +110,8 @@ class Compiled:
             "launches": self.launches,
             "launches_per_step": {k: self.per_step(v) for k, v in self.launches.items()},
             "eager_ops": self.eager_ops,
+            "host_outside_ms_per_step": None if self.host_outside_ns is None or not self.steps
+            else round(self.host_outside_ns / self.steps / 1e6, 3),
             "record": _record_summary(self.record),
             "missing": list(self.missing),
         }
@@ -206,7 +211,22 @@ def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame
         record=record if isinstance(record, dict) else None,
         missing=tuple(missing),
         kernel_regions=regions_of,
+        host_outside_ns=_host_outside(trace, spans) if spans.height else None,
     )
+
+
+def _host_outside(trace: Trace, spans: pl.DataFrame) -> int | None:
+    """The host's time within its profiler steps while no compiled range runs on any thread
+    (ns, all steps together): the main thread inside ``loss.backward()`` waits for autograd's
+    thread, which runs the compiled backward, so a range of either thread counts."""
+    st = trace.cpu.select("cat", "name", "start_ns", "dur_ns").filter(
+        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("ProfilerStep#"))
+    if st.height == 0:
+        return None
+    covered = IntervalSet.from_spans(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy())
+    a = st["start_ns"].to_numpy()
+    b = a + st["dur_ns"].to_numpy()
+    return int((b - a).sum() - covered.covered_within(a, b).sum())
 
 
 def _kernel_regions(spans: pl.DataFrame, kernels: pl.DataFrame, launches: pl.DataFrame) -> dict[str, str]:
