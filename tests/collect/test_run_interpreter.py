@@ -75,7 +75,7 @@ def test_a_cuda_torch_without_a_gpu_is_explained(tmp_path, monkeypatch):
     meta = {"notes": [], "options": {"backend": "torch"}, "cwd": str(tmp_path), "command": ["python", "t.py"]}
     launcher.finalize(tmp_path, meta)
     (note,) = [n for n in meta["notes"] if "CUDA build" in n]
-    assert "2.13.0+cu130" in note and "gpuGetDeviceCount failed with code 35" in note and "/whl/cpu" in note
+    assert "2.13.0+cu130" in note and "gpuGetDeviceCount failed with code 35" in note and "install selector gives for the CPU" in note
     # a CPU build: nothing to explain
     (tmp_path / "processes" / "7.json").write_text(json.dumps({"pid": 7, "torch": "2.13.0+cpu", "torch_cuda": None}))
     meta = {"notes": [], "options": {"backend": "torch"}, "cwd": str(tmp_path), "command": ["python", "t.py"]}

@@ -142,7 +142,7 @@ def torch_install_fix(python: str) -> str:
     """How to put torch into ``python``: the CPU build where there is no GPU (pip's default
     on Linux is a CUDA build of several GB), a CUDA build where there is one."""
     return (f"install PyTorch into {python}: without a GPU, the CPU build: {python} -m pip install torch==2.13.0 "
-            "--index-url https://download.pytorch.org/whl/cpu ; with a GPU, the command for your CUDA driver from "
+            "--index-url <PyTorch's CPU wheel index, from pytorch.org's install selector> ; with a GPU, the command for your CUDA driver from "
             "pytorch.org's install selector (pip install 'proflab[torch]' installs the build pip picks: on Linux, a "
             "CUDA build)")
 

@@ -423,8 +423,8 @@ def finalize(run_dir: Path, meta: dict, *, monitor=None) -> dict:
         meta["notes"].append(
             f"the program's torch ({', '.join(cuda_builds)}) is a CUDA build, and this machine has no NVIDIA GPU: "
             "its warnings such as 'gpuGetDeviceCount failed with code 35' are CUDA's, not the program's; the CPU "
-            "build has none of them and is a fraction of the size (pip install torch --index-url "
-            "https://download.pytorch.org/whl/cpu)")
+            "build has none of them and is a fraction of the size (pip install torch with the --index-url "
+            "that pytorch.org's install selector gives for the CPU)")
     meta["git"] = _git(meta.get("cwd") or os.getcwd())
     meta["traces"] = [str(p.relative_to(run_dir)) for p in trace_files(run_dir)]
     meta["recorded"] = bool(meta["traces"])
