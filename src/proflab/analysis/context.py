@@ -181,6 +181,13 @@ class Context:
         source = self.trace.meta.source
         return compiled_view(self.trace, self.launches, self.kernel_ops, compile_record_of(source) if source else None)
 
+    @_table
+    def inference(self):
+        """The generation loop's forwards, phases, latency and bandwidth (see ``timeline.inference``)."""
+        from proflab.analysis.timeline.inference import inference_view
+
+        return inference_view(self.trace, self.launches, self.kernel_rows if self.trace.has_gpu else None)
+
     @property
     def has_launch_links(self) -> bool:
         """Whether host launch calls carry correlation ids that match GPU work."""
