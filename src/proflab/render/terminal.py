@@ -17,6 +17,7 @@ from rich.text import Text
 from proflab.render._text import (
     combined_text,
     compiled_text,
+    inference_lines,
     evidence_lines,
     fmt_bytes,
     fmt_num,
@@ -171,6 +172,7 @@ def _body(d: dict, width: int) -> Group:
     compiled = compiled_text(d["summary"])
     if compiled:
         parts.append(_line(compiled))
+    parts.extend(_inference_section(d["summary"]))
     verdict = _verdict(d["findings"], d["summary"].get("gain_per"))
     if verdict:
         parts.append(Text(""))
@@ -376,3 +378,9 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
     return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()) + "\n"
+
+
+def _inference_section(summary: dict) -> list:
+    """A generation loop's figures (``render._text.inference_lines``): its own section, so that it
+    moves as one piece."""
+    return [_line(x) for x in inference_lines(summary)]

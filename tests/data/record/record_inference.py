@@ -15,7 +15,8 @@ GPU (its elapsed times read after a synchronize at the end), ``time.perf_counter
 From those: TTFT (the prompt's ``put`` to the first token's), the time per output token as
 NVIDIA's TPOT counts it ((end - first token) / (tokens - 1)), each inter-token gap (vLLM's ITL
 list) and the end-to-end time. The case is then run once more under torch.profiler
-(``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.gz``. ``truth.json``
+(``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.gz`` (on the CPU the quickest of three profiled
+runs: a shared machine preempts a token now and then). ``truth.json``
 holds each case's bare figures (median over ``--repeats`` runs) and the model's shape.
 
 Usage::
@@ -139,8 +140,17 @@ def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, dev
         from torch.profiler import ProfilerActivity, profile
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        with profile(activities=acts, record_shapes=True) as prof, torch.inference_mode():
-            _generate(model, variant, inputs, new_tokens)
+        best = None
+        # on a CPU shared with other work a token is now and then preempted for a scheduler slice:
+        # the quickest of three profiled runs is kept (on the GPU one run)
+        for _ in range(1 if device == "cuda" else 3):
+            with profile(activities=acts, record_shapes=True) as prof, torch.inference_mode():
+                t0 = time.perf_counter_ns()
+                _generate(model, variant, inputs, new_tokens)
+                took = time.perf_counter_ns() - t0
+            if best is None or took < best[0]:
+                best = (took, prof)
+        prof = best[1]
         raw = out / f"{name}.pt.trace.json"
         prof.export_chrome_trace(str(raw))
         data = json.loads(raw.read_text())

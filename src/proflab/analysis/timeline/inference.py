@@ -51,6 +51,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
+from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
 __all__ = ["Inference", "inference_view", "recompute_cost", "ATTENTION_OPS", "PHASE_RANGES"]
@@ -184,8 +185,10 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     g = g.with_columns(pl.Series("fw", forward_of(g["start_ns"])),
                        (pl.col("n") * pl.col("k") * _elem_bytes(pl.col("input_types"), 1).fill_null(_BYTES.get(dtype or "", 0))).alias("w_bytes"),
                        (2 * pl.col("m") * pl.col("n") * pl.col("k")).cast(pl.Float64).alias("flops"))
-    per = g.filter(pl.col("fw") < n).group_by("fw").agg(pl.col("w_bytes").sum().alias("weight_bytes"), pl.col("flops").sum(),
-                                                        pl.col("dur_ns").sum().alias("shaped_ns"))
+    per = g.filter(pl.col("fw") < n).group_by("fw").agg(
+        pl.col("w_bytes").sum().alias("weight_bytes"), pl.col("flops").sum(), pl.col("dur_ns").sum().alias("shaped_ns"),
+        # tokens the forward computed (its widest GEMM's rows) and tokens it produced (the LM head's)
+        pl.col("m").max().alias("tokens_in"), pl.col("m").filter(pl.col("n") == vocab).last().alias("tokens_out"))
     frame = pl.DataFrame({"index": np.arange(n), "end_host_ns": bounds,
                           "start_ns": np.concatenate([[first_ns], bounds[:-1]])})
     frame = frame.join(per.rename({"fw": "index"}), on="index", how="left")
@@ -205,7 +208,10 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     else:
         missing.append("no attention operator with input shapes (scaled_dot_product_attention, flash/efficient "
                        "attention): phases from shapes, KV bytes and KV-cache size are unknown")
-        frame = frame.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in ("batch", "q_len", "kv_len", "layers", "kv_bytes")),
+        # without attention shapes, the GEMMs tell the query length: rows computed per row produced (a
+        # serving engine's packed batch: prompt tokens beside one token per decoding sequence)
+        frame = frame.with_columns(pl.col("tokens_out").alias("batch"), (pl.col("tokens_in") // pl.col("tokens_out")).alias("q_len"),
+                                   *(pl.lit(None, pl.Int64).alias(c) for c in ("kv_len", "layers", "kv_bytes")),
                                    pl.col("flops").alias("gemm_flops"), pl.lit(None, pl.Float64).alias("att_flops"))
     frame = frame.sort("index")
     # the GPU work each forward launched, and when it ended
@@ -223,6 +229,12 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             missing.append("no GPU work in the trace (a CPU run): no GPU time per forward")
         frame = frame.with_columns(pl.lit(None, pl.Int64).alias("gpu_ns"), pl.lit(None, pl.Int64).alias("gpu_end_ns"))
     frame = frame.with_columns(pl.max_horizontal("end_host_ns", "gpu_end_ns").alias("end_ns"))
+    # the host events the profiler recorded in each forward (its own cost scales with them)
+    ev = trace.cpu.filter(pl.col("tid") == tid).select("cat", "start_ns")
+    py = (ev["cat"] == "python_function").to_numpy()
+    fw = forward_of(ev["start_ns"])
+    frame = frame.with_columns(pl.Series("events", np.bincount(fw[(fw < n) & ~py], minlength=n + 1)[:n]),
+                               pl.Series("py_events", np.bincount(fw[(fw < n) & py], minlength=n + 1)[:n]))
     frame, phases_from = _phases(frame, cpu)
     frame = frame.select(
         "index", "generation", "phase", "recompute", "batch", "q_len", "kv_len", "layers", "start_ns", "end_ns",
@@ -231,6 +243,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         ((pl.col("end_ns") - pl.col("end_ns").shift(1).over("generation").fill_null(pl.col("start_ns").first().over("generation")))
          / 1e6).alias("interval_ms"),
         "weight_bytes", "kv_bytes", "flops", "gemm_flops", "att_flops", (pl.col("shaped_ns") / 1e6).alias("shaped_ms"),
+        "events", "py_events",
     )
     dev = trace.devices.head(1).to_dicts()[0] if trace.devices.height else {}
     peaks = datasheet_peaks(dev.get("name"), dev.get("sm_count")) if dev.get("name") else None
@@ -254,7 +267,8 @@ def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     """Each forward's phase and generation (see the module doc)."""
     q, kv = f["q_len"], f["kv_len"]
     prev_q, prev_kv = q.shift(1), kv.shift(1)
-    recompute = (q > 1) & (q == kv) & (prev_q.is_not_null()) & (q == prev_q + 1)
+    # (without attention shapes kv is unknown: the query growing by one token a forward says it)
+    recompute = (q > 1) & ((q == kv) | kv.is_null()) & prev_q.is_not_null() & (q == prev_q + 1)
     # a new sequence: the first forward, or a forward whose context does not follow the last
     starts = (pl.Series(np.arange(f.height)) == 0) | ((q > 1) & ~recompute.fill_null(False)) | (kv < prev_kv).fill_null(False)
     if q.null_count() == f.height:
@@ -309,6 +323,7 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
         return _r(float(np.median(v))) if v else None
 
     return {
+        **_unprofiled(f),
         "convention": "TPOT as NVIDIA GenAI-Perf counts it: (last token - first token) / (tokens - 1), the mean of "
         "vLLM's inter-token latencies (ITL: each gap between tokens); TTFT from the generation's first operator",
         "timing": "profiled",
@@ -323,6 +338,26 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
         "batch": gens[0]["batch"] if gens else None,
         "output_tokens_per_s": med("output_tokens_per_s"),
     }
+
+
+def _unprofiled(f: pl.DataFrame) -> dict[str, Any]:
+    """The decode token's interval without the profiler (estimated, ms): the observer model's
+    per-event cost (``observer.EVENT_COST_US``, ``PYTHON_COST_US``) taken off each decode
+    forward's host time, never below its GPU time nor an unprofiled eager operator's dispatch
+    (``FLOOR_OP_US``); the median over the decode forwards, at the model's high and low cost."""
+    d = f.filter(pl.col("phase") == "decode")
+    if d.height == 0:
+        return {}
+
+    def at(op_us: float, py_us: float) -> float:
+        cost = (pl.col("events") * op_us + pl.col("py_events") * py_us) / 1e3
+        floor = pl.max_horizontal(pl.col("gpu_ms").fill_null(0), pl.col("events") * FLOOR_OP_US / 1e3)
+        return float(d.select(pl.max_horizontal(pl.col("interval_ms") - cost, floor).median()).item())
+
+    return {"unprofiled_itl_median_ms_range": [_r(at(EVENT_COST_US[1], PYTHON_COST_US[1])), _r(at(EVENT_COST_US[0], PYTHON_COST_US[0]))],
+            "unprofiled_basis": "estimated: the profiler's per-event cost (observer model) taken off each decode "
+            "forward's interval, not below its GPU time or 1 us of dispatch per operator",
+            "events_per_decode_forward": _r(float(d["events"].median()), 1)}
 
 
 def _utilisation(f: pl.DataFrame, lat: dict, peaks, dtype: str | None) -> dict[str, Any]:

@@ -1,0 +1,193 @@
+"""LLM inference (issue 57): Hugging Face ``generate()`` of a tiny Llama recorded on a CPU under
+torch.profiler with its bare timings (tests/data/inference, made by
+tests/data/record/record_inference.py): use_cache True and False, batch 1 and 4."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import proflab
+from proflab.analysis.context import Context
+from proflab.analysis.timeline.inference import recompute_cost
+
+DATA = Path(__file__).parent / "data" / "inference"
+TRUTH = json.loads((DATA / "truth.json").read_text())
+CASES = {c["case"]: c for c in TRUTH["cases"]}
+CFG = TRUTH["config"]
+
+
+@pytest.fixture(scope="module")
+def traces():
+    return {name: proflab.load(DATA / f"{name}.pt.trace.json.gz") for name in CASES}
+
+
+@pytest.fixture(scope="module")
+def views(traces):
+    return {name: Context(t).inference for name, t in traces.items()}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_forwards_and_phases_from_the_shapes(views, name):
+    inf, case = views[name], CASES[name]
+    f = inf.forwards
+    assert inf.phases_from == "shapes"
+    # one forward per new token: the prompt's (prefill), then one per token after it
+    assert f.height == case["new_tokens"] and f["generation"].n_unique() == 1
+    assert f["phase"].to_list() == ["prefill"] + ["decode"] * (case["new_tokens"] - 1)
+    assert (f["batch"] == case["batch"]).all() and (f["layers"] == CFG["num_hidden_layers"]).all()
+    assert f["q_len"][0] == f["kv_len"][0] == case["prompt_tokens"]
+    # the context grows by one each forward; cached decodes run one query position over it
+    assert f["kv_len"].to_list() == list(range(case["prompt_tokens"], case["prompt_tokens"] + case["new_tokens"]))
+    cached = name.startswith("cache")
+    assert (f["q_len"][1:] == 1).all() if cached else (f["q_len"][1:] == f["kv_len"][1:]).all()
+    assert int(f["recompute"].sum()) == (0 if cached else case["new_tokens"] - 1)
+
+
+def _weights_bytes() -> int:
+    """The GEMMs' weights (every layer's projections and the LM head; not the embedding, a gather)
+    in float32."""
+    h, i, layers, heads, kvh, vocab = (CFG[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                                         "num_attention_heads", "num_key_value_heads", "vocab_size"))
+    kv = h // heads * kvh
+    return 4 * (layers * (2 * h * h + 2 * h * kv + 3 * h * i) + vocab * h)
+
+
+def test_bytes_per_token_and_the_kv_cache_follow_from_the_config(views):
+    h, layers, heads, kvh = (CFG[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"))
+    per_position = 2 * layers * kvh * (h // heads) * 4  # key and value of every layer, float32, one sequence
+    for name, inf in views.items():
+        case = CASES[name]
+        assert (inf.forwards["weight_bytes"] == _weights_bytes()).all()
+        last = inf.forwards["kv_len"][-1]
+        assert inf.forwards["kv_bytes"][-1] == case["batch"] * per_position * last
+        mem = inf.memory
+        if name.startswith("cache"):
+            assert mem["kv_cache_bytes"] == case["batch"] * per_position * last
+            assert mem["growth_bytes_per_token"] == case["batch"] * per_position and not mem["static"]
+            dec = inf.utilisation["decode"]
+            assert dec["weight_bytes_per_forward"] == _weights_bytes() and dec["mbu_pct"] is None  # no device: no peak
+        else:
+            assert mem["kv_cache_bytes"] is None and "recomputed" in mem["why"]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_latency_is_consistent_and_its_unprofiled_estimate_below_it(views, name):
+    lat, f = views[name].latency, views[name].forwards
+    t = f["end_ns"].to_numpy()
+    assert lat["ttft_ms"] == pytest.approx((t[0] - f["start_ns"][0]) / 1e6, abs=1e-3)
+    assert lat["tpot_ms"] == pytest.approx((t[-1] - t[0]) / (len(t) - 1) / 1e6, abs=1e-3)
+    assert lat["output_tokens_per_s"] == pytest.approx(CASES[name]["batch"] * len(t) / (lat["e2e_ms"] / 1e3), rel=1e-3)
+    assert lat["timing"] == "profiled" and "TPOT" in lat["convention"] and "ITL" in lat["convention"]
+    lo, hi = lat["unprofiled_itl_median_ms_range"]
+    assert 0 < lo <= hi <= lat["itl_median_ms"]
+
+
+def test_the_profiled_tokens_are_slower_than_the_bare_ones(views):
+    """On a CPU the profiler costs a tiny model's operators about half their time again (the
+    bare runs' median inter-token gap against the trace's: 0.62 -> 0.94 ms at batch 1 with a
+    cache); the trace is never faster than the program it recorded, and not by more than 2.5x."""
+    import statistics
+
+    for name, inf in views.items():
+        bare = statistics.median(x for r in CASES[name]["bare_runs"] for x in r["itl_ms"])
+        assert bare < inf.latency["itl_median_ms"] < 2.5 * bare
+
+
+def _report(traces, name):
+    return proflab.analyze(traces[name])
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_recomputed_context_is_found_without_a_cache_and_not_with_one(traces, batch):
+    nocache, cache = _report(traces, f"nocache-b{batch}"), _report(traces, f"cache-b{batch}")
+    (f,) = [f for f in nocache.findings if f.category == "kv_cache_recompute"]
+    assert f.where["phase"] == ["decode"] and f.prediction["model"] == "work ratio"
+    assert not [f for f in cache.findings if f.category == "kv_cache_recompute"]
+    # the fix, measured: the cached trace's decode tokens against these (medians: a preempted
+    # token moves neither), both profiled alike. The prediction scales only the GEMMs' and the
+    # attention's time; on a CPU the elementwise operators over the context shrink too, so it
+    # under-predicts: 21.3 ms of 25.4 at batch 1, 122.6 of 161.2 at batch 4
+    def decode(name):
+        f = Context(traces[name]).inference.forwards
+        return f.filter(pl.col("phase") == "decode")["interval_ms"]
+
+    d_no, d_yes = decode(f"nocache-b{batch}"), decode(f"cache-b{batch}")
+    measured_ms = (d_no.median() - d_yes.median()) * d_no.len()
+    assert 0.7 * measured_ms <= f.est_gain_ms <= 1.15 * measured_ms
+
+
+def test_recompute_is_not_claimed_where_it_costs_nothing(views):
+    inf = views["nocache-b4"]
+    # the same forwards with the work that scales with the context taking no time: nothing to save
+    free = inf.__class__(inf.forwards.with_columns(pl.lit(0.0).alias("shaped_ms")), inf.latency, inf.utilisation, inf.memory,
+                         inf.phases_from, inf.dtype, inf.missing)
+    assert recompute_cost(free)["gain_ms"] == 0
+    assert recompute_cost(views["cache-b4"]) is None
+
+
+def test_named_phase_ranges_override_the_shapes(traces):
+    t = traces["cache-b1"]
+    inf = Context(t).inference
+    f = inf.forwards
+    # a decode range around the first forward's token (as an engine that names its steps would)
+    row = {c: None for c in t.cpu.columns} | {"cat": "user_annotation", "name": "decode_step", "pid": 0, "tid": 0,
+                                              "start_ns": int(f["start_ns"][0]), "dur_ns": int(f["end_ns"][0] - f["start_ns"][0] + 1)}
+    cpu = pl.concat([t.cpu, pl.DataFrame([row], schema=t.cpu.schema)])
+    named = Context(type(t)(t.gpu, cpu, t.steps, t.devices, t.meta, t.comms)).inference
+    assert named.phases_from == "named ranges" and named.forwards["phase"][0] == "decode"
+
+
+def test_without_shapes_the_forwards_are_said_missing(traces):
+    t = traces["cache-b1"]
+    bare = type(t)(t.gpu, t.cpu.with_columns(pl.lit(None, pl.String).alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
+    inf = Context(bare).inference
+    assert not inf.found and "record_shapes=True" in inf.missing[0]
+    assert "inference" not in proflab.analyze(bare).summary
+
+
+def test_the_report_carries_it_valid_and_rendered(traces):
+    import jsonschema
+
+    from proflab.render.markdown import render_markdown
+    from proflab.render.terminal import render_terminal
+
+    rep = _report(traces, "nocache-b4")
+    d = rep.to_dict()
+    schema = json.loads((Path(proflab.__file__).parent / "schema" / "report.schema.json").read_text())
+    jsonschema.validate(d, schema)
+    inf = d["summary"]["inference"]
+    assert inf["phases"] == {"prefill": 1, "decode": 19} and inf["recomputed_forwards"] == 19
+    assert any(m["signal"] == "pad tokens" for m in d["missing"])
+    assert "Inference: 20 forwards" in render_terminal(rep, width=200)
+    assert "## Inference" in render_markdown(rep)
+
+
+def test_without_attention_shapes_the_gemms_tell_the_phases(traces):
+    """A serving engine's attention is its own operator (vLLM's, FlashAttention's varlen): the
+    GEMMs' rows computed per row produced give the query length instead."""
+    for name in ("cache-b4", "nocache-b4"):
+        t = traces[name]
+        cpu = t.cpu.with_columns(pl.when(pl.col("name").str.contains("scaled_dot_product")).then(None)
+                                 .otherwise(pl.col("input_dims")).alias("input_dims"))
+        inf = Context(type(t)(t.gpu, cpu, t.steps, t.devices, t.meta, t.comms)).inference
+        f = inf.forwards
+        assert f["phase"].to_list() == ["prefill"] + ["decode"] * 19 and (f["batch"] == 4).all()
+        assert int(f["recompute"].sum()) == (0 if name == "cache-b4" else 19)
+        assert any("no attention operator" in m for m in inf.missing)
+
+
+def test_a_vllm_profiler_directory_is_read_as_it_is(tmp_path, traces):
+    """VLLM_TORCH_PROFILER_DIR holds a gzipped trace per worker and the profiler's text table."""
+    import shutil
+
+    shutil.copy(DATA / "cache-b1.pt.trace.json.gz", tmp_path / "dp0_pp0_tp0_dcp0_ep0_rank0.1765000000000.pt.trace.json.gz")
+    (tmp_path / "profiler_out_0.txt").write_text("Name  Self CPU %  Self CPU  CPU total %\n")
+    from proflab.cli import main
+
+    out = tmp_path / "report.json"
+    assert main(["analyze", str(tmp_path), "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["summary"]["inference"]["forwards"] == 20
