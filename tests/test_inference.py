@@ -191,3 +191,63 @@ def test_a_vllm_profiler_directory_is_read_as_it_is(tmp_path, traces):
     out = tmp_path / "report.json"
     assert main(["analyze", str(tmp_path), "-o", str(out)]) == 0
     assert json.loads(out.read_text())["summary"]["inference"]["forwards"] == 20
+
+
+def test_a_training_loop_is_not_a_generation_loop():
+    """A GPT trained step by step runs full-length forwards (each its own prefill), with autocast's
+    nested aten::linear: no inference section, no inference finding."""
+    t = proflab.load(Path(__file__).parent / "data" / "kineto" / "train_loop.pt.trace.json.gz")
+    inf = Context(t).inference
+    assert inf.forwards.height == 3 and (inf.forwards["phase"] == "prefill").all() and not inf.found
+
+
+def _on_a_gpu(t, kernel_us: float, sync: bool):
+    """The CPU trace as if it ran on an H100: each GEMM launches one kernel of ``kernel_us`` 1 us
+    after it starts (runtime call and kernel linked by correlation), and with ``sync`` the host
+    waits on the stream once after each LM head (sampling's ``.item()``)."""
+    ops = t.cpu.filter((pl.col("name") == "aten::mm") | (pl.col("name") == "aten::_scaled_dot_product_flash_attention_for_cpu"))
+    n = ops.height
+    corr = pl.Series(range(1, n + 1), dtype=pl.Int64)
+    launch_at = ops["start_ns"] + 1_000
+    runtime = pl.DataFrame({"cat": ["cuda_runtime"] * n, "name": ["cudaLaunchKernel"] * n, "pid": ops["pid"], "tid": ops["tid"],
+                            "start_ns": launch_at, "dur_ns": [4_000] * n, "correlation": corr}).with_columns(
+        *(pl.lit(None).alias(c) for c in t.cpu.columns if c not in ("cat", "name", "pid", "tid", "start_ns", "dur_ns", "correlation")))
+    rows = [runtime.select(t.cpu.columns).cast(t.cpu.schema)]
+    if sync:
+        inf = Context(t).inference
+        ends = inf.forwards["end_ns"]
+        rows.append(pl.DataFrame({"cat": ["cuda_runtime"] * ends.len(), "name": ["cudaStreamSynchronize"] * ends.len(),
+                                  "pid": [int(t.cpu["pid"][0])] * ends.len(), "tid": [int(ops["tid"][0])] * ends.len(),
+                                  "start_ns": ends - 30_000, "dur_ns": [25_000] * ends.len()}).with_columns(
+            *(pl.lit(None).alias(c) for c in t.cpu.columns if c not in ("cat", "name", "pid", "tid", "start_ns", "dur_ns"))
+        ).select(t.cpu.columns).cast(t.cpu.schema))
+    cpu = pl.concat([t.cpu, *rows]).sort("start_ns")
+    gpu = pl.DataFrame({"kind": ["kernel"] * n, "name": ["gemv_kernel"] * n, "device": [0] * n, "stream": [7] * n,
+                        "start_ns": launch_at + 5_000, "dur_ns": [int(kernel_us * 1e3)] * n, "correlation": corr}).with_columns(
+        *(pl.lit(None).alias(c) for c in t.gpu.columns if c not in ("kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation"))
+    ).select(t.gpu.columns).cast(t.gpu.schema)
+    devices = pl.DataFrame([{"device": 0, "name": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_major": 9, "compute_minor": 0,
+                             "total_memory_bytes": 80 << 30, "max_threads_per_sm": 2048, "regs_per_sm": 65536,
+                             "shared_mem_per_sm_bytes": 233472}], schema=t.devices.schema)
+    return type(t)(gpu, cpu, t.steps, devices, t.meta, t.comms)
+
+
+def test_on_a_gpu_decode_launch_bound_and_a_per_token_sync_are_found(traces):
+    t = _on_a_gpu(traces["cache-b4"], kernel_us=3.0, sync=True)
+    rep = proflab.analyze(t)
+    inf = rep.summary["inference"]
+    dec = inf["utilisation"]["decode"]
+    # each decode forward's kernels: 15 GEMMs and 2 attentions of 3 us each
+    assert dec["gpu_ms_per_forward"] == pytest.approx(0.051, abs=1e-3)
+    assert dec["hbm_peak_gbps"] == 3350 and dec["mbu_pct"] is not None and dec["mbu_pct"] < 1
+    found = {f.id: f for f in rep.findings}
+    launch = found["decode_launch_bound"]
+    assert launch.category == "launch_bound" and launch.where["phase"] == ["decode"] and launch.est_gain_ms > 0
+    sync = found["per_token_sync"]
+    assert sync.category == "sync_bound" and sync.evidence["syncs_per_token_median"] == 1 and sync.overlaps == ("sync_bound",)
+    assert sync.est_gain_ms == pytest.approx(sync.evidence["idle_after_sync_ms"], abs=1e-3) and sync.est_gain_ms > 10 * sync.evidence["sync_wait_ms"]
+    assert "decode_far_from_roof" not in found  # the GPU idles: launches, not bandwidth, set the pace
+    # with the GPU busy through each token (long kernels), decode is far from the memory roof instead
+    busy = proflab.analyze(_on_a_gpu(traces["cache-b4"], kernel_us=120.0, sync=False))
+    ids = {f.id for f in busy.findings}
+    assert "decode_far_from_roof" in ids and "decode_launch_bound" not in ids and "per_token_sync" not in ids

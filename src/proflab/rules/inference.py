@@ -138,22 +138,30 @@ def per_token_sync(trace: Trace, ctx: Context) -> list[Finding]:
     syncs = b.filter(pl.Series(inside))
     names = syncs.group_by("sync_name").len().sort("len", descending=True)
     wait_ms = float(((syncs["sync_end_ns"] - syncs["sync_start_ns"]).sum() or 0) / 1e6)
+    # what the syncs cost is the GPU's idle after them (the host relaunching), not the wait itself
+    g = ctx.gaps.filter(pl.col("cause") == "sync")
+    gs = g["start_ns"].to_numpy()
+    j = np.searchsorted(s, gs, side="right") - 1
+    in_decode = (j >= 0) & (gs < e[np.clip(j, 0, None)])
+    idle_ms = float(g["dur_ns"].to_numpy()[in_decode].sum() / 1e6)
     whole = float(ctx.inference.forwards["interval_ms"].sum())
     f = Finding(
         id="per_token_sync",
         category="sync_bound",
-        severity=severity(pct(wait_ms, whole)),
+        severity=severity(pct(idle_ms, whole)),
         title=f"The host waits for the GPU {float(np.median(per)):g} time(s) every decode token "
         f"({names['sync_name'][0]}): the next token's launches cannot start before the last one's GPU work ends",
         evidence={"syncs_per_token_median": float(np.median(per)), "sync_wait_ms": round(wait_ms, 3),
+                  "idle_after_sync_ms": round(idle_ms, 3),
                   "calls": dict(zip(names["sync_name"].to_list(), names["len"].to_list()))},
-        est_gain_ms=wait_ms,
-        est_gain_pct=pct(wait_ms, whole, 2),
+        est_gain_ms=idle_ms,
+        est_gain_pct=pct(idle_ms, whole, 2),
         fix="Keep the sampled token on the GPU: feed it to the next forward as a tensor, check EOS on the GPU "
         "(torch.where over a finished mask) and read it back every N tokens or asynchronously (non_blocking copy to "
         "pinned memory and an event); avoid .item(), .tolist() and Python conditions on GPU tensors per token.",
         where={**_DECODE, "ops": names["sync_name"].head(5).to_list()},
         assumption="the per-token syncs stop waiting; the host's launches then run ahead of the GPU",
+        overlaps=("sync_bound",),
     )
     return [predicted(f, ctx, Fix("remove_syncs", target="|".join(names["sync_name"].to_list()), label="no per-token sync"))]
 

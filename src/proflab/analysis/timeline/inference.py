@@ -87,8 +87,14 @@ class Inference:
 
     @property
     def found(self) -> bool:
-        """The trace shows a generation loop: more than one forward."""
-        return self.forwards.height > 1
+        """The trace shows a generation loop: a decode forward after a prefill (a training or
+        scoring loop runs full-length forwards only: each its own prefill)."""
+        f = self.forwards
+        if f.height < 2 or not (f["phase"] == "decode").any():
+            return False
+        # forwards of one row per row produced and no context that grows: a model called in a loop
+        # (an MLP's training step), not a model generating
+        return bool((f["q_len"] > 1).any() or (f["kv_len"].diff() > 0).any())
 
     def phase(self, name: str) -> pl.DataFrame:
         return self.forwards.filter(pl.col("phase") == name)
@@ -122,6 +128,10 @@ def _shaped(cpu: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
     for n in names:
         r = cpu.filter((pl.col("name") == n) & pl.col("input_dims").is_not_null())
         if r.height:
+            # the outermost call only: autocast re-dispatches an operator inside itself (aten::linear
+            # within aten::linear), and the inner call is the same GEMM
+            end = pl.col("start_ns") + pl.col("dur_ns")
+            r = r.sort("tid", "start_ns").filter(pl.col("start_ns") >= end.cum_max().shift(1).over("tid").fill_null(-1))
             return r.with_columns(pl.col("input_dims").str.json_decode(_DIMS).alias("dims"))
     return cpu.clear().with_columns(pl.lit(None, _DIMS).alias("dims"))
 
