@@ -5,8 +5,9 @@ fixed number of new tokens (``min_new_tokens == max_new_tokens``: no early EOS),
 
 ``cache``          ``use_cache=True`` (the dynamic KV cache)
 ``nocache``        ``use_cache=False`` (every token re-runs the whole context)
-``static-compile`` ``cache_implementation="static"`` with ``torch.compile(mode="reduce-overhead")``
-                   of the forward (CUDA only: CUDA graphs of the decode step)
+``static-compile`` ``cache_implementation="static"``: on a GPU, ``generate`` then compiles the decode
+                   forward itself with ``torch.compile(mode="reduce-overhead")`` (transformers'
+                   ``CompileConfig`` default: CUDA graphs of the decode step); CUDA only
 
 and batches (``--batch``; 1 and 4 on the CPU, 1, 8 and 32 on the GPU). Each case is first timed
 bare, without the profiler: a streamer's ``put`` (which ``generate`` calls with the prompt before
@@ -123,10 +124,8 @@ def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, dev
          out: Path | None) -> dict:
     import torch
 
-    if variant == "static-compile":
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     inputs = _inputs(cfg, batch, prompt, device)
-    for _ in range(2 if variant != "static-compile" else 4):  # warm-up (and compile, capture)
+    for _ in range(2 if variant != "static-compile" else 4):  # warm-up (and generate's compile, capture)
         _generate(model, variant, inputs, new_tokens)
     runs = []
     for _ in range(repeats):
@@ -156,6 +155,7 @@ def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, dev
         data = json.loads(raw.read_text())
         # what a committed trace should not carry: the recording machine's names and paths
         data.pop("deviceProperties", None) if device != "cuda" else None
+        data["traceName"] = raw.name  # (the export path, as given)
         for key in ("hostname", "host_name"):
             data.pop(key, None)
         dist = data.get("distributedInfo")

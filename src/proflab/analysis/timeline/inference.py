@@ -61,8 +61,9 @@ __all__ = ["Inference", "inference_view", "recompute_cost", "ATTENTION_OPS", "PH
 ATTENTION_OPS = ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
                  "aten::_scaled_dot_product_efficient_attention", "aten::_scaled_dot_product_cudnn_attention",
                  "aten::_flash_attention_forward", "aten::_efficient_attention_forward")  # fmt: skip
-# named ranges that say a phase: vLLM's and TensorRT-LLM's (context = prefill, generation = decode)
-PHASE_RANGES = {"prefill": r"(?i)prefill|context_phase|\bcontext\b", "decode": r"(?i)decode|generation_phase|\bgeneration\b"}
+# named ranges that say a phase (a program's own, an engine's; TensorRT-LLM calls prefill the context
+# phase and decode the generation phase). Bare "context" or "generation" say too little to count
+PHASE_RANGES = {"prefill": r"(?i)(?:^|[^a-z])prefill|context[_ ]phase", "decode": r"(?i)(?:^|[^a-z])decode|generation[_ ]phase"}
 _BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
           "signed char": 1, "unsigned char": 1}  # fmt: skip
 _PEAK_DTYPE = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "c10::Float8_e4m3fn": "fp8"}
