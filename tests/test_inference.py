@@ -18,6 +18,7 @@ DATA = Path(__file__).parent / "data" / "inference"
 TRUTH = json.loads((DATA / "truth.json").read_text())
 CASES = {c["case"]: c for c in TRUTH["cases"]}
 CFG = TRUTH["config"]
+EAGER = sorted(c for c in CASES if not c.startswith("static"))  # every forward's operators in the trace
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def views(traces):
     return {name: Context(t).inference for name, t in traces.items()}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", EAGER)
 def test_forwards_and_phases_from_the_shapes(views, name):
     inf, case = views[name], CASES[name]
     f = inf.forwards
@@ -59,8 +60,8 @@ def _weights_bytes() -> int:
 def test_bytes_per_token_and_the_kv_cache_follow_from_the_config(views):
     h, layers, heads, kvh = (CFG[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"))
     per_position = 2 * layers * kvh * (h // heads) * 4  # key and value of every layer, float32, one sequence
-    for name, inf in views.items():
-        case = CASES[name]
+    for name in EAGER:
+        inf, case = views[name], CASES[name]
         assert (inf.forwards["weight_bytes"] == _weights_bytes()).all()
         last = inf.forwards["kv_len"][-1]
         assert inf.forwards["kv_bytes"][-1] == case["batch"] * per_position * last
@@ -251,3 +252,19 @@ def test_on_a_gpu_decode_launch_bound_and_a_per_token_sync_are_found(traces):
     busy = proflab.analyze(_on_a_gpu(traces["cache-b4"], kernel_us=120.0, sync=False))
     ids = {f.id for f in busy.findings}
     assert "decode_far_from_roof" in ids and "decode_launch_bound" not in ids and "per_token_sync" not in ids
+
+
+def test_a_compiled_decode_is_found_from_its_compiled_regions(views, traces):
+    """A static cache with generate()'s own torch.compile of the decode: the decode forwards run
+    as compiled regions (Torch-Compiled Region), their operators not in the trace."""
+    inf = views["static-compile-b1"]
+    f = inf.forwards
+    assert f.height == 20 and f["phase"].to_list() == ["prefill"] + ["decode"] * 19 and f["generation"].n_unique() == 1
+    assert f["q_len"][0] == 96 and f["q_len"][1:].null_count() == 19 and not f["recompute"].any()
+    assert any("19 forwards ran compiled" in m for m in inf.missing)
+    dec = inf.utilisation["decode"]
+    assert dec["weight_bytes_per_forward"] == _weights_bytes() and dec["kv_bytes_per_forward"] is None
+    assert "weights only, a lower bound" in dec["basis"]
+    # compiled, the decode token is quicker than eager's with the same cache kind (both profiled)
+    assert inf.latency["itl_median_ms"] < views["cache-b1"].latency["itl_median_ms"]
+    assert not [x for x in proflab.analyze(traces["static-compile-b1"]).findings if x.category == "kv_cache_recompute"]

@@ -7,7 +7,8 @@ fixed number of new tokens (``min_new_tokens == max_new_tokens``: no early EOS),
 ``nocache``        ``use_cache=False`` (every token re-runs the whole context)
 ``static-compile`` ``cache_implementation="static"``: on a GPU, ``generate`` then compiles the decode
                    forward itself with ``torch.compile(mode="reduce-overhead")`` (transformers'
-                   ``CompileConfig`` default: CUDA graphs of the decode step); CUDA only
+                   ``CompileConfig`` default: CUDA graphs of the decode step); on the CPU it is asked
+                   to compile (mode "default": the trace's shape of a compiled decode, batch 1)
 
 and batches (``--batch``; 1 and 4 on the CPU, 1, 8 and 32 on the GPU). Each case is first timed
 bare, without the profiler: a streamer's ``put`` (which ``generate`` calls with the prompt before
@@ -23,6 +24,7 @@ holds each case's bare figures (median over ``--repeats`` runs) and the model's 
 Usage::
 
     python tests/data/record/record_inference.py --out tests/data/inference              # CPU set
+    python tests/data/record/record_inference.py --out tests/data/inference --variants static-compile --batch 1 --merge
     python tests/data/record/record_inference.py --device cuda --out DIR                   # GPU truth set
 
 The GPU set defaults to a larger model (``--gpu-shape``: 8 layers, 1024 wide, bf16), batches 1,
@@ -117,6 +119,14 @@ def _generate(model, variant: str, inputs: dict, new_tokens: int, streamer=None)
         kw["use_cache"] = False
     elif variant == "static-compile":
         kw["cache_implementation"] = "static"
+        if model.device.type == "cpu":
+            # generate() compiles the decode on accelerators only; on the CPU it is asked to (Inductor's
+            # C++ code, no CUDA graphs: what the trace shows of a compiled decode, not its speed)
+            from transformers import CompileConfig
+
+            cc = CompileConfig(fullgraph=False, mode="default")
+            cc._compile_all_devices = True
+            kw["compile_config"] = cc
     return model.generate(**inputs, **kw, streamer=streamer)
 
 
@@ -178,6 +188,7 @@ def main(argv=None) -> int:
     ap.add_argument("--new-tokens", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--shape", choices=tuple(SHAPES))
+    ap.add_argument("--merge", action="store_true", help="add these cases to the truth.json already in --out")
     a = ap.parse_args(argv)
     import torch
 
@@ -204,6 +215,10 @@ def main(argv=None) -> int:
              "dtype": "bfloat16" if gpu else "float32",
              "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
              "cases": cases}
+    if a.merge and (out / "truth.json").exists():
+        old = json.loads((out / "truth.json").read_text())
+        mine = {c["case"] for c in cases}
+        truth["cases"] = [c for c in old["cases"] if c["case"] not in mine] + cases
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0
 

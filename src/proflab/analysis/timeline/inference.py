@@ -51,6 +51,7 @@ import numpy as np
 import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
+from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
@@ -182,7 +183,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     g = g.filter(pl.col("tid") == tid).sort("start_ns")
     vocab = int(g["n"].max())
     head = g.filter(pl.col("n") == vocab)
-    bounds = (head["start_ns"] + head["dur_ns"]).to_numpy()
+    bounds, compiled_forwards = _with_compiled(trace, tid, (head["start_ns"] + head["dur_ns"]).to_numpy())
     first_ns = int(cpu.filter(pl.col("tid") == tid)["start_ns"].min())
     n = len(bounds)
     if n < 2:
@@ -263,6 +264,9 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
     lat = _latency(frame)
+    if compiled_forwards:
+        missing.append(f"{compiled_forwards} forwards ran compiled (their operators are not in the trace): their "
+                       "shapes, bytes and FLOPs are unknown; their time and GPU work are measured")
     return Inference(
         forwards=frame,
         latency=lat,
@@ -272,6 +276,27 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         dtype=dtype,
         missing=tuple(missing),
     )
+
+
+def _with_compiled(trace: Trace, tid: int, heads: np.ndarray) -> tuple[np.ndarray, int]:
+    """The forward ends: the LM heads' and, where the decode runs compiled (a static cache with
+    torch.compile: Hugging Face compiles the decode forward, whose CUDA graph replays show no
+    operators), each outermost compiled region's end, one region a forward. Regions stand for
+    forwards only where no eager LM head runs between two of them: a graph break splits one
+    forward into several regions, and its LM head then still ends each forward. Returns the ends
+    (sorted, ns) and how many are compiled forwards."""
+    spans, _ = region_spans(trace)
+    r = spans.filter((pl.col("tid") == tid) & pl.col("name").str.starts_with("Torch-Compiled Region")).sort("start_ns")
+    if r.height == 0:
+        return np.sort(heads), 0
+    r = r.filter(pl.col("start_ns") >= pl.col("end_ns").cum_max().shift(1).fill_null(-1))
+    rs, re = r["start_ns"].to_numpy(), r["end_ns"].to_numpy()
+    i = np.searchsorted(rs, heads, side="right") - 1
+    inside = (i >= 0) & (heads < re[np.clip(i, 0, None)])
+    between = (~inside) & (heads > rs[0]) & (heads < re[-1])
+    if between.any():
+        return np.sort(heads), 0
+    return np.sort(np.concatenate([heads[~inside], re])), len(re)
 
 
 def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
@@ -285,8 +310,9 @@ def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     if q.null_count() == f.height:
         starts = pl.Series(np.arange(f.height) == 0)
         recompute = pl.Series([False] * f.height)
+    starts = starts.fill_null(False)  # a forward without shapes (compiled) continues its generation
     f = f.with_columns(pl.Series("recompute", recompute.fill_null(False)), pl.Series("generation", starts.cast(pl.Int64).cum_sum() - 1))
-    phase = pl.when(pl.Series(starts.fill_null(False))).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
+    phase = pl.when(pl.Series(starts)).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
     f = f.with_columns(phase.alias("phase"))
     frm = "shapes" if q.null_count() < f.height else "order (first forward is the prefill)"
     # named phase ranges override: a forward whose LM head ends inside one takes its phase
@@ -378,7 +404,14 @@ def _utilisation(f: pl.DataFrame, lat: dict, peaks, dtype: str | None) -> dict[s
                            "hbm_peak_gbps": peaks.hbm_gbps if peaks else None}
     if dec.height and lat.get("tpot_ms"):
         w = dec["weight_bytes"].median()
+        basis = "weight + KV bytes read per forward over the time per output token (TPOT)"
+        if w is None and f["weight_bytes"].is_not_null().any():
+            # compiled decode forwards show no operators: they read the weights the eager forwards read
+            w = f["weight_bytes"].max()
+            basis += "; weights from the eager forwards (the compiled decode's operators are not in the trace)"
         kvb = dec["kv_bytes"].median() if dec["kv_bytes"].is_not_null().any() else None
+        if kvb is None:
+            basis += "; KV bytes unknown (no attention shapes in decode): weights only, a lower bound"
         per_token = (w or 0) + (kvb or 0)
         gbps = per_token / (lat["tpot_ms"] / 1e3) / 1e9
         out["decode"] = {
@@ -387,7 +420,7 @@ def _utilisation(f: pl.DataFrame, lat: dict, peaks, dtype: str | None) -> dict[s
             "achieved_gbps": _r(gbps),
             "hbm_peak_gbps": peaks.hbm_gbps if peaks else None,
             "mbu_pct": _r(100 * gbps / peaks.hbm_gbps, 1) if peaks else None,
-            "basis": "weight + KV bytes read per forward over the time per output token (TPOT)",
+            "basis": basis,
         }
         gpu = dec["gpu_ms"].median() if dec["gpu_ms"].is_not_null().any() else None
         if gpu:
