@@ -268,3 +268,10 @@ def test_a_compiled_decode_is_found_from_its_compiled_regions(views, traces):
     # compiled, the decode token is quicker than eager's with the same cache kind (both profiled)
     assert inf.latency["itl_median_ms"] < views["cache-b1"].latency["itl_median_ms"]
     assert not [x for x in proflab.analyze(traces["static-compile-b1"]).findings if x.category == "kv_cache_recompute"]
+
+
+def test_each_figure_is_said_once_in_the_terminal(traces):
+    from proflab.render.terminal import render_terminal
+
+    text = render_terminal(_report(traces, "nocache-b1"), width=200)
+    assert text.count("unprofiled (estimated): inter-token") == 1 and text.count("Inference: ") == 1

@@ -201,6 +201,11 @@ def inference_lines(summary: dict) -> list[str]:
     lines.append(f"  {lat.get('timing', 'profiled')}: TTFT {n(lat.get('ttft_ms'), ' ms')}, TPOT {n(lat.get('tpot_ms'), ' ms')} "
                  f"(ITL median {n(lat.get('itl_median_ms'), ' ms')}, p90 {n(lat.get('itl_p90_ms'), ' ms')}), "
                  f"end-to-end {n(lat.get('e2e_ms'), ' ms')}, {n(lat.get('output_tokens_per_s'))} output tokens/s")
+    rng = lat.get("unprofiled_itl_median_ms_range")
+    if rng:
+        ttft = lat.get("unprofiled_ttft_ms_range")
+        lines.append(f"  unprofiled (estimated): inter-token {fmt_num(rng[0])}-{fmt_num(rng[1])} ms"
+                     + (f", TTFT {fmt_num(ttft[0])}-{fmt_num(ttft[1])} ms" if ttft else ""))
     dec, pre = util.get("decode") or {}, util.get("prefill") or {}
     if dec:
         b = (dec.get("weight_bytes_per_forward") or 0) + (dec.get("kv_bytes_per_forward") or 0)
