@@ -275,3 +275,15 @@ def test_each_figure_is_said_once_in_the_terminal(traces):
 
     text = render_terminal(_report(traces, "nocache-b1"), width=200)
     assert text.count("unprofiled (estimated): inter-token") == 1 and text.count("Inference: ") == 1
+
+
+def test_a_trace_that_starts_mid_generation_says_so(traces):
+    """A serving engine profiled while it serves: the window opens between two decode tokens."""
+    t = traces["cache-b1"]
+    inf = Context(t).inference
+    cut = int(inf.forwards["end_ns"][4])  # drop the prefill and the first four tokens' work
+    late = type(t)(t.gpu, t.cpu.filter(pl.col("start_ns") > cut), t.steps, t.devices, t.meta, t.comms)
+    f = Context(late).inference
+    assert f.forwards.height == 15 and (f.forwards["phase"] == "decode").all() and f.found
+    assert f.latency["ttft_ms"] is None and f.latency["e2e_ms"] is None and f.latency["tpot_ms"] > 0
+    assert any("starts inside a generation" in m for m in f.missing)

@@ -271,6 +271,9 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
     lat = _latency(frame)
+    if frame.height and frame["phase"][0] == "decode":
+        missing.append("the trace starts inside a generation (its first forward decodes over a context already there): "
+                       "that generation's TTFT and end-to-end time are not in it")
     if compiled_forwards:
         missing.append(f"{compiled_forwards} forwards ran compiled (their operators are not in the trace): their "
                        "shapes, bytes and FLOPs are unknown; their time and GPU work are measured")
@@ -319,7 +322,10 @@ def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
         recompute = pl.Series([False] * f.height)
     starts = starts.fill_null(False)  # a forward without shapes (compiled) continues its generation
     f = f.with_columns(pl.Series("recompute", recompute.fill_null(False)), pl.Series("generation", starts.cast(pl.Int64).cum_sum() - 1))
-    phase = pl.when(pl.Series(starts)).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
+    # a trace that starts mid-generation (a serving engine profiled while it serves): its first
+    # forward decodes one token over a context already there
+    mid = pl.Series(np.arange(f.height) == 0) & (q == 1).fill_null(False) & (kv > 1).fill_null(False)
+    phase = pl.when(pl.Series(starts) & ~mid).then(pl.lit("prefill")).otherwise(pl.lit("decode"))
     f = f.with_columns(phase.alias("phase"))
     frm = "shapes" if q.null_count() < f.height else "order (first forward is the prefill)"
     # named phase ranges override: a forward whose LM head ends inside one takes its phase
@@ -351,6 +357,13 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
         batch = int(gen["batch"][0]) if gen["batch"][0] is not None else None
         e2e_ns = t[-1] - gen["start_ns"][0]
         itl = np.diff(t) / 1e6
+        if gen["phase"][0] == "decode":  # began before the trace: no TTFT, no end-to-end; tokens/s over its tokens
+            gens.append({"ttft_ms": None, "tpot_ms": float(itl.mean()) if itl.size else None,
+                         "itl_median_ms": float(np.median(itl)) if itl.size else None,
+                         "itl_p90_ms": float(np.percentile(itl, 90)) if itl.size else None, "e2e_ms": None,
+                         "tokens_per_sequence": None, "batch": batch,
+                         "output_tokens_per_s": (batch or 1) * itl.size / (itl.sum() / 1e3) if itl.size and itl.sum() > 0 else None})
+            continue
         gens.append({
             "ttft_ms": (t[0] - gen["start_ns"][0]) / 1e6,
             "tpot_ms": (t[-1] - t[0]) / (tokens - 1) / 1e6 if tokens > 1 else None,
