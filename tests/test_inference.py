@@ -109,22 +109,21 @@ def test_recomputed_context_is_found_without_a_cache_and_not_with_one(traces, ba
     assert f.where["phase"] == ["decode"] and f.prediction["model"] == "work ratio"
     assert not [f for f in cache.findings if f.category == "kv_cache_recompute"]
     # the fix, measured: the cached trace's decode tokens against these (medians: a preempted
-    # token moves neither), both profiled alike. The prediction scales only the GEMMs' and the
-    # attention's time; on a CPU the elementwise operators over the context shrink too, so it
-    # under-predicts: 21.3 ms of 25.4 at batch 1, 122.6 of 161.2 at batch 4
+    # token moves neither), both profiled alike: 22.7 ms predicted of 25.4 at batch 1, 148.9 of
+    # 161.2 at batch 4
     def decode(name):
         f = Context(traces[name]).inference.forwards
         return f.filter(pl.col("phase") == "decode")["interval_ms"]
 
     d_no, d_yes = decode(f"nocache-b{batch}"), decode(f"cache-b{batch}")
     measured_ms = (d_no.median() - d_yes.median()) * d_no.len()
-    assert 0.7 * measured_ms <= f.est_gain_ms <= 1.15 * measured_ms
+    assert 0.85 * measured_ms <= f.est_gain_ms <= 1.15 * measured_ms
 
 
 def test_recompute_is_not_claimed_where_it_costs_nothing(views):
     inf = views["nocache-b4"]
     # the same forwards with the work that scales with the context taking no time: nothing to save
-    free = inf.__class__(inf.forwards.with_columns(pl.lit(0.0).alias("shaped_ms")), inf.latency, inf.utilisation, inf.memory,
+    free = inf.__class__(inf.forwards.with_columns(pl.lit(0.0).alias("op_ms")), inf.latency, inf.utilisation, inf.memory,
                          inf.phases_from, inf.dtype, inf.missing)
     assert recompute_cost(free)["gain_ms"] == 0
     assert recompute_cost(views["cache-b4"]) is None
