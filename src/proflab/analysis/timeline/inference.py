@@ -83,7 +83,10 @@ class Inference:
     """A generation loop as the trace shows it. ``forwards``: one row per forward (``index``,
     ``generation``, ``phase``, ``recompute``, ``batch``, ``q_len``, ``kv_len``, ``layers``,
     ``start_ns``, ``end_ns`` (the token's time), ``host_ms``, ``gpu_ms`` (summed kernel time it
-    launched), ``weight_bytes``, ``kv_bytes``, ``flops``). ``latency``, ``utilisation`` and
+    launched), ``interval_ms`` (since the token before), ``weight_bytes``, ``kv_bytes``, ``flops``,
+    ``gemm_flops``, ``att_flops``, ``shaped_ms`` (host time in its GEMMs and attention), ``op_ms`` and
+    ``top_ops`` (its outermost operators' host time and count), ``events`` and ``py_events`` (host
+    events the profiler recorded in it)). ``latency``, ``utilisation`` and
     ``memory`` are the report's figures (units in their names); ``missing`` what the trace lacks."""
 
     forwards: pl.DataFrame
