@@ -14,7 +14,8 @@ and batches (``--batch``; 1 and 4 on the CPU, 1, 8 and 32 on the GPU). Each case
 bare, without the profiler: a streamer's ``put`` (which ``generate`` calls with the prompt before
 the first forward, then with each new token) records a CUDA event on the current stream on the
 GPU (its elapsed times read after a synchronize at the end), ``time.perf_counter_ns`` on the CPU.
-From those: TTFT (the prompt's ``put`` to the first token's), the time per output token as
+(``generate`` copies each token to the host for a streamer: a small copy beside the per-token sync
+it makes anyway, its EOS check.) From those: TTFT (the prompt's ``put`` to the first token's), the time per output token as
 NVIDIA's TPOT counts it ((end - first token) / (tokens - 1)), each inter-token gap (vLLM's ITL
 list) and the end-to-end time. The case is then run once more under torch.profiler
 (``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.gz`` (on the CPU the quickest of three profiled
