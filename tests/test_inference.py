@@ -286,3 +286,15 @@ def test_a_trace_that_starts_mid_generation_says_so(traces):
     assert f.forwards.height == 15 and (f.forwards["phase"] == "decode").all() and f.found
     assert f.latency["ttft_ms"] is None and f.latency["e2e_ms"] is None and f.latency["tpot_ms"] > 0
     assert any("starts inside a generation" in m for m in f.missing)
+
+
+def test_shapes_that_are_not_shapes_are_left_out(traces):
+    """A damaged trace's Input Dims (strings, deeper lists) never fail the report."""
+    t = traces["cache-b1"]
+    bad = pl.when(pl.col("name") == "aten::linear").then(pl.lit('[["a"],[[1,[2]]]]')).otherwise(pl.col("input_dims"))
+    hostile = type(t)(t.gpu, t.cpu.with_columns(bad.alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
+    inf = Context(hostile).inference
+    # no aten::linear with readable shapes: the aten::mm under each gives the same forwards
+    assert inf.found and inf.forwards.height == 20 and (inf.forwards["weight_bytes"] == _weights_bytes()).all()
+    everything = hostile.cpu.with_columns(pl.lit('[["a"]]').alias("input_dims"))
+    assert "inference" not in proflab.analyze(type(t)(t.gpu, everything, t.steps, t.devices, t.meta, t.comms)).summary

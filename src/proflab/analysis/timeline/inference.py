@@ -138,7 +138,9 @@ _PER_FORWARD = 64  # rows of the per-forward table a report carries
 def _shaped(cpu: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
     """The first of ``names`` the trace has with input shapes, its dims decoded."""
     for n in names:
-        r = cpu.filter((pl.col("name") == n) & pl.col("input_dims").is_not_null())
+        # only lists of integer lists decode as shapes: a damaged or hostile trace's other values
+        # (strings, deeper nesting) are left out rather than fail the report
+        r = cpu.filter((pl.col("name") == n) & pl.col("input_dims").str.contains(r"^\[(?:\[[0-9,]*\],?)*\]$"))
         if r.height:
             # the outermost call only: autocast re-dispatches an operator inside itself (aten::linear
             # within aten::linear), and the inner call is the same GEMM
