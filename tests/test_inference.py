@@ -298,3 +298,20 @@ def test_shapes_that_are_not_shapes_are_left_out(traces):
     assert inf.found and inf.forwards.height == 20 and (inf.forwards["weight_bytes"] == _weights_bytes()).all()
     everything = hostile.cpu.with_columns(pl.lit('[["a"]]').alias("input_dims"))
     assert "inference" not in proflab.analyze(type(t)(t.gpu, everything, t.steps, t.devices, t.meta, t.comms)).summary
+
+
+def test_on_a_gpu_recompute_is_claimed_only_where_its_kernels_do_the_work(traces):
+    """Without a cache on a GPU, a forward's kernels at one token take at least a short kernel's
+    time: where they already do (3 us each), recomputing costs nothing and nothing is claimed;
+    where they are long (120 us), the saving is theirs."""
+    short = proflab.analyze(_on_a_gpu(traces["nocache-b4"], kernel_us=3.0, sync=False))
+    assert not [f for f in short.findings if f.category == "kv_cache_recompute"]
+    assert any(m["signal"] == "recompute cost" for m in short.to_dict()["missing"])
+    t = _on_a_gpu(traces["nocache-b4"], kernel_us=120.0, sync=False)
+    (f,) = [f for f in proflab.analyze(t).findings if f.category == "kv_cache_recompute"]
+    inf = Context(t).inference
+    dec = inf.forwards.filter(pl.col("recompute"))
+    # each forward keeps its host time and 17 kernels of at most 5 us: the rest of its kernel time goes
+    kept_ms = float((dec["interval_ms"] - dec["gpu_ms"]).clip(0).sum()) + dec.height * 17 * 5e-3
+    assert f.evidence["time_basis"] == "GPU kernel time"
+    assert f.est_gain_ms == pytest.approx(float(dec["interval_ms"].sum()) - kept_ms, rel=0.02)

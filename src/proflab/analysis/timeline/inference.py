@@ -59,6 +59,7 @@ import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.timeline.compiled import region_spans
+from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
@@ -95,6 +96,7 @@ class Inference:
     memory: dict[str, Any] = field(default_factory=dict)
     phases_from: str = "none"
     dtype: str | None = None
+    kernel_floor_ns: float | None = None  # the least a kernel takes in this trace (its 5th percentile, at most 5 us)
     missing: tuple[str, ...] = ()
 
     @property
@@ -243,15 +245,19 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         kr = kernel_rows.select("correlation", "start_ns", "dur_ns").join(
             launches.select("correlation", "launch_start_ns"), on="correlation", how="inner")
         kr = kr.with_columns(pl.Series("fw", forward_of(kr["launch_start_ns"])))
-        gk = kr.filter(pl.col("fw") < n).group_by("fw").agg(pl.col("dur_ns").sum().alias("gpu_ns"),
+        gk = kr.filter(pl.col("fw") < n).group_by("fw").agg(pl.col("dur_ns").sum().alias("gpu_ns"), pl.len().alias("kernels"),
                                                            (pl.col("start_ns") + pl.col("dur_ns")).max().alias("gpu_end_ns"))
+        # what a kernel takes at least here: the trace's shortest kernels, at most a short kernel's time
+        kernel_floor_ns = min(float(kr["dur_ns"].quantile(0.05) or 0.0), float(SHORT_KERNEL_NS))
         frame = frame.join(gk.rename({"fw": "index"}), on="index", how="left")
     else:
         if trace.has_gpu:
             missing.append("kernels carry no correlation to a host launch: each forward's GPU time is unknown")
         else:
             missing.append("no GPU work in the trace (a CPU run): no GPU time per forward")
-        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("gpu_ns"), pl.lit(None, pl.Int64).alias("gpu_end_ns"))
+        frame = frame.with_columns(pl.lit(None, pl.Int64).alias("gpu_ns"), pl.lit(None, pl.Int64).alias("gpu_end_ns"),
+                                   pl.lit(None, pl.UInt32).alias("kernels"))
+        kernel_floor_ns = None
     frame = frame.with_columns(pl.max_horizontal("end_host_ns", "gpu_end_ns").alias("end_ns"))
     # the host events the profiler recorded in each forward (its own cost scales with them)
     ev = trace.cpu.filter(pl.col("tid") == tid).select("cat", "start_ns")
@@ -275,7 +281,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         ((pl.col("end_ns") - pl.col("end_ns").shift(1).over("generation").fill_null(pl.col("start_ns").first().over("generation")))
          / 1e6).alias("interval_ms"),
         "weight_bytes", "kv_bytes", "flops", "gemm_flops", "att_flops", (pl.col("shaped_ns") / 1e6).alias("shaped_ms"),
-        "events", "py_events", "op_ms", "top_ops",
+        "events", "py_events", "op_ms", "top_ops", "kernels",
     )
     dev = trace.devices.head(1).to_dicts()[0] if trace.devices.height else {}
     peaks = datasheet_peaks(dev.get("name"), dev.get("sm_count")) if dev.get("name") else None
@@ -297,6 +303,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         memory=_memory(frame),
         phases_from=phases_from,
         dtype=dtype,
+        kernel_floor_ns=kernel_floor_ns,
         missing=tuple(missing),
     )
 
@@ -502,7 +509,8 @@ def recompute_cost(inf: Inference) -> dict[str, Any] | None:
     from its own shapes and times (derived): a cached forward computes one position instead of
     ``q_len``, so its GEMMs' FLOPs are ``1/q_len`` of these and its attention's one query row. The
     time that scales with that work: on a GPU the forward's kernel time (``gpu_ms``), scaled by the
-    FLOP ratio but never below reading the weights once at the device's HBM peak (where known), the
+    FLOP ratio but never below reading the weights once at the device's HBM peak (where known) nor
+    its kernels' count times the least a kernel takes in the trace (``kernel_floor_ns``), the
     rest of the interval (launches, the host) staying; on a CPU the time inside the forward's
     outermost operators (``op_ms``, below), the rest staying. Returns the forwards, the contexts, the
     measured and predicted cached intervals and the saving (ms), or None without a recomputing
@@ -522,7 +530,10 @@ def recompute_cost(inf: Inference) -> dict[str, Any] | None:
     gpu = f["gpu_ms"].is_not_null().any()
     peak = inf.utilisation.get("hbm_peak_gbps")
     if gpu:
-        floor = (pl.col("weight_bytes") / (peak * 1e9) * 1e3) if peak else pl.lit(0.0)
+        # not below reading the weights once, nor below each kernel's least time (kernels at one
+        # token are latency-bound: a recompute of short kernels saves nothing)
+        floor = pl.max_horizontal((pl.col("weight_bytes") / (peak * 1e9) * 1e3) if peak else pl.lit(0.0),
+                                  pl.col("kernels").fill_null(0) * (inf.kernel_floor_ns or 0.0) / 1e6)
         scaled = pl.col("gpu_ms").fill_null(0)
         cached = (pl.col("interval_ms") - scaled).clip(0.0) + pl.max_horizontal(scaled * ratio, floor)
     else:
