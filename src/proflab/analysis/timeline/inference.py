@@ -10,9 +10,10 @@ are found from what the trace records:
 - **Phases.** From named ranges where the program or its engine names them (``PHASE_RANGES``:
   ``prefill``/``decode`` as words, TensorRT-LLM's context and generation phases: a forward whose
   token comes inside one takes its phase; Hugging Face's ``generate()`` names none, and vLLM's
-  ranges name the model runner's stages, not phases), otherwise from the attention's shapes (``aten::scaled_dot_product_attention`` and the
-  flash/efficient kernels' operators: query ``[batch, heads, q, head_dim]``, key and value
-  ``[batch, kv_heads, kv, head_dim]``): the first forward of a sequence is its prefill; a forward
+  ranges name the model runner's stages, not phases), otherwise from the attention's shapes
+  (``aten::scaled_dot_product_attention`` and the flash/efficient kernels' operators: query
+  ``[batch, heads, q, head_dim]``, key and value ``[batch, kv_heads, kv, head_dim]``): the first
+  forward of a sequence is its prefill; a forward
   of query length 1 is a decode; a forward whose query is the whole context, one longer than the
   forward before it, is a decode that recomputed its context (no KV cache: ``recompute``). Without
   attention shapes (a serving engine's own attention operator) the GEMMs' rows computed per row
@@ -207,9 +208,11 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         # a host time before the i-th head's end belongs to forward i; after the last, to none
         return np.searchsorted(bounds, t.to_numpy(), side="left")
 
-    dtype = g["input_types"].drop_nulls().str.split(",").list.first().mode().sort()[0] if g["input_types"].is_not_null().any() else None
+    types = g["input_types"].drop_nulls()
+    dtype = types.str.split(",").list.first().mode().sort()[0] if types.len() else None
+    weight_elem = _elem_bytes(pl.col("input_types"), 1).fill_null(_BYTES.get(dtype or "", 0))
     g = g.with_columns(pl.Series("fw", forward_of(g["start_ns"])),
-                       (pl.col("n") * pl.col("k") * _elem_bytes(pl.col("input_types"), 1).fill_null(_BYTES.get(dtype or "", 0))).alias("w_bytes"),
+                       (pl.col("n") * pl.col("k") * weight_elem).alias("w_bytes"),
                        (2 * pl.col("m") * pl.col("n") * pl.col("k")).cast(pl.Float64).alias("flops"))
     per = g.filter(pl.col("fw") < n).group_by("fw").agg(
         pl.col("w_bytes").sum().alias("weight_bytes"), pl.col("flops").sum(), pl.col("dur_ns").sum().alias("shaped_ns"),
