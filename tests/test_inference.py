@@ -315,3 +315,16 @@ def test_on_a_gpu_recompute_is_claimed_only_where_its_kernels_do_the_work(traces
     kept_ms = float((dec["interval_ms"] - dec["gpu_ms"]).clip(0).sum()) + dec.height * 17 * 5e-3
     assert f.evidence["time_basis"] == "GPU kernel time"
     assert f.est_gain_ms == pytest.approx(float(dec["interval_ms"].sum()) - kept_ms, rel=0.02)
+
+
+def test_with_a_step_a_token_the_decode_fixes_are_replayed(traces):
+    """A loop that calls proflab.step() (or prof.step()) once a token: the what-if model replays
+    each token with the decode findings' fixes (CUDA graph, no per-token sync), per step."""
+    g = _on_a_gpu(traces["cache-b4"], kernel_us=3.0, sync=True)
+    f = Context(g).inference.forwards
+    steps = pl.DataFrame({"step": range(f.height), "start_ns": f["start_ns"], "end_ns": f["end_ns"]}).cast(g.steps.schema)
+    rep = proflab.analyze(type(g)(g.gpu, g.cpu, steps, g.devices, g.meta, g.comms))
+    found = {x.id: x for x in rep.findings}
+    for fid in ("decode_launch_bound", "per_token_sync"):
+        assert found[fid].prediction["model"] == "replay" and 0 < found[fid].est_gain_ms < float(f["interval_ms"].median())
+    assert rep.summary["inference"]["forwards"] == 20
