@@ -165,3 +165,55 @@ def test_proflab_busy_is_no_safe_point(tmp_path):
     rt = _runtime(tmp_path, os.getpid())
     rt._busy = 1
     assert rt._not_a_safe_point() == "proflab itself was busy"
+
+
+def test_without_steps_the_time_window_starts_soon_after_the_first_cuda_work(tmp_path, monkeypatch):
+    """Window auto: a program that never steps gets its time window _CUDA_GRACE_S after its CUDA
+    context first exists (a 3 s inference benchmark is recorded), not delay_s after the torch
+    import; before the context exists the timer only polls. A step in the grace claims the window."""
+    import signal
+    import types
+
+    clock = [100.0]
+    monkeypatch.setattr(_child.time, "perf_counter", lambda: clock[0])
+    timers: list[float] = []
+    monkeypatch.setattr(_child.signal, "setitimer", lambda which, s: timers.append(s))
+    monkeypatch.setattr(_child.signal, "signal", lambda *a: None)
+    monkeypatch.setattr(_child.signal, "getsignal", lambda *a: signal.SIG_DFL)
+    cuda = types.SimpleNamespace(initialized=False, is_available=lambda: True,
+                                 is_initialized=lambda: cuda.initialized, is_current_stream_capturing=lambda: False)
+    rt = _runtime(tmp_path, 100, window="auto", delay_s=5.0, duration_s=10.0)
+    rt.torch = types.SimpleNamespace(cuda=cuda)
+    started: list[float] = []
+    monkeypatch.setattr(rt, "_alarm", lambda: started.append(clock[0]))
+    rt._arm_time_window()
+    assert timers == [_child._RETRY_S]  # polls, rather than waiting the 5 s out
+    clock[0] += 0.5
+    rt._on_alarm(14, None)
+    assert not started and timers[-1] == _child._RETRY_S
+    cuda.initialized = True  # the program's first CUDA work
+    clock[0] += 0.1
+    rt._on_alarm(14, None)
+    assert not started and rt._cuda_since == clock[0]
+    clock[0] += _child._CUDA_GRACE_S
+    rt._on_alarm(14, None)
+    assert started == [clock[0]] and clock[0] - 100.0 < 5.0
+
+    # a step within the grace: the step window records, no time window
+    rt = _runtime(tmp_path, 101, window="auto", delay_s=5.0, duration_s=10.0)
+    rt.torch = types.SimpleNamespace(cuda=cuda)
+    started.clear()
+    monkeypatch.setattr(rt, "_alarm", lambda: started.append(clock[0]))
+    rt._arm_time_window()
+    rt._on_alarm(14, None)
+    rt.steps = 1
+    clock[0] += 2 * _child._CUDA_GRACE_S
+    rt._on_alarm(14, None)
+    assert not started and rt._alarm_phase is None
+
+    # no CUDA at all (a CPU build): the window waits delay_s as before
+    timers.clear()
+    rt = _runtime(tmp_path, 102, window="auto", delay_s=5.0, duration_s=10.0)
+    rt.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: False))
+    rt._arm_time_window()
+    assert timers == [5.0]

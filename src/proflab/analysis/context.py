@@ -189,6 +189,15 @@ class Context:
 
         return region_spans(self.trace)
 
+    @_table
+    def inference(self):
+        """The generation loop's forwards, phases, latency and bandwidth (see ``timeline.inference``)."""
+        from proflab.analysis.timeline.inference import Inference, inference_view
+
+        if self.part_digest is not None:  # a generation's forwards would be cut at the parts' seams
+            return Inference(pl.DataFrame(), missing=("a trace read in parts: the generation loop is not analysed",))
+        return inference_view(self.trace, self.launches, self.kernel_rows if self.trace.has_gpu else None)
+
     @property
     def has_launch_links(self) -> bool:
         """Whether host launch calls carry correlation ids that match GPU work."""

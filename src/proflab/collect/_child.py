@@ -10,7 +10,9 @@ a program that does not use torch runs unaffected. Once torch is in:
 - window ``auto`` (default): a torch.profiler with ``schedule(wait, warmup, active)`` steps on
   every ``proflab.step()`` or, when the program never calls it, on its first optimizer's
   ``step()`` (the global optimizer step hook). If no step comes within ``delay_s`` of the
-  torch import, a time window of ``duration_s`` is recorded instead (a SIGALRM timer, because
+  torch import (or ``_CUDA_GRACE_S`` after the program's first CUDA work, its CUDA context, where
+  that comes sooner: a short inference benchmark), a time window of ``duration_s`` is recorded
+  instead (a SIGALRM timer, because
   torch.profiler records the ops of the thread that starts it: the main thread). The timer
   only asks: the profiler starts (or stops) at the first safe point, never while an import
   is in progress (starting torch.profiler imports torch modules; inside a half-run import
@@ -69,6 +71,11 @@ CONFIG_ENV = "PROFLAB_RUN_CONFIG"
 
 _TORCH_LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch", "torchrun")
 _RETRY_S = 0.1  # how soon a time window that met no safe point asks again
+# window auto without steps: the time window starts this long after the program's first CUDA work
+# (its CUDA context), unless a step comes first, rather than delay_s after the torch import: a
+# 3 s inference benchmark then leaves a trace. The wait lets a training loop that steps soon after
+# its context exists claim its step window first, as it did before (no startup trace for it).
+_CUDA_GRACE_S = 1.0
 _STEP_TIMES = 20_000  # step intervals kept for the unprofiled step time
 _STEP_WARMUP = 3  # the program's first steps (compilation, allocator warm-up) are not timed
 _STEP_LIST = 2_000  # step times kept in processes/<pid>.json per label
@@ -400,6 +407,8 @@ class Runtime:
         self._deferred_s = 0.0  # time the time window waited for a safe point
         self._deferred_why: list[str] = []  # each reason the time window waited, first seen first
         self._deferred_since: float | None = None
+        self._armed_at: float | None = None  # when the time window's timer was armed (auto: polls CUDA)
+        self._cuda_since: float | None = None  # when the poll first saw the program's CUDA context
         self._outer_import_frames: list = []  # imports that enclose the program's `import torch`
         self._outer_importing: set[str] = set()
         self._exports: list[threading.Thread] = []
@@ -1042,10 +1051,39 @@ class Runtime:
             return
         signal.signal(signal.SIGALRM, self._on_alarm)
         self._alarm_phase = "start"
+        self._armed_at = time.perf_counter()
         if delay <= 0 and self.window == "time":
             self._on_alarm(signal.SIGALRM, None)
+        elif self.window == "auto" and self._cuda_possible():
+            signal.setitimer(signal.ITIMER_REAL, min(_RETRY_S, max(delay, 1e-3)))  # polls for the first CUDA work
         else:
             signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-3))
+
+    def _cuda_possible(self) -> bool:
+        try:
+            return bool(self.torch.cuda.is_available())
+        except Exception:
+            return False
+
+    def _wait_for_cuda(self) -> bool:
+        """Window auto, no step yet, polling: whether the time window should wait longer (and the
+        timer is re-armed). It starts ``_CUDA_GRACE_S`` after the program's CUDA context first
+        exists, or ``delay_s`` after the torch import, whichever comes first."""
+        if self._armed_at is None or not self._cuda_possible():
+            return False
+        now = time.perf_counter()
+        left = float(self.cfg.get("delay_s") or 0.0) - (now - self._armed_at)
+        try:
+            if self._cuda_since is None and self.torch.cuda.is_initialized():
+                self._cuda_since = now
+        except Exception:
+            pass
+        if self._cuda_since is not None:
+            left = min(left, _CUDA_GRACE_S - (now - self._cuda_since))
+        if left <= 0:
+            return False
+        signal.setitimer(signal.ITIMER_REAL, min(_RETRY_S, left))
+        return True
 
     def _on_alarm(self, signum, frame) -> None:
         # A signal handler: whatever it raises surfaces in the program's own code. It may
@@ -1055,6 +1093,8 @@ class Runtime:
             if self._deferred_since is not None:  # it waited, and the steps came first
                 self._deferred_s += time.perf_counter() - self._deferred_since
             self._alarm_phase, self._deferred_since = None, None  # steps came: no fallback needed
+            return
+        if self._alarm_phase == "start" and self.window == "auto" and self._deferred_since is None and self._wait_for_cuda():
             return
         try:
             why = self._not_a_safe_point()
@@ -1096,8 +1136,9 @@ class Runtime:
             self._provisional = self.window == "auto"
             self._note_cuda_at_start()
             self.notes.append(
-                f"no training step within {self.cfg.get('delay_s')} s of the torch import: "
-                f"recorded a time window of {self.cfg.get('duration_s')} s instead"
+                (f"no training step within {_CUDA_GRACE_S:g} s of the first CUDA work" if self._cuda_since is not None
+                 else f"no training step within {self.cfg.get('delay_s')} s of the torch import")
+                + f": recorded a time window of {self.cfg.get('duration_s')} s instead"
                 if self.window == "auto" else "recorded a time window"
             )
             self._alarm_phase = "stop"
@@ -1258,7 +1299,8 @@ class Runtime:
             return (
                 f"the program made {self.steps} step(s) ({self.step_source or 'none seen'}); the step window "
                 f"records from step {need}"
-                + ("" if self.window == "steps" else f", and it ended before the time window ({self.cfg.get('delay_s')} s after the torch import)")
+                + ("" if self.window == "steps" else f", and it ended before the time window ({self.cfg.get('delay_s')} s after the "
+                   f"torch import, or {_CUDA_GRACE_S:g} s after its first CUDA work)")
             )
         if self.window == "capture":
             return "no proflab.capture() block ran"

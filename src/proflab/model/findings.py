@@ -24,6 +24,8 @@ CATEGORIES = (
     "memory_leak", "memory_fragmentation", "memory_headroom",
     # compiled code
     "graph_breaks", "recompiles", "cudagraph_skipped",
+    # inference (timeline categories apply per phase, in ``where``)
+    "kv_cache_recompute", "padding_waste",
     "healthy",
 )  # fmt: skip
 

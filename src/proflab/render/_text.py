@@ -11,7 +11,7 @@ from proflab.analysis.labels import kernel_label  # the renderers' label for a k
 
 __all__ = ["shorten", "shorten_middle", "fmt_num", "fmt_bytes", "fmt_flops", "flops_scale", "evidence_lines", "evidence_items",
            "evidence_label", "evidence_value", "evidence_row_text", "evidence_table_rows", "evidence_markdown", "kernel_label", "is_scope_note", "printable", "esc",
-           "unprofiled_steps", "gain_text", "combined_text", "glue_units", "UNIT_GLUE"]
+           "unprofiled_steps", "gain_text", "combined_text", "compiled_text", "inference_lines", "glue_units", "UNIT_GLUE"]
 
 
 def printable(obj: Any) -> Any:
@@ -271,7 +271,8 @@ def gain_text(f: dict, per: str | None = "step") -> str:
     if p.get("model") == "none":
         return p.get("why") or "no gain is predicted"
     unit = "a step" if per == "step" else "over the window"
-    how = "replayed" if p.get("model") == "replay" else "from idle time" if p else "estimated"
+    how = ("replayed" if p.get("model") == "replay" else "from the work ratio" if p.get("model") == "work ratio"
+           else "from idle time" if p else "estimated")
     # (a replayed gain is a share of the bare step; an idle-time one of the profiled window it was idle in)
     share = "of the bare step" if per == "step" and how == "replayed" else "of the window"
     text = f"predicted ({how}): saves {fmt_num(f['est_gain_ms'])} ms {unit} ({fmt_num(f['est_gain_pct'])}% {share})"
@@ -345,3 +346,42 @@ def evidence_markdown(evidence: dict) -> list[str]:
         out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in cells]
         out.append("")
     return out
+
+
+def inference_lines(summary: dict) -> list[str]:
+    """A generation loop's figures in a few lines (``summary["inference"]``): phases, latency
+    (profiled, with its convention), decode bandwidth and MBU, prefill MFU, the KV cache."""
+    inf = summary.get("inference")
+    if not inf:
+        return []
+    lat, util, mem = inf.get("latency") or {}, inf.get("utilisation") or {}, inf.get("memory") or {}
+    ph = inf.get("phases") or {}
+    n = lambda v, unit="": "n/a" if v is None else f"{fmt_num(v)}{unit}"  # noqa: E731
+    lines = [f"Inference: {fmt_num(inf['forwards'])} forwards in {fmt_num(inf['generations'])} generation(s), "
+             f"{fmt_num(ph.get('prefill', 0))} prefill + {fmt_num(ph.get('decode', 0))} decode (phases from {inf['phases_from']})"
+             + (f", batch {lat['batch']}" if lat.get("batch") else "")
+             + (f"; {fmt_num(inf['recomputed_forwards'])} decode forwards recomputed their context" if inf.get("recomputed_forwards") else "")]
+    lines.append(f"  {lat.get('timing', 'profiled')}: TTFT {n(lat.get('ttft_ms'), ' ms')}, TPOT {n(lat.get('tpot_ms'), ' ms')} "
+                 f"(ITL median {n(lat.get('itl_median_ms'), ' ms')}, p90 {n(lat.get('itl_p90_ms'), ' ms')}), "
+                 f"end-to-end {n(lat.get('e2e_ms'), ' ms')}, {n(lat.get('output_tokens_per_s'))} output tokens/s")
+    rng = lat.get("unprofiled_itl_median_ms_range")
+    if rng:
+        ttft = lat.get("unprofiled_ttft_ms_range")
+        lines.append(f"  unprofiled (estimated): inter-token {fmt_num(rng[0])}-{fmt_num(rng[1])} ms"
+                     + (f", TTFT {fmt_num(ttft[0])}-{fmt_num(ttft[1])} ms" if ttft else ""))
+    dec, pre = util.get("decode") or {}, util.get("prefill") or {}
+    if dec:
+        b = (dec.get("weight_bytes_per_forward") or 0) + (dec.get("kv_bytes_per_forward") or 0)
+        lines.append(f"  decode reads {fmt_bytes(b)} a token (weights + KV): {n(dec.get('achieved_gbps'), ' GB/s')}"
+                     + (f", MBU {fmt_num(dec['mbu_pct'])}% of {fmt_num(dec['hbm_peak_gbps'])} GB/s" if dec.get("mbu_pct") is not None else ", MBU n/a (no device peak)")
+                     + (f"; GPU busy {fmt_num(dec['gpu_busy_pct'])}% of each token" if dec.get("gpu_busy_pct") is not None else ""))
+    if pre:
+        lines.append(f"  prefill: {n(pre.get('achieved_tflops'), ' TFLOP/s')}"
+                     + (f", MFU {fmt_num(pre['mfu_pct'])}%" if pre.get("mfu_pct") is not None else ", MFU n/a (no device peak)")
+                     + f" ({pre.get('time_basis')})")
+    if mem.get("kv_cache_bytes") is not None:
+        lines.append(f"  KV cache: {fmt_bytes(mem['kv_cache_bytes'])} at {fmt_num(mem['kv_len'])} tokens"
+                     + (" (static: allocated up front)" if mem.get("static") else f", +{fmt_bytes(mem['growth_bytes_per_token'])} a token"))
+    elif mem.get("why"):
+        lines.append(f"  KV cache: {mem['why']}")
+    return lines

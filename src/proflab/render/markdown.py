@@ -8,6 +8,7 @@ from proflab.render._text import (
     evidence_markdown,
     fmt_num,
     gain_text,
+    inference_lines,
     is_scope_note,
     kernel_label,
     observer_line,
@@ -55,6 +56,9 @@ def render_markdown(report) -> str:
     for m in d.get("memcpy") or []:
         lines.append(f"- Copies {esc(m['direction'])} ({esc(m['memory'])}): {fmt_num(m['count'])}, {fmt_num(m['bytes'])} bytes, "
                      f"{fmt_num(m['time_ms'])} ms, {fmt_num(m['achieved_gbps'])} GB/s")
+    inference = inference_lines(d["summary"])
+    if inference:  # a generation loop's figures, as the terminal says them
+        lines += ["", "## Inference", "", *(f"- {esc(x.strip())}" for x in inference)]
     lines += ["", "## Findings", ""]
     if (together := combined_text(d["summary"])):
         lines += [esc(together), ""]

@@ -18,6 +18,7 @@ from proflab.render._text import (
     UNIT_GLUE,
     combined_text,
     compiled_text,
+    inference_lines,
     evidence_lines,
     fmt_bytes,
     fmt_num,
@@ -243,6 +244,7 @@ def _body(d: dict, width: int) -> Group:
             + (f", {fmt_num(m['achieved_gbps'])} GB/s" if m.get("achieved_gbps") is not None
                and (m.get("bytes") or 0) >= m["count"] * 65536 else "")
         ), 2))
+    parts.extend(_inference_section(d["summary"]))
     parts.append(Text(""))
     parts.append(Text("Findings, largest predicted gain first", style="bold underline"))
     if not d["findings"]:
@@ -457,3 +459,9 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
         out += [_line(f"note: {c}") for c in d["caveats"]]
     console.print(Group(*out))
     return "\n".join(line.rstrip() for line in buf.getvalue().replace(UNIT_GLUE, " ").splitlines()) + "\n"
+
+
+def _inference_section(summary: dict) -> list:
+    """A generation loop's figures (``render._text.inference_lines``): its own section, so that it
+    moves as one piece."""
+    return [_line(x) for x in inference_lines(summary)]

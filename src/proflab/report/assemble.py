@@ -67,6 +67,11 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         summary["compiled"] = compiled.to_dict()
         for why in compiled.missing:
             ctx.note_missing("compiled regions", why, "the split of compiled and eager work")
+    inference = ctx.inference
+    if inference.found:  # a generation loop's tokens, phases and bandwidth (analysis.timeline.inference)
+        summary["inference"] = inference.to_dict()
+        for why in inference.missing:
+            ctx.note_missing("inference signals", why, "the inference figures it names")
     perf = _perf(ctx)
     summary["gain_per"] = "step" if summary.get("step_count") else "window"
     if predicted is not None:

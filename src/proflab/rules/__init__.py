@@ -9,7 +9,7 @@ from __future__ import annotations
 from proflab.analysis.context import Context
 from proflab.model import Trace
 from proflab.model.findings import Finding
-from proflab.rules import compiled, host, memcpy, tensor_cores, utilization
+from proflab.rules import compiled, host, inference, memcpy, tensor_cores, utilization
 from proflab.rules._common import predicted
 
 __all__ = ["RULES", "run_rules"]
@@ -27,6 +27,11 @@ RULES = (
     compiled.graph_breaks,
     compiled.recompiles,
     compiled.cudagraph_skipped,
+    inference.kv_cache_recompute,
+    inference.decode_launch_bound,
+    inference.per_token_sync,
+    inference.decode_far_from_roof,
+    inference.padding_waste,
 )
 
 
