@@ -29,8 +29,9 @@ def recorded(request, tmp_path_factory):
 
 def test_proflab_leaves_the_program_compiled_and_as_fast(recorded):
     variant, _, r = recorded
-    assert r["counters_under_proflab"].get("frames") == r["counters_plain"].get("frames")
-    assert r["counters_under_proflab"].get("graph_break") == r["counters_plain"].get("graph_break")
+    # (an empty counter is Dynamo's defaultdict touched by a cache miss: the same as none)
+    for key in ("frames", "graph_break", "recompiles"):
+        assert (r["counters_under_proflab"].get(key) or {}) == (r["counters_plain"].get(key) or {}), key
     plain = sorted(r["plain_median_ms"])
     # the program's own timer under proflab, within the spread of its two plain runs and 10 %
     assert plain[0] * 0.9 <= r["program_median_under_proflab_ms"] <= plain[1] * 1.1
