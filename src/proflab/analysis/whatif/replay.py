@@ -12,11 +12,19 @@ The critical path is what this walk follows; a fix that does not shorten it gain
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph
+
+# Imported by name, as the readers' compiled decoder is (a compiled module has no source for
+# the layer contract to read).
+try:
+    _native = importlib.import_module("proflab.analysis.whatif._replay")
+except ImportError:  # built without a C compiler: the walk runs in Python (the same result, slower)
+    _native = None
 
 __all__ = ["Plan", "Timeline", "replay", "SYNC_OVERHEAD_NS"]
 
@@ -85,11 +93,47 @@ class Timeline:
 
 
 def replay(g: StepGraph, p: Plan) -> Timeline:
+    """``g`` walked with the durations of ``p`` (the compiled walk where it was built, else
+    the same walk in Python: they give the same floats, bit for bit)."""
     n, m = g.n_calls, g.op_start.size
     call_start = np.zeros(n)
     op_start = np.full(m, np.nan)
     op_end = np.full(m, np.nan)
     op_ready = np.full(m, np.nan)
+    if _native is not None:
+        ptr, ops = _call_ops(g)
+        streams, stream_ix = np.unique(p.op_stream, return_inverse=True)
+        _native.walk(
+            _f64(p.work), _f64(p.call_dur), np.ascontiguousarray(p.call_kind, dtype=np.int8), ptr, ops, _f64(p.op_dur),
+            np.ascontiguousarray(p.op_alive, dtype=bool), stream_ix.astype(np.int64).reshape(-1), int(streams.size),
+            np.ascontiguousarray(p.op_dep, dtype=np.int64), np.ascontiguousarray(p.op_free, dtype=bool), _f64(p.op_not_before),
+            _f64(g.op_gap), float(g.latency_ns), float(g.wake_ns), float(SYNC_OVERHEAD_NS), (LAUNCH, SYNC, COPY, FREE),
+            call_start, op_start, op_end, op_ready,
+        )  # fmt: skip
+    else:
+        _walk_py(g, p, call_start, op_start, op_end, op_ready)
+    return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _call_ops(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's operations in operation order, as offsets and indices (``calls_of`` as
+    two arrays), made once a graph: every replay of it walks them."""
+    got = g.__dict__.get("_call_ops")
+    if got is None:
+        ops = np.argsort(g.op_call, kind="stable").astype(np.int64)
+        ptr = np.zeros(g.n_calls + 1, dtype=np.int64)
+        np.cumsum(np.bincount(g.op_call, minlength=g.n_calls), out=ptr[1:])
+        got = g.__dict__["_call_ops"] = (ptr, ops)
+    return got
+
+
+def _walk_py(g: StepGraph, p: Plan, call_start, op_start, op_end, op_ready) -> None:
+    """The walk (the module doc), filling the arrays given: the compiled one's reference, and
+    what runs where it was not built."""
     not_before = p.op_not_before
     stream_end: dict[int, float] = {}
     launched_end = 0.0  # the latest end of the work launched so far (what a sync waits for)
@@ -97,7 +141,8 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
     t = 0.0
     work, call_dur, kind = p.work, p.call_dur, p.call_kind
     op_dur, alive, streams, deps, free = p.op_dur, p.op_alive, p.op_stream, p.op_dep, p.op_free
-    for i in range(n):
+    ptr, ops = _call_ops(g)
+    for i in range(g.n_calls):
         t += work[i]
         cs = t
         call_start[i] = cs
@@ -105,7 +150,7 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
         if k == LAUNCH or k == COPY:
             last = cs
             gap = g.op_gap
-            for j in g.calls_of[i]:
+            for j in ops[ptr[i] : ptr[i + 1]]:
                 if not alive[j]:
                     continue
                 s = streams[j]
@@ -126,7 +171,6 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
             t = max(cs + min(call_dur[i], SYNC_OVERHEAD_NS), launched_end + wake)
         else:
             t = cs + call_dur[i]
-    return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
 
 
 def _step_ms(g: StepGraph, p: Plan, op_start: np.ndarray) -> dict[int, float]:
