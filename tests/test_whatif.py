@@ -34,7 +34,6 @@ def _graph(calls, ops, steps=(1, 2, 3)) -> StepGraph:
     dur = np.array([c[2] * US for c in calls], dtype=np.int64)
     start = np.cumsum(work + np.concatenate([[0], dur[:-1]]))
     op_call = np.array([o[0] for o in ops], dtype=np.int64)
-    calls_of = [[j for j, o in enumerate(ops) if o[0] == i] for i in range(n)]
     zeros = np.zeros(n, dtype=np.int64)
     return StepGraph(
         device=0, steps=list(steps), call_start=start, call_dur=dur, call_kind=kind, call_name=np.array(["call"] * n, dtype=object),
@@ -45,7 +44,7 @@ def _graph(calls, ops, steps=(1, 2, 3)) -> StepGraph:
         op_pageable=np.zeros(len(ops), dtype=bool), op_bytes=np.zeros(len(ops), dtype=np.int64), op_comm=np.zeros(len(ops), dtype=bool),
         op_copy=np.array([None] * len(ops), dtype=object), op_gap=np.zeros(len(ops), dtype=np.int64),
         op_comm_bytes=np.zeros(len(ops), dtype=np.int64), latency_ns=5 * US,
-        wake_ns=2 * US, calls_of=calls_of,
+        wake_ns=2 * US,
     )  # fmt: skip
 
 

@@ -40,7 +40,7 @@ import re
 
 import numpy as np
 
-from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph, call_ops
 from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
 from proflab.model.findings import FIX_KINDS as KINDS
 from proflab.model.findings import Fix
@@ -82,6 +82,18 @@ def _distinct_names(g: StepGraph) -> tuple[list[str], np.ndarray]:
                           count=len(g.op_name))
         got = g.__dict__["_distinct_names"] = (list(seen), inv)
     return got
+
+
+def _sums(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sum of each run of ``d`` from each of ``starts`` to the next, each as ``.sum()``
+    adds it: ``np.add.reduceat`` adds in order, ``sum`` pairwise, and the predictions stay
+    the same to the last bit. Rows of one length summed at once (a loop over the lengths)."""
+    size = np.diff(np.append(starts, d.size))
+    out = np.empty(starts.size)
+    for n in np.unique(size).tolist():
+        at = np.flatnonzero(size == n)
+        out[at] = d[starts[at][:, None] + np.arange(n)].sum(axis=1)
+    return out
 
 
 def _library(g: StepGraph) -> np.ndarray:
@@ -128,13 +140,15 @@ class _Apply:
         opt = g.call_optimizer & (g.call_step >= 0)
         if not opt.any():
             return
+        _, by_call = call_ops(g)  # (operations in call order: the fused kernel is the first of the longest)
         for s in np.unique(g.call_step[opt]):
-            calls = np.flatnonzero(opt & (g.call_step == s))
-            ops = [j for c in calls for j in g.calls_of[c] if q.op_alive[j]]
+            in_step = opt & (g.call_step == s)
+            calls = np.flatnonzero(in_step)
+            ops = by_call[in_step[g.op_call[by_call]] & q.op_alive[by_call]]
             q.work[calls] = 0.0
             q.call_dur[calls[1:]] = 0.0
             q.work[calls[0]] = FUSED_OPTIMIZER_NS
-            if ops:
+            if ops.size:
                 d = q.op_dur[ops]
                 keep = ops[int(np.argmax(d))]
                 q.op_alive[ops] = False
@@ -145,28 +159,30 @@ class _Apply:
     def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
         inside = (g.call_step >= 0) & ~g.call_optimizer
         fusible = _names(g, POINTWISE_KERNEL) & ~_library(g) & inside[g.op_call]
-        # chains: consecutive fusible operations of a step and stream in launch order
+        # chains: runs of fusible operations of one step and stream, consecutive in launch order
         order = np.lexsort((g.op_start, g.call_start[g.op_call]))
-        prev_key = None
-        chain: list[int] = []
-
-        def close() -> None:
-            if len(chain) > 1:
-                d = q.op_dur[chain]
-                keep = chain[int(np.argmax(d))]
-                q.op_alive[chain] = False
-                q.op_alive[keep] = True
-                q.op_dur[keep] = d.max() + FUSED_REST * (d.sum() - d.max())
-
-        for j in order:
-            key = (int(g.call_step[g.op_call[j]]), int(g.op_stream[j]))
-            if fusible[j] and q.op_alive[j] and key == prev_key:
-                chain.append(int(j))
-                continue
-            close()
-            chain = [int(j)] if fusible[j] and q.op_alive[j] else []
-            prev_key = key if chain else None
-        close()
+        f = (fusible & q.op_alive)[order]
+        step, stream = g.call_step[g.op_call][order], g.op_stream[order]
+        joins = np.zeros(order.size, dtype=bool)
+        joins[1:] = f[1:] & f[:-1] & (step[1:] == step[:-1]) & (stream[1:] == stream[:-1])
+        member = np.flatnonzero(f)  # (a chain's operations are consecutive members)
+        size = np.bincount(np.cumsum(~joins[member]) - 1)
+        long = member[np.repeat(size > 1, size)]
+        if long.size:
+            head = ~joins[long]
+            chain_of = np.cumsum(head) - 1
+            at = order[long]
+            d = q.op_dur[at]
+            # per chain, its longest kernel (the first of equals) runs the fused chain
+            starts = np.flatnonzero(head)
+            longest = np.maximum.reduceat(d, starts)
+            total = _sums(d, starts)
+            is_max = np.flatnonzero(d == longest[chain_of])
+            _, first_max = np.unique(chain_of[is_max], return_index=True)
+            keep = at[is_max[first_max]]
+            q.op_alive[at] = False
+            q.op_alive[keep] = True
+            q.op_dur[keep] = longest + FUSED_REST * (total - longest)
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
         # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -30,7 +30,7 @@ import polars as pl
 from proflab.analysis.timeline.calls import IS_CALL
 from proflab.analysis.timeline.gaps import _SYNC_CALL
 
-__all__ = ["StepGraph", "build_graph", "concat", "kept", "calls_of_ops", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
+__all__ = ["StepGraph", "build_graph", "concat", "kept", "call_ops", "LAUNCH", "SYNC", "COPY", "FREE", "OTHER", "MAX_STEPS"]
 
 # call kinds
 LAUNCH, SYNC, COPY, FREE, OTHER = 0, 1, 2, 3, 4
@@ -76,7 +76,6 @@ class StepGraph:
     op_comm_bytes: np.ndarray  # a collective's payload (bytes, from record_param_comms; 0 where unknown)
     latency_ns: int  # launch to start on an idle stream (median)
     wake_ns: int  # a sync's return after the GPU drained (median)
-    calls_of: list = field(default_factory=list)  # per call, its operations' indices
     # a part of a trace analysed in parts: what its work after its last call holds (events,
     # python, loader, quiet), which the next part's first stretch of work continues
     tail: tuple = (0, 0, 0, 0)
@@ -86,18 +85,22 @@ class StepGraph:
         return int(self.call_start.size)
 
 
-def calls_of_ops(op_call: np.ndarray, n: int) -> list[list[int]]:
-    """Per call, the indices of the operations it launched (in operation order)."""
-    out: list[list[int]] = [[] for _ in range(n)]
-    for j, c in enumerate(op_call.tolist()):
-        out[c].append(j)
-    return out
+def call_ops(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Each call's operations in operation order, as offsets and indices: those of call ``i``
+    are ``ops[ptr[i]:ptr[i + 1]]``. Made once a graph (every replay and some fixes read them)."""
+    got = g.__dict__.get("_call_ops")
+    if got is None:
+        ops = np.argsort(g.op_call, kind="stable").astype(np.int64)
+        ptr = np.zeros(g.n_calls + 1, dtype=np.int64)
+        np.cumsum(np.bincount(g.op_call, minlength=g.n_calls), out=ptr[1:])
+        got = g.__dict__["_call_ops"] = (ptr, ops)
+    return got
 
 
 def kept(g: StepGraph) -> StepGraph:
     """``g`` as a part of a trace analysed in parts keeps it until all parts are replayed as
-    one (``concat`` rebuilds what it drops): without its per-call lists of operations."""
-    return dataclasses.replace(g, calls_of=[])
+    one: without what its replays added to it (``call_ops``, the fixes' name lookups)."""
+    return dataclasses.replace(g)
 
 
 def _shared(values: np.ndarray) -> np.ndarray:
@@ -218,10 +221,12 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
 
     kind = np.full(n, OTHER, dtype=np.int8)
     kind[np.unique(op_call)] = LAUNCH
-    sync = np.array([bool(re.search(_SYNC_CALL, x)) for x in names], dtype=bool)
-    kind[sync] = SYNC
-    kind[np.isin(np.arange(n), op_call[op_pageable])] = COPY
-    kind[np.array([bool(re.match(_FREE, x)) for x in names], dtype=bool)] = FREE
+    # (each pattern once per distinct name: a step's calls are a few dozen names, repeated)
+    name_col = calls["name"].fill_null("")
+    distinct = name_col.unique().to_list()
+    kind[name_col.is_in([x for x in distinct if re.search(_SYNC_CALL, x)]).to_numpy()] = SYNC
+    kind[op_call[op_pageable]] = COPY
+    kind[name_col.is_in([x for x in distinct if re.match(_FREE, x)]).to_numpy()] = FREE
 
     # host work before each call: from the merged sequence's latest end to the call's start
     reach = np.maximum.accumulate(call_end)
@@ -303,22 +308,20 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     k = np.searchsorted(ready[by_launch], call_start[syncs], side="left") - 1
     w = np.where(k >= 0, call_end[syncs] - done[np.maximum(k, 0)], -1)
     wake = w[(w >= 0) & (w < 200_000)]
-    calls_of = calls_of_ops(op_call, n)
     comm_bytes = _comm_bytes(trace, ops)
     # one call, many operations (a CUDA graph's replay): the GPU's own spacing between them
     op_gap = np.zeros(m, dtype=np.int64)
-    for ops_of in calls_of:
-        if len(ops_of) > 1:
-            o = np.array(ops_of)
-            gaps = op_start[o[1:]] - (op_start[o[:-1]] + op_dur[o[:-1]])
-            op_gap[o[1:]] = np.clip(gaps, 0, 50_000)
+    by_call = np.argsort(op_call, kind="stable")
+    a, b = by_call[:-1], by_call[1:]
+    same = op_call[a] == op_call[b]
+    op_gap[b[same]] = np.clip(op_start[b[same]] - (op_start[a[same]] + op_dur[a[same]]), 0, 50_000)
     return StepGraph(
         device=device, steps=[int(s) for s in hs_step], call_start=call_start, call_dur=call_dur, call_kind=kind,
         call_name=_shared(names), call_step=call_step, call_optimizer=call_optimizer, work=work, work_events=work_events,
         work_python=work_python, work_loader=work_loader, work_quiet=work_quiet, op_start=op_start, op_dur=op_dur,
         op_stream=op_stream, op_kind=_shared(op_kind), op_name=_shared(ops["name"].to_numpy()), op_call=op_call, op_dep=op_dep,
         op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=_shared(ops["copy_kind"].cast(pl.String).to_numpy()), op_gap=op_gap, op_comm_bytes=comm_bytes,
-        latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, calls_of=calls_of, tail=tail,
+        latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, tail=tail,
     )  # fmt: skip
 
 
@@ -380,7 +383,7 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
     graphs = sorted((g for g in graphs if g.device == device), key=lambda g: int(g.call_start[0]))
     graphs = _middle(graphs)
     if len(graphs) == 1:
-        return dataclasses.replace(graphs[0], calls_of=calls_of_ops(graphs[0].op_call, graphs[0].n_calls))
+        return dataclasses.replace(graphs[0])
     cat = lambda name: np.concatenate([getattr(g, name) for g in graphs])  # noqa: E731
     call_off = np.cumsum([0] + [g.n_calls for g in graphs[:-1]])
     op_off = np.cumsum([0] + [g.op_start.size for g in graphs[:-1]])
@@ -398,7 +401,6 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
         quiet[at] = min(quiet[at] + prev.tail[3], work[at] - loader[at])
     op_call = np.concatenate([g.op_call + o for g, o in zip(graphs, call_off)])
     op_dep = np.concatenate([np.where(g.op_dep >= 0, g.op_dep + o, -1) for g, o in zip(graphs, op_off)])
-    calls_of = calls_of_ops(op_call, int(call_off[-1]) + graphs[-1].n_calls)
     weights = [g.op_start.size for g in graphs]
     return StepGraph(
         device=device, steps=sorted({s for g in graphs for s in g.steps}), call_start=cat("call_start"),
@@ -408,5 +410,5 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
         op_stream=cat("op_stream"), op_kind=cat("op_kind"), op_name=cat("op_name"), op_call=op_call, op_dep=op_dep,
         op_pageable=cat("op_pageable"), op_bytes=cat("op_bytes"), op_comm=cat("op_comm"), op_copy=cat("op_copy"),
         op_gap=cat("op_gap"), op_comm_bytes=cat("op_comm_bytes"), latency_ns=int(np.average([g.latency_ns for g in graphs], weights=weights)),
-        wake_ns=int(np.average([g.wake_ns for g in graphs], weights=weights)), calls_of=calls_of,
+        wake_ns=int(np.average([g.wake_ns for g in graphs], weights=weights)),
     )  # fmt: skip

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph, call_ops
 
 # Imported by name, as the readers' compiled decoder is (a compiled module has no source for
 # the layer contract to read).
@@ -101,7 +101,7 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
     op_end = np.full(m, np.nan)
     op_ready = np.full(m, np.nan)
     if _native is not None:
-        ptr, ops = _call_ops(g)
+        ptr, ops = call_ops(g)
         streams, stream_ix = np.unique(p.op_stream, return_inverse=True)
         _native.walk(
             _f64(p.work), _f64(p.call_dur), np.ascontiguousarray(p.call_kind, dtype=np.int8), ptr, ops, _f64(p.op_dur),
@@ -119,18 +119,6 @@ def _f64(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float64)
 
 
-def _call_ops(g: StepGraph) -> tuple[np.ndarray, np.ndarray]:
-    """Each call's operations in operation order, as offsets and indices (``calls_of`` as
-    two arrays), made once a graph: every replay of it walks them."""
-    got = g.__dict__.get("_call_ops")
-    if got is None:
-        ops = np.argsort(g.op_call, kind="stable").astype(np.int64)
-        ptr = np.zeros(g.n_calls + 1, dtype=np.int64)
-        np.cumsum(np.bincount(g.op_call, minlength=g.n_calls), out=ptr[1:])
-        got = g.__dict__["_call_ops"] = (ptr, ops)
-    return got
-
-
 def _walk_py(g: StepGraph, p: Plan, call_start, op_start, op_end, op_ready) -> None:
     """The walk (the module doc), filling the arrays given: the compiled one's reference, and
     what runs where it was not built."""
@@ -141,7 +129,7 @@ def _walk_py(g: StepGraph, p: Plan, call_start, op_start, op_end, op_ready) -> N
     t = 0.0
     work, call_dur, kind = p.work, p.call_dur, p.call_kind
     op_dur, alive, streams, deps, free = p.op_dur, p.op_alive, p.op_stream, p.op_dep, p.op_free
-    ptr, ops = _call_ops(g)
+    ptr, ops = call_ops(g)
     for i in range(g.n_calls):
         t += work[i]
         cs = t
