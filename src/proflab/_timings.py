@@ -31,12 +31,14 @@ _PAGE = 4096
 @dataclass
 class Timings:
     """Per phase: wall seconds (``wall_s``) and peak resident bytes (``peak_bytes``, None where
-    memory cannot be read), with the whole recording's (``total_s``, ``peak_total_bytes``)."""
+    memory cannot be read), with the whole recording's (``total_s``, ``peak_total_bytes``: the
+    largest of its stretches', what no phase claimed included; ``peak_other_bytes``: of that)."""
 
     wall_s: dict[str, float] = field(default_factory=dict)
     peak_bytes: dict[str, int | None] = field(default_factory=dict)
     total_s: float = 0.0
     peak_total_bytes: int | None = None
+    peak_other_bytes: int | None = None
 
     def rows(self) -> list[tuple[str, float, int | None]]:
         """(phase, wall s, peak bytes) in pipeline order, the phases not run left out, and
@@ -45,7 +47,7 @@ class Timings:
         out = [(p, self.wall_s[p], self.peak_bytes.get(p)) for p in names]
         other = self.total_s - sum(self.wall_s.values())
         if other > 0:
-            out.append(("other", other, None))
+            out.append(("other", other, self.peak_other_bytes))
         return out
 
     def to_dict(self) -> dict:
@@ -112,17 +114,18 @@ class _Recorder:
             rss = _rss() if hwm is not None else None
             seen = max(self.seen, rss or 0)
             self.seen = 0
+        t = self.into
+        peak = None
+        if hwm is not None:
+            peak = hwm if hwm > self.hwm else seen  # (a new process peak was reached in this stretch)
+            t.peak_total_bytes = max(t.peak_total_bytes or 0, peak)
+            self.hwm = hwm
         if self.stack:
             name = self.stack[-1]
-            t = self.into
             t.wall_s[name] = t.wall_s.get(name, 0.0) + (now - self.since)
-            if hwm is not None:
-                peak = hwm if hwm > self.hwm else seen  # (a new process peak was reached in this stretch)
-                t.peak_bytes[name] = max(t.peak_bytes.get(name) or 0, peak)
-            else:
-                t.peak_bytes.setdefault(name, None)
-        if hwm is not None:
-            self.hwm = hwm
+            t.peak_bytes[name] = None if peak is None else max(t.peak_bytes.get(name) or 0, peak)
+        elif peak is not None:
+            t.peak_other_bytes = max(t.peak_other_bytes or 0, peak)
         self.since = now
 
 
@@ -149,7 +152,6 @@ def recording() -> Iterator[Timings]:
         if rec.sampler is not None:
             rec.sampler.join()
         out.total_s = time.perf_counter() - start
-        out.peak_total_bytes = _status_kib(b"VmHWM:")
 
 
 @contextmanager

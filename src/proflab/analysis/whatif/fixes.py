@@ -96,6 +96,22 @@ def _sums(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return out
 
 
+def _optimizer_steps(g: StepGraph) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per step, the optimizer's calls and their operations in call order (the fused kernel is
+    the first of the longest in that order), found once a graph: a report asks for the fix
+    a dozen times."""
+    got = g.__dict__.get("_optimizer_steps")
+    if got is None:
+        opt = g.call_optimizer & (g.call_step >= 0)
+        _, by_call = call_ops(g)
+        got = []
+        for s in np.unique(g.call_step[opt]):
+            in_step = opt & (g.call_step == s)
+            got.append((np.flatnonzero(in_step), by_call[in_step[g.op_call[by_call]]]))
+        g.__dict__["_optimizer_steps"] = got
+    return got
+
+
 def _library(g: StepGraph) -> np.ndarray:
     lib = _names(g, LIBRARY_KERNEL)
     return lib | (g.op_kind != "kernel") | g.op_comm
@@ -137,14 +153,8 @@ class _Apply:
 
     @staticmethod
     def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
-        opt = g.call_optimizer & (g.call_step >= 0)
-        if not opt.any():
-            return
-        _, by_call = call_ops(g)  # (operations in call order: the fused kernel is the first of the longest)
-        for s in np.unique(g.call_step[opt]):
-            in_step = opt & (g.call_step == s)
-            calls = np.flatnonzero(in_step)
-            ops = by_call[in_step[g.op_call[by_call]] & q.op_alive[by_call]]
+        for calls, every in _optimizer_steps(g):
+            ops = every[q.op_alive[every]]
             q.work[calls] = 0.0
             q.call_dur[calls[1:]] = 0.0
             q.work[calls[0]] = FUSED_OPTIMIZER_NS

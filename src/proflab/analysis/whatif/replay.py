@@ -102,10 +102,10 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
     op_ready = np.full(m, np.nan)
     if _native is not None:
         ptr, ops = call_ops(g)
-        streams, stream_ix = np.unique(p.op_stream, return_inverse=True)
+        n_streams, stream_ix = _stream_index(g, p.op_stream)
         _native.walk(
             _f64(p.work), _f64(p.call_dur), np.ascontiguousarray(p.call_kind, dtype=np.int8), ptr, ops, _f64(p.op_dur),
-            np.ascontiguousarray(p.op_alive, dtype=bool), stream_ix.astype(np.int64).reshape(-1), int(streams.size),
+            np.ascontiguousarray(p.op_alive, dtype=bool), stream_ix, n_streams,
             np.ascontiguousarray(p.op_dep, dtype=np.int64), np.ascontiguousarray(p.op_free, dtype=bool), _f64(p.op_not_before),
             _f64(g.op_gap), float(g.latency_ns), float(g.wake_ns), float(SYNC_OVERHEAD_NS), (LAUNCH, SYNC, COPY, FREE),
             call_start, op_start, op_end, op_ready,
@@ -113,6 +113,20 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
     else:
         _walk_py(g, p, call_start, op_start, op_end, op_ready)
     return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
+
+
+def _stream_index(g: StepGraph, op_stream: np.ndarray) -> tuple[int, np.ndarray]:
+    """The streams as dense indices for the compiled walk: the graph's own made once (a sort
+    of every operation, which per replay cost more than the walk), a plan's that moved some
+    operations (``prefetch_copies``) made again."""
+    got = g.__dict__.get("_stream_index")
+    if got is None:
+        streams, ix = np.unique(g.op_stream, return_inverse=True)
+        got = g.__dict__["_stream_index"] = (int(streams.size), ix.astype(np.int64).reshape(-1))
+    if op_stream is g.op_stream or np.array_equal(op_stream, g.op_stream):
+        return got
+    streams, ix = np.unique(op_stream, return_inverse=True)
+    return int(streams.size), ix.astype(np.int64).reshape(-1)
 
 
 def _f64(a: np.ndarray) -> np.ndarray:
@@ -163,18 +177,32 @@ def _walk_py(g: StepGraph, p: Plan, call_start, op_start, op_end, op_ready) -> N
 
 def _step_ms(g: StepGraph, p: Plan, op_start: np.ndarray) -> dict[int, float]:
     """Per step that has a next one: the start of the next step's first operation minus its own."""
-    first: dict[int, float] = {}
-    step_of_op = g.call_step[g.op_call]
-    ok = ~np.isnan(op_start) & (step_of_op >= 0)
-    for s in g.steps:
-        sel = ok & (step_of_op == s)
-        if sel.any():
-            first[s] = float(np.min(op_start[sel]))
+    at = _step_at(g)  # each operation's step's index in g.steps (-1: outside them)
+    ok = ~np.isnan(op_start) & (at >= 0)
+    lowest = np.full(len(g.steps), np.inf)
+    np.minimum.at(lowest, at[ok], op_start[ok])
+    first = {s: float(v) for s, v in zip(g.steps, lowest.tolist()) if v != np.inf}
     out = {}
     for a, b in zip(g.steps[:-1], g.steps[1:]):
         if a in first and b in first:
             out[a] = (first[b] - first[a]) / 1e6
     return out
+
+
+def _step_at(g: StepGraph) -> np.ndarray:
+    """Each operation's step's index in ``g.steps``, -1 outside them (made once a graph)."""
+    got = g.__dict__.get("_step_at")
+    if got is None:
+        step_of_op = g.call_step[g.op_call].astype(np.int64)
+        got = np.full(step_of_op.size, -1, dtype=np.int64)
+        if g.steps:
+            steps = np.asarray(g.steps, dtype=np.int64)
+            order = np.argsort(steps, kind="stable")
+            k = np.clip(np.searchsorted(steps[order], step_of_op), 0, steps.size - 1)
+            hit = steps[order][k] == step_of_op
+            got[hit] = order[k[hit]]
+        g.__dict__["_step_at"] = got
+    return got
 
 
 def observed_step_ms(g: StepGraph) -> dict[int, float]:
