@@ -6,6 +6,7 @@ fractional durations), and a refusal, before anything is written, of an index ou
 from __future__ import annotations
 
 import glob
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -143,3 +144,29 @@ def test_the_arguments_as_made_walk():
     args = _args()
     replay_mod._native.walk(*args)
     assert args[-3].tolist() == [1.0, 1.0]  # launched at 0, ready a latency later; the second after the first (0 ns)
+
+
+FUZZ = Path(__file__).parent / "fuzz"
+
+
+def _walk_fuzzer():
+    sys.path.insert(0, str(FUZZ))
+    try:
+        import fuzz_walk
+    finally:
+        sys.path.remove(str(FUZZ))
+    return fuzz_walk
+
+
+@pytest.mark.parametrize("path", sorted((FUZZ / "corpus" / "walk").iterdir()) + sorted((FUZZ / "crashers" / "walk").iterdir()),
+                         ids=lambda p: p.name[:12])
+def test_the_fuzzer_s_seeds_and_crashers_run_clean_on_the_ordinary_build(path):
+    """The fuzzer's own check (``tests/fuzz/fuzz_walk.py``: refused before writing, or the
+    Python walk's floats) over what it starts from, where no sanitizer build is at hand."""
+    _walk_fuzzer().one(path.read_bytes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=8, max_size=600))
+def test_the_fuzzer_s_check_holds_on_random_input(data):
+    _walk_fuzzer().one(data)
