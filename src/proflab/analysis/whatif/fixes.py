@@ -70,18 +70,28 @@ def _names(g: StepGraph, pattern: str) -> np.ndarray:
     return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
 
 
-def _distinct_names(g: StepGraph) -> tuple[list[str], np.ndarray]:
-    """The graph's distinct operation names and each operation's index among them, found once
-    a graph by a dictionary of the names: ``np.unique`` of the names as fixed-width text held
+def _distinct_names(g: StepGraph, column: str = "op_name") -> tuple[list[str], np.ndarray]:
+    """The graph's distinct operation names (``column``: or its calls', ``call_name``) and each
+    one's index among them, found once a graph (``build_graph`` hands them over as it makes
+    them) by a dictionary of the names: ``np.unique`` of the names as fixed-width text held
     4 bytes a character of the longest name for every operation (a 0.5 GB trace's part of
     100 k kernels: 130 MiB, the peak of its whole analysis)."""
-    got = g.__dict__.get("_distinct_names")  # (kept on the graph: a fix asks several times a replay)
+    key = "_distinct_names" if column == "op_name" else f"_distinct_{column}"
+    got = g.__dict__.get(key)  # (kept on the graph: a fix asks several times a replay)
     if got is None:
         seen: dict[str, int] = {}
-        inv = np.fromiter((seen.setdefault("" if x is None else str(x), len(seen)) for x in g.op_name), dtype=np.int64,
-                          count=len(g.op_name))
-        got = g.__dict__["_distinct_names"] = (list(seen), inv)
+        values = getattr(g, column)
+        inv = np.fromiter((seen.setdefault("" if x is None else str(x), len(seen)) for x in values), dtype=np.int64,
+                          count=len(values))
+        got = g.__dict__[key] = (list(seen), inv)
     return got
+
+
+def _calls_named(g: StepGraph, test) -> np.ndarray:
+    """Which calls' names pass ``test`` (a function of the name), asked once per distinct name."""
+    uniq, inv = _distinct_names(g, "call_name")
+    hit = np.array([bool(test(u)) for u in uniq], dtype=bool)
+    return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
 
 
 def _sums(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -131,7 +141,7 @@ class _Apply:
         inside = g.call_step >= 0
         sync = (q.call_kind == SYNC) & inside
         if names:
-            sync &= np.fromiter((n in names for n in g.call_name), dtype=bool, count=g.call_name.size)
+            sync &= _calls_named(g, names.__contains__)
         q.call_kind[sync] = OTHER
         q.call_dur[sync] = np.minimum(q.call_dur[sync], SYNC_OVERHEAD_NS)
         # a small device-to-host copy the host waited for is a value read: it no longer waits
@@ -241,7 +251,7 @@ class _Apply:
         free = q.call_kind == FREE
         q.call_kind[free] = OTHER
         q.call_dur[free] = np.minimum(q.call_dur[free], SYNC_OVERHEAD_NS)
-        malloc = np.fromiter((str(n).startswith(("cudaMalloc", "cuMemAlloc")) for n in g.call_name), dtype=bool, count=g.call_name.size)
+        malloc = _calls_named(g, lambda n: n.startswith(("cudaMalloc", "cuMemAlloc")))
         q.call_dur = np.where(malloc, np.minimum(q.call_dur, 20_000.0), q.call_dur)
 
     @staticmethod

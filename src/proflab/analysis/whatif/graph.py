@@ -206,7 +206,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     call_dur = calls["dur_ns"].to_numpy().astype(np.int64)
     call_end = call_start + call_dur
     call_tid = calls["tid"].to_numpy()
-    call_name, _, _ = _shared(calls["name"].fill_null(""))  # (a call whose name an export lost: no name)
+    call_name, call_codes, call_names = _shared(calls["name"].fill_null(""))  # (a call whose name an export lost: no name)
     corr = calls["correlation"].fill_null(-1).to_numpy()
 
     # the operations, each tied to its call by correlation id
@@ -330,6 +330,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     )  # fmt: skip
     # the distinct names, as the fixes look them up (``fixes._distinct_names``): known already
     g.__dict__["_distinct_names"] = (["" if v is None else str(v) for v in distinct_names], name_codes)
+    g.__dict__["_distinct_call_name"] = (call_names, call_codes)
     return g
 
 
