@@ -295,15 +295,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     latency = int(np.median(lat)) if lat.size else DEFAULT_LATENCY_NS
     late = op_start > np.maximum(ready + latency, pred_end) + DEP_TOLERANCE_NS
     if late.any() and np.unique(op_stream).size > 1:
-        ends = op_start + op_dur
-        by_end = np.argsort(ends, kind="stable")
-        sorted_ends = ends[by_end]
-        for j in np.flatnonzero(late):
-            r = np.searchsorted(sorted_ends, op_start[j] + 1_000, side="right") - 1
-            while r >= 0 and op_stream[by_end[r]] == op_stream[j]:
-                r -= 1
-            if r >= 0 and op_start[j] - sorted_ends[r] < 50_000:
-                op_dep[j] = by_end[r]
+        op_dep = _waits(op_start, op_dur, op_stream, late)
 
     # a sync's return after the GPU drained: its end past the last end of the work launched before it
     by_launch = np.argsort(ready, kind="stable")
@@ -332,6 +324,27 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     g.__dict__["_distinct_names"] = (["" if v is None else str(v) for v in distinct_names], name_codes)
     g.__dict__["_distinct_call_name"] = (call_names, call_codes)
     return g
+
+
+def _waits(op_start: np.ndarray, op_dur: np.ndarray, op_stream: np.ndarray, late: np.ndarray) -> np.ndarray:
+    """For each ``late`` operation, the operation on another stream it waited for: the latest
+    to end by 1 us after its start, where that end is within 50 us of it; -1 elsewhere. Per
+    stream of late operations (a loop bounded by streams), the latest end among the other
+    streams' found by a search."""
+    op_dep = np.full(op_start.size, -1, dtype=np.int64)
+    ends = op_start + op_dur
+    by_end = np.argsort(ends, kind="stable")
+    sorted_ends = ends[by_end]
+    end_stream = op_stream[by_end]
+    for s in np.unique(op_stream[late]):
+        j = np.flatnonzero(late & (op_stream == s))
+        other = np.flatnonzero(end_stream != s)
+        r = np.searchsorted(sorted_ends, op_start[j] + 1_000, side="right") - 1
+        k = np.searchsorted(other, r, side="right") - 1  # the latest other-stream end at or before r
+        at = other[np.maximum(k, 0)] if other.size else np.zeros(j.size, dtype=np.int64)
+        ok = (k >= 0) & (op_start[j] - sorted_ends[at] < 50_000)
+        op_dep[j[ok]] = by_end[at[ok]]
+    return op_dep
 
 
 _DTYPE_BYTES = {"Float": 4, "Half": 2, "BFloat16": 2, "Double": 8, "Int": 4, "Long": 8, "Byte": 1, "Char": 1, "Bool": 1,
