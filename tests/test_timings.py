@@ -63,3 +63,18 @@ def test_without_a_recording_a_phase_measures_nothing():
     with recording() as t:
         pass
     assert t.wall_s == {} and all(r[0] == "other" for r in t.rows())
+
+
+def test_a_trace_analysed_in_parts_times_its_reads_as_decode(tmp_path):
+    """``--all-parts`` reads each part as the analysis asks for it: that read is the decode
+    phase, and the parts' combination the timeline's (not left to ``other``)."""
+    import subprocess
+
+    trace, report, timings = tmp_path / "t.json", tmp_path / "r.json", tmp_path / "timings.json"
+    gen = Path(__file__).resolve().parent.parent / "benchmarks" / "gen_realistic.py"
+    subprocess.run([sys.executable, str(gen), str(trace), "--size-mb", "60"], check=True, capture_output=True, timeout=600)
+    rc = main(["analyze", str(trace), "--all-parts", "--memory-budget", "250M", "--no-cache", "-o", str(report), "--timings", str(timings)])
+    assert rc in (0, 1)
+    assert json.loads(report.read_text())["source"]["inputs"][0]["parts"] >= 2
+    rows = {r["phase"]: r["wall_s"] for r in json.loads(timings.read_text())["phases"]}
+    assert rows["decode"] > rows.get("other", 0.0) and {"timeline", "what-if", "rules"} <= set(rows)
