@@ -51,10 +51,11 @@ class Timings:
         return out
 
     def to_dict(self) -> dict:
+        mib = lambda b: None if b is None else round(b / 2**20, 1)  # noqa: E731
         return {
-            "phases": [{"phase": p, "wall_s": round(s, 4), "peak_mib": None if b is None else round(b / 2**20, 1)} for p, s, b in self.rows()],
+            "phases": [{"phase": p, "wall_s": round(s, 4), "peak_mib": mib(b)} for p, s, b in self.rows()],
             "total_s": round(self.total_s, 4),
-            "peak_mib": None if self.peak_total_bytes is None else round(self.peak_total_bytes / 2**20, 1),
+            "peak_mib": mib(self.peak_total_bytes),
         }
 
     def text(self) -> str:
