@@ -1,9 +1,10 @@
-"""The compiled parts: the Kineto slice decoder (``proflab.readers._kscan``) and the SQLite
-column reader of Nsight Systems exports (``proflab.readers._sqlscan``).
+"""The compiled parts: the Kineto slice decoder (``proflab.readers._kscan``), the SQLite
+column reader of Nsight Systems exports (``proflab.readers._sqlscan``) and the what-if
+replay's walk (``proflab.analysis.whatif._replay``).
 
-Both are optional: where no C compiler is at hand the install still succeeds, the Kineto
-reader decodes with msgspec alone and the export reader reads through the ADBC driver (the
-same tables, slower on large inputs)."""
+All are optional: where no C compiler is at hand the install still succeeds, the Kineto
+reader decodes with msgspec alone, the export reader reads through the ADBC driver and the
+replay walks in Python (the same results, slower on large inputs)."""
 
 import sys
 
@@ -22,6 +23,13 @@ setup(
             ["src/proflab/readers/_sqlscan.c"],
             extra_compile_args=["-O2"],
             libraries=["dl"] if sys.platform.startswith("linux") else [],
+            optional=True,
+        ),
+        Extension(
+            "proflab.analysis.whatif._replay",
+            ["src/proflab/analysis/whatif/_replay.c"],
+            # no fused multiply-add: the walk's floats must be the Python walk's, bit for bit
+            extra_compile_args=["-O2", "-ffp-contract=off"],
             optional=True,
         ),
     ]

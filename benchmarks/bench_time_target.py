@@ -13,7 +13,10 @@ time). So each repeat runs, one right after the other, in child processes:
   rule; the report to a file).
 
 It prints each repeat's wall seconds, proflab's CPU seconds, peak RSS and its time over the
-floor's, then the medians, and whether the median meets the target. The ratio to the floor
+floor's, then the medians, and whether the median meets the target; then each phase of the
+analysis (``analyze --timings``: decode, tables, timeline, what-if, memory, rules, render and
+the rest) as its median seconds, over the floor's and as a share of the run, with its peak, so
+that a regression names its phase. The ratio to the floor
 holds where the machine slows down as a whole; a ratio that rises says proflab itself did.
 
 The trace is ``gen_kineto.py``'s, 172 steps of ``tests/data/kineto/train_loop.pt.trace.json.gz``
@@ -57,12 +60,32 @@ def trace_of(args: argparse.Namespace) -> Path:
 
 def repeat(trace: Path, out: Path) -> dict:
     floor = child([sys.executable, "-c", _FLOOR, str(trace)], None, 0)
-    cmd = [sys.executable, "-m", "proflab", "analyze", str(trace), "--format", "json", "--no-cache", "-o", str(out)]
+    timings = out.with_name("timings.json")
+    cmd = [sys.executable, "-m", "proflab", "analyze", str(trace), "--format", "json", "--no-cache", "-o", str(out),
+           "--timings", str(timings)]  # fmt: skip
     run = child(cmd, None, 0)
     if run["rc"] != 0 or floor["rc"] != 0:
         raise SystemExit(f"a run failed: proflab {run['rc']} {run['stderr']}; floor {floor['rc']} {floor['stderr']}")
+    phases = {r["phase"]: r for r in json.loads(timings.read_text())["phases"]}
     return {"floor_s": floor["wall_s"], "proflab_s": run["wall_s"], "cpu_s": round(run["user_s"] + run["sys_s"], 2),
-            "peak_mib": run["peak_mib"], "ratio": round(run["wall_s"] / floor["wall_s"], 3)}  # fmt: skip
+            "peak_mib": run["peak_mib"], "ratio": round(run["wall_s"] / floor["wall_s"], 3), "phases": phases}  # fmt: skip
+
+
+def print_phases(rows: list[dict]) -> dict:
+    """Each phase's median over the repeats: seconds, over the floor of the same repeat, share
+    of proflab's run, and the largest peak (MiB) any repeat saw in it."""
+    names = list(dict.fromkeys(p for r in rows for p in r["phases"]))
+    out = {}
+    print(f"{'phase':<10} {'median s':>8} {'x floor':>7} {'share':>6} {'peak MiB':>8}")
+    for p in names:
+        got = [r for r in rows if p in r["phases"]]
+        s = statistics.median(r["phases"][p]["wall_s"] for r in got)
+        x = statistics.median(r["phases"][p]["wall_s"] / r["floor_s"] for r in got)
+        share = statistics.median(r["phases"][p]["wall_s"] / r["proflab_s"] for r in got)
+        peaks = [r["phases"][p]["peak_mib"] for r in got if r["phases"][p]["peak_mib"] is not None]
+        out[p] = {"median_s": round(s, 3), "x_floor": round(x, 3), "share": round(share, 3), "peak_mib": max(peaks) if peaks else None}
+        print(f"{p:<10} {s:>8.3f} {x:>7.3f} {100 * share:>5.1f}% {'-' if not peaks else f'{max(peaks):.0f}':>8}")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median: floor {med['floor_s']:.2f} s, proflab {med['proflab_s']:.2f} s ({times[0]:.2f}-{times[-1]:.2f}), "
           f"CPU {med['cpu_s']:.2f} s, {med['ratio']:.2f}x the floor; peak {max(r['peak_mib'] for r in rows):.0f} MiB")  # fmt: skip
     print(f"time<={TARGET_S:.0f}s at the median: {'yes' if met else 'NO'}")
+    phases = print_phases(rows)
     if args.json_out:
         args.json_out.write_text(json.dumps({"trace": str(trace), "size_mb": round(size_mb, 1), "repeats": rows, "median": med,
-                                             "target_s": TARGET_S, "met": met}, indent=1))  # fmt: skip
+                                             "phases": phases, "target_s": TARGET_S, "met": met}, indent=1))  # fmt: skip
     return 0
 
 

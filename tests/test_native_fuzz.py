@@ -1,4 +1,5 @@
-"""The C parsers stay under fuzzing (issue 48, item 10): their sanitizer build (ASan, UBSan,
+"""The C parsers and the what-if replay's walk stay under fuzzing (issue 48, item 10; issue 54):
+their sanitizer build (ASan, UBSan,
 libFuzzer's coverage counters) is fuzzed by atheris, seeded from real inputs
 (``tests/fuzz/corpus``); what once crashed (``tests/fuzz/crashers``) runs again each time. This
 is the short run CI makes; ``tests/fuzz/run.py`` makes the long one (README: Fuzzing the C
@@ -19,17 +20,17 @@ import run as fuzz_run  # noqa: E402
 pytestmark = pytest.mark.skipif(native.missing() is not None, reason=f"no sanitizer build here: {native.missing()}")
 
 # the short run: seconds per parser (the build, when stale, adds ~10 s)
-SECONDS = {"kscan": 15, "sqlscan": 20}
+SECONDS = {"kscan": 15, "sqlscan": 20, "walk": 10}
 
 
-@pytest.mark.parametrize("name", ["kscan", "sqlscan"])
+@pytest.mark.parametrize("name", ["kscan", "sqlscan", "walk"])
 def test_what_once_crashed_runs_clean(name):
     files = sorted(str(p) for p in (FUZZ / "crashers" / name).iterdir() if p.is_file())
     assert files, "each parser keeps its crashers (and a regression input)"
     assert fuzz_run.replay(name, files) == 0
 
 
-@pytest.mark.parametrize("name", ["kscan", "sqlscan"])
+@pytest.mark.parametrize("name", ["kscan", "sqlscan", "walk"])
 def test_a_short_coverage_guided_run_finds_nothing(name, tmp_path):
     """From the committed seeds, mutated under the sanitizers for a few seconds: no memory
     error, no undefined behaviour, no exception out of the parser, no hang, no crash file."""

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import proflab
 from proflab.analysis import Context
@@ -34,7 +36,6 @@ def _graph(calls, ops, steps=(1, 2, 3)) -> StepGraph:
     dur = np.array([c[2] * US for c in calls], dtype=np.int64)
     start = np.cumsum(work + np.concatenate([[0], dur[:-1]]))
     op_call = np.array([o[0] for o in ops], dtype=np.int64)
-    calls_of = [[j for j, o in enumerate(ops) if o[0] == i] for i in range(n)]
     zeros = np.zeros(n, dtype=np.int64)
     return StepGraph(
         device=0, steps=list(steps), call_start=start, call_dur=dur, call_kind=kind, call_name=np.array(["call"] * n, dtype=object),
@@ -45,7 +46,7 @@ def _graph(calls, ops, steps=(1, 2, 3)) -> StepGraph:
         op_pageable=np.zeros(len(ops), dtype=bool), op_bytes=np.zeros(len(ops), dtype=np.int64), op_comm=np.zeros(len(ops), dtype=bool),
         op_copy=np.array([None] * len(ops), dtype=object), op_gap=np.zeros(len(ops), dtype=np.int64),
         op_comm_bytes=np.zeros(len(ops), dtype=np.int64), latency_ns=5 * US,
-        wake_ns=2 * US, calls_of=calls_of,
+        wake_ns=2 * US,
     )  # fmt: skip
 
 
@@ -180,6 +181,33 @@ def test_predictions_say_predicted_in_json_and_text():
 def test_an_unknown_fix_is_refused():
     with pytest.raises(ValueError):
         Fix("faster_please")
+
+
+def _waits_one_by_one(op_start, op_dur, op_stream, late):
+    """The dependency search as it was written, an operation at a time (the reference)."""
+    op_dep = np.full(op_start.size, -1, dtype=np.int64)
+    ends = op_start + op_dur
+    by_end = np.argsort(ends, kind="stable")
+    sorted_ends = ends[by_end]
+    for j in np.flatnonzero(late):
+        r = np.searchsorted(sorted_ends, op_start[j] + 1_000, side="right") - 1
+        while r >= 0 and op_stream[by_end[r]] == op_stream[j]:
+            r -= 1
+        if r >= 0 and op_start[j] - sorted_ends[r] < 50_000:
+            op_dep[j] = by_end[r]
+    return op_dep
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 400_000), st.integers(0, 60_000), st.sampled_from((7, 13, 20, 21)), st.booleans()),
+                min_size=1, max_size=80))
+def test_the_waits_found_per_stream_are_those_found_one_operation_at_a_time(ops):
+    from proflab.analysis.whatif.graph import _waits
+
+    start, dur, stream, late = (np.array(c) for c in zip(*ops))
+    order = np.argsort(start, kind="stable")  # (operations in start order, as the graph keeps them)
+    start, dur, stream, late = start[order], dur[order], stream[order], late[order].astype(bool)
+    assert _waits(start, dur, stream, late).tolist() == _waits_one_by_one(start, dur, stream, late).tolist()
 
 
 _ = OTHER

@@ -1,4 +1,4 @@
-"""The C parsers built for fuzzing: AddressSanitizer, UndefinedBehaviorSanitizer and
+"""The C parsers (and the what-if replay's walk) built for fuzzing: AddressSanitizer, UndefinedBehaviorSanitizer and
 libFuzzer's coverage counters (clang ``-fsanitize=address,undefined,fuzzer-no-link``), and
 the runtime that carries them into Python (``asan_with_fuzzer.so``: ASan's runtime, its C++
 part and libFuzzer without a main, in one shared object preloaded into the interpreter, so
@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 BUILD = HERE / "build"
-SOURCES = {"kscan": ROOT / "src" / "proflab" / "readers" / "_kscan.c", "sqlscan": ROOT / "src" / "proflab" / "readers" / "_sqlscan.c"}
+SOURCES = {"kscan": ROOT / "src" / "proflab" / "readers" / "_kscan.c", "sqlscan": ROOT / "src" / "proflab" / "readers" / "_sqlscan.c",
+           "walk": ROOT / "src" / "proflab" / "analysis" / "whatif" / "_replay.c"}
+MODULES = {"kscan": "proflab.readers._kscan", "sqlscan": "proflab.readers._sqlscan", "walk": "proflab.analysis.whatif._replay"}
 FLAGS = ["-g", "-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined,fuzzer-no-link",
          "-fno-sanitize-recover=undefined", "-fPIC", "-shared"]
 # what the sanitizers do at run time: a report ends the run; CPython's own allocations at exit
@@ -64,7 +66,7 @@ def _key(*parts: bytes) -> str:
 
 
 def build() -> dict[str, Path]:
-    """The instrumented parsers (``kscan``, ``sqlscan``: extension modules) and the preloaded
+    """The instrumented modules (``kscan``, ``sqlscan``, ``walk``: extension modules) and the preloaded
     runtime (``runtime``), built where absent or stale."""
     clang = _clang()
     rt = _runtime_dir(clang)
@@ -109,11 +111,12 @@ def environment(runtime: Path) -> dict[str, str]:
 
 
 def load(name: str, path: Path):
-    """The instrumented module ``proflab.readers._{name}`` from ``path``, in place of the
-    installed one (its Python wrapper, imported after, takes it from ``sys.modules``)."""
+    """The instrumented module (``MODULES[name]``: ``proflab.readers._kscan``, ...) from ``path``,
+    in place of the installed one (its Python wrapper, imported after, takes it from
+    ``sys.modules``)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location(f"proflab.readers._{name}", path)
+    spec = importlib.util.spec_from_file_location(MODULES[name], path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

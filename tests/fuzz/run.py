@@ -1,9 +1,10 @@
-"""Run the C parsers' fuzzers (``fuzz_kscan.py``, ``fuzz_sqlscan.py``) on their sanitizer
-build, seeded from real inputs (``corpus/``), and replay what once crashed (``crashers/``).
+"""Run the C parsers' fuzzers (``fuzz_kscan.py``, ``fuzz_sqlscan.py``) and the what-if replay
+walk's (``fuzz_walk.py``) on their sanitizer build, seeded from real inputs (``corpus/``), and replay what once crashed (``crashers/``).
 
     python tests/fuzz/run.py seed                       # the seed corpus again, from tests/data
     python tests/fuzz/run.py kscan --seconds 60         # a short run (what CI does, per parser)
     python tests/fuzz/run.py sqlscan --seconds 3600 --jobs 2 --keep   # a long one
+    python tests/fuzz/run.py walk --seconds 60          # the what-if replay's walk
     python tests/fuzz/run.py replay kscan FILE...       # inputs run once each (a crasher, a corpus)
 
 A run mutates a working copy of the corpus (``build/corpus-NAME``) with the committed one as
@@ -26,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 import native  # noqa: E402
 
-MAX_LEN = {"kscan": 65536, "sqlscan": 262144}
+MAX_LEN = {"kscan": 65536, "sqlscan": 262144, "walk": 4096}
 
 
 def fuzz(name: str, seconds: int, jobs: int = 1, keep: bool = False, extra: list[str] = (), runs: int | None = None,
@@ -104,6 +105,20 @@ def seed() -> None:
         data = hashlib.sha256(bytes([k])).digest() * (k + 1)
         (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
     print(f"sqlscan: {len(list(out.iterdir()))} seeds")
+    seed_walk()
+
+
+def seed_walk() -> None:
+    """Graphs for the replay's walk (``fuzz_walk.graph`` reads the bytes): of a few sizes,
+    each whole and with each kind of damage (an index out of range)."""
+    out = HERE / "corpus" / "walk"
+    out.mkdir(parents=True, exist_ok=True)
+    for k, (calls, ops) in enumerate(((1, 0), (3, 2), (12, 20), (40, 63))):
+        body = hashlib.sha256(bytes([k])).digest() * (k + 2)
+        for damage in (0, 1, 2, 2 | 16, 4, 8):
+            data = bytes([calls - 1, ops, damage | 128 if damage else 0]) + body
+            (out / hashlib.sha1(data).hexdigest()).write_bytes(data)
+    print(f"walk: {len(list(out.iterdir()))} seeds")
 
 
 def shared_seeds() -> Path | None:
@@ -144,7 +159,7 @@ def _slim(path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["kscan", "sqlscan", "replay", "seed"])
+    ap.add_argument("what", choices=["kscan", "sqlscan", "walk", "replay", "seed"])
     ap.add_argument("rest", nargs="*", help="replay: the parser, then the files")
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--jobs", type=int, default=1)

@@ -167,9 +167,11 @@ class Context:
     @_table
     def whatif(self):
         """The what-if model: the step replayed with a fix (see ``analysis.whatif``)."""
+        from proflab._timings import phase
         from proflab.analysis.whatif.model import WhatIf
 
-        return WhatIf.of(self.trace, self)
+        with phase("what-if"):
+            return WhatIf.of(self.trace, self)
 
     @_table
     def compiled(self):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from proflab._io import atomic_path
+from proflab._timings import phase
 from proflab.cli._reading import loader, reading_options
 from proflab.errors import ProflabError, UsageError
 
@@ -85,29 +86,30 @@ def emit_reports(args: argparse.Namespace, reports: list, fmt: str, *, traces: l
     """Render ``reports`` as ``fmt`` to -o (atomically) or stdout; for ``analyze`` of a run
     directory with GPU monitor samples, its energy section follows (terminal and Markdown),
     or with ``energy_skipped``, why it does not."""
-    from proflab.render import render
+    with phase("render"):
+        from proflab.render import render
 
-    if is_html(args.output):  # compare or kernels -o x.html: the page of these reports
-        from proflab.render.html import render_html
+        if is_html(args.output):  # compare or kernels -o x.html: the page of these reports
+            from proflab.render.html import render_html
 
-        return write_out(args, render_html(reports))
-    to_tty = not args.output and sys.stdout.isatty()
-    color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
-    width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
-    doc = _run_energy(args.paths, traces, skipped=energy_skipped) if getattr(args, "command", None) == "analyze" else None
-    if doc is not None and fmt == "json" and isinstance(reports, list):
-        import dataclasses
+            return write_out(args, render_html(reports))
+        to_tty = not args.output and sys.stdout.isatty()
+        color = args.color == "always" or (args.color == "auto" and to_tty and "NO_COLOR" not in os.environ)
+        width = args.width or (min(os.get_terminal_size().columns, 100) if to_tty else 80)
+        doc = _run_energy(args.paths, traces, skipped=energy_skipped) if getattr(args, "command", None) == "analyze" else None
+        if doc is not None and fmt == "json" and isinstance(reports, list):
+            import dataclasses
 
-        kw = {"energy": doc} if "error" not in doc else None
-        reports = [dataclasses.replace(r, **(kw or {"notes": (*r.notes, f"energy: not analysed ({doc['error']})")}))
-                   if hasattr(r, "energy") else r for r in reports]
-    text = render(reports, fmt, width=width, color=color)
-    if doc is not None and fmt in ("term", "md"):
-        from proflab.render.energy import render_energy
+            kw = {"energy": doc} if "error" not in doc else None
+            reports = [dataclasses.replace(r, **(kw or {"notes": (*r.notes, f"energy: not analysed ({doc['error']})")}))
+                       if hasattr(r, "energy") else r for r in reports]
+        text = render(reports, fmt, width=width, color=color)
+        if doc is not None and fmt in ("term", "md"):
+            from proflab.render.energy import render_energy
 
-        text += (f"\nEnergy: not analysed ({doc['error']})\n" if "error" in doc
-                 else render_energy(doc, fmt, heading=False, width=width))
-    return write_out(args, text)
+            text += (f"\nEnergy: not analysed ({doc['error']})\n" if "error" in doc
+                     else render_energy(doc, fmt, heading=False, width=width))
+        return write_out(args, text)
 
 
 def _run_energy(paths: list[str], traces: list | None, skipped: str | None = None) -> dict | None:

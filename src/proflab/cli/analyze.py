@@ -15,6 +15,7 @@ from proflab.cli._common import (
     perfetto_arg,
     refuse_parts_with,
     report_output_args,
+    write_atomic,
     write_html,
     write_operator_roofline,
 )
@@ -44,6 +45,9 @@ def add_parsers(sub) -> None:
     )
     report_output_args(a)
     perfetto_arg(a)
+    a.add_argument("--timings", nargs="?", const="-", default=None, metavar="FILE.json",
+                   help="print each phase's wall time and peak memory (decode, tables, timeline, what-if, memory, rules, "
+                        "render) to stderr once done, or write them to FILE.json")  # fmt: skip
     a.add_argument("--roofline", metavar="FILE.svg",
                    help="also write the roofline of the operators (each class and the top operators against the device's "
                         "roofs; Nsight Compute's kernels beside them when the run directory has `proflab kernels` results) "
@@ -52,6 +56,25 @@ def add_parsers(sub) -> None:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    if getattr(args, "timings", None) is None:
+        return _analyze(args)
+    import json
+    import sys
+
+    from proflab._timings import recording
+
+    if args.timings != "-" and any(Path(args.timings).resolve() == Path(p).resolve() for p in args.paths):
+        raise UsageError(f"{args.timings}: refusing to overwrite an input trace")
+    with recording() as timings:
+        rc = _analyze(args)
+    if args.timings == "-":
+        sys.stderr.write(timings.text() + "\n")
+    else:
+        write_atomic(Path(args.timings), json.dumps(timings.to_dict(), indent=1) + "\n")
+    return rc
+
+
+def _analyze(args: argparse.Namespace) -> int:
     from proflab.readers import expand_paths
     from proflab.render import format_for_path
 

@@ -76,6 +76,13 @@ def load(path: str | Path, *, cache: bool | None = None, part: SliceSpec | None 
     whose whole analysis is estimated to need more is read in a part that fits
     (``readers.budget``), and a ``part`` of it in memory that follows the part; such a trace
     is neither read from nor written to the cache, which holds whole traces."""
+    from proflab._timings import phase
+
+    with phase("decode"):
+        return _load(path, cache, part, budget)
+
+
+def _load(path: str | Path, cache: bool | None, part: SliceSpec | None, budget: int | None):
     from dataclasses import replace
 
     import polars as pl

@@ -37,6 +37,7 @@ import polars as pl
 from msgspec import Struct, field
 
 from proflab._heap import slices_reused
+from proflab._timings import phase
 from proflab.errors import (
     CorruptInput,
     EmptyTrace,
@@ -204,15 +205,16 @@ def _read(path: Path) -> Trace:
             doc = _Doc(traceEvents=doc)
         tables = [_tables(doc.traceEvents, problems)]
         doc.traceEvents = []
-    event_count, problems, unknown = _tallies(path, tables)
-    gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
-    comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
-    tables.clear()  # the parts are now only in these lists, which the merge empties
-    gpu = merge_by_start(gpu_parts)
-    cpu = merge_by_start(cpu_parts)
-    comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
-    devices, meta = _described(path, doc, gpu.height, cpu.height, unknown, problems, size, event_count)
-    return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta, comms=comms)
+    with phase("tables"):  # (the slices' tables, decoded, merged into the trace's)
+        event_count, problems, unknown = _tallies(path, tables)
+        gpu_parts, cpu_parts = [t.gpu for t in tables], [t.cpu for t in tables]
+        comm_parts = [t.comms for t in tables if t.comms is not None and t.comms.height]
+        tables.clear()  # the parts are now only in these lists, which the merge empties
+        gpu = merge_by_start(gpu_parts)
+        cpu = merge_by_start(cpu_parts)
+        comms = pl.concat(comm_parts).sort("start_ns") if comm_parts else pl.DataFrame(schema=COMM_SCHEMA)
+        devices, meta = _described(path, doc, gpu.height, cpu.height, unknown, problems, size, event_count)
+        return Trace(gpu=gpu, cpu=cpu, steps=steps_from_annotations(cpu), devices=devices, meta=meta, comms=comms)
 
 
 def _tallies(path: Path, tables: list[_Tables]) -> tuple[int, Counter, Counter]:

@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from proflab._timings import phase
 from proflab._version import __version__
 from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks, peaks_missing_reason
@@ -42,17 +43,22 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
             "the trace has no kernel, memcpy or memset events (CPU-only profile, or CUDA activity not recorded)",
             *_GPU_SKIPPED,
         )
-    ranges = tuple(_ranges_beside_host_only(ctx))
-    _while_little_is_held(ctx)
-    findings = run_rules(trace, ctx)
-    whatif = ctx.whatif if trace.has_gpu else None
-    findings = with_overlaps(findings, whatif)
-    predicted = combined(findings, whatif)
-    memory = _memory(ctx)
-    if memory is not None:
-        from proflab.rules.memory import memory_rules
+    with phase("timeline"):
+        ranges = tuple(_ranges_beside_host_only(ctx))
+        _while_little_is_held(ctx)
+    with phase("rules"):
+        findings = run_rules(trace, ctx)
+    with phase("what-if"):
+        whatif = ctx.whatif if trace.has_gpu else None
+        findings = with_overlaps(findings, whatif)
+        predicted = combined(findings, whatif)
+    with phase("memory"):
+        memory = _memory(ctx)
+        if memory is not None:
+            from proflab.rules.memory import memory_rules
 
-        mem_findings = memory_rules(memory)
+            mem_findings = memory_rules(memory)
+    if memory is not None:
         at = next((i for i, f in enumerate(findings) if f.category == "healthy"), len(findings))
         findings[at:at] = mem_findings  # no time gain: after the timeline's findings, before the verdict
     if trace.has_gpu and trace.devices.height == 0:
@@ -61,41 +67,42 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ctx.note_missing("datasheet peaks", peaks_missing_reason(name, info.get("sm_count")), "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
-    summary = _summary(ctx)
-    compiled = ctx.compiled
-    if compiled.compiled or compiled.graphed:  # what torch.compile and CUDA graphs did (analysis.timeline.compiled)
-        summary["compiled"] = compiled.to_dict()
-        for why in compiled.missing:
-            ctx.note_missing("compiled regions", why, "the split of compiled and eager work")
-    inference = ctx.inference
-    if inference.found:  # a generation loop's tokens, phases and bandwidth (analysis.timeline.inference)
-        summary["inference"] = inference.to_dict()
-        for why in inference.missing:
-            ctx.note_missing("inference signals", why, "the inference figures it names")
-    perf = _perf(ctx)
-    summary["gain_per"] = "step" if summary.get("step_count") else "window"
-    if predicted is not None:
-        summary["predicted"] = predicted
-    elif whatif is not None and not whatif.available:
-        summary["predicted"] = {"missing": whatif.why_not}
-    _one_bare_step(summary, findings)
-    return Report(
-        source=_source(trace),
-        device=_device(ctx),
-        summary=summary,
-        findings=tuple(findings),
-        kernels=tuple(_kernels(ctx, top_kernels)),
-        steps=tuple(_steps(ctx)),
-        memcpy=tuple(_memcpy(ctx)),
-        launch=_launch(ctx),
-        idle=_idle(ctx),
-        host_ops=tuple(_host_ops(trace)),
-        ranges=ranges,
-        missing=ctx.missing,
-        notes=trace.meta.notes,
-        memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
-        perf=None if perf is None else perf.to_dict(),
-    )
+    with phase("timeline"):  # (the tables the rules did not ask for: the summary, the FLOPs, the report's rows)
+        summary = _summary(ctx)
+        compiled = ctx.compiled
+        if compiled.compiled or compiled.graphed:  # what torch.compile and CUDA graphs did (analysis.timeline.compiled)
+            summary["compiled"] = compiled.to_dict()
+            for why in compiled.missing:
+                ctx.note_missing("compiled regions", why, "the split of compiled and eager work")
+        inference = ctx.inference
+        if inference.found:  # a generation loop's tokens, phases and bandwidth (analysis.timeline.inference)
+            summary["inference"] = inference.to_dict()
+            for why in inference.missing:
+                ctx.note_missing("inference signals", why, "the inference figures it names")
+        perf = _perf(ctx)
+        summary["gain_per"] = "step" if summary.get("step_count") else "window"
+        if predicted is not None:
+            summary["predicted"] = predicted
+        elif whatif is not None and not whatif.available:
+            summary["predicted"] = {"missing": whatif.why_not}
+        _one_bare_step(summary, findings)
+        return Report(
+            source=_source(trace),
+            device=_device(ctx),
+            summary=summary,
+            findings=tuple(findings),
+            kernels=tuple(_kernels(ctx, top_kernels)),
+            steps=tuple(_steps(ctx)),
+            memcpy=tuple(_memcpy(ctx)),
+            launch=_launch(ctx),
+            idle=_idle(ctx),
+            host_ops=tuple(_host_ops(trace)),
+            ranges=ranges,
+            missing=ctx.missing,
+            notes=trace.meta.notes,
+            memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
+            perf=None if perf is None else perf.to_dict(),
+        )
 
 
 def _one_bare_step(summary: dict[str, Any], findings: list) -> None:

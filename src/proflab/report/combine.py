@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from proflab._timings import phase
 from proflab.analysis.timeline import kernels as _kernels
 from proflab.analysis.timeline import launch as _launch
 from proflab.analysis.timeline import memcpy as _memcpy
@@ -136,7 +137,8 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
     is taken from every part (a comparison's tables: ``report.compare.combined_part``)."""
     it = iter(parts)
     try:
-        trace = next(it, None)
+        with phase("decode"):  # (a part is read as it is asked for)
+            trace = next(it, None)
         if trace is None:
             raise UsageError("the trace's parts hold no events")
         if trace.meta.budget is None:  # read whole: the budget held it
@@ -161,12 +163,14 @@ def report_in_parts(parts: Iterable[Trace], *, top_kernels: int = 15, bare_step_
             mine = _observer.host_reach(trace.cpu)
             reach = mine if reach is None else pl.concat([reach, mine]).group_by("tid").agg(pl.col("end_ns").max())
             del ctx, trace  # before the next part is read
-            trace = next(it, None)
+            with phase("decode"):
+                trace = next(it, None)
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()  # (a reader's temporary files go with it)
-    return _combined(done, top_kernels, bare_step_ms)
+    with phase("timeline"):  # (the parts' tables combined; their replay as one is the what-if's)
+        return _combined(done, top_kernels, bare_step_ms)
 
 
 # The parts' step graphs kept for the combined replay hold at most this share of the memory
@@ -307,8 +311,9 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
     # the what-if model over all parts' steps: their graphs replayed as one, as a whole analysis does
     whatif = None
     if gpu:
-        whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts], list(range(len(parts)))), bare_step_ms,
-                                 observer.unprofiled_step_ms[0] if observer is not None else None)  # fmt: skip
+        with phase("what-if"):
+            whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts], list(range(len(parts)))), bare_step_ms,
+                                     observer.unprofiled_step_ms[0] if observer is not None else None)  # fmt: skip
         for p in parts:
             p.whatif_graph = None  # (concatenated: the parts' own not held beside it)
     kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),

@@ -44,7 +44,7 @@ import re
 
 import numpy as np
 
-from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepGraph, call_ops
 from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
 from proflab.model.findings import FIX_KINDS as KINDS
 from proflab.model.findings import Fix
@@ -74,17 +74,55 @@ def _names(g: StepGraph, pattern: str) -> np.ndarray:
     return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
 
 
-def _distinct_names(g: StepGraph) -> tuple[list[str], np.ndarray]:
-    """The graph's distinct operation names and each operation's index among them, found once
-    a graph by a dictionary of the names: ``np.unique`` of the names as fixed-width text held
+def _distinct_names(g: StepGraph, column: str = "op_name") -> tuple[list[str], np.ndarray]:
+    """The graph's distinct operation names (``column``: or its calls', ``call_name``) and each
+    one's index among them, found once a graph (``build_graph`` hands them over as it makes
+    them) by a dictionary of the names: ``np.unique`` of the names as fixed-width text held
     4 bytes a character of the longest name for every operation (a 0.5 GB trace's part of
     100 k kernels: 130 MiB, the peak of its whole analysis)."""
-    got = g.__dict__.get("_distinct_names")  # (kept on the graph: a fix asks several times a replay)
+    key = "_distinct_names" if column == "op_name" else f"_distinct_{column}"
+    got = g.__dict__.get(key)  # (kept on the graph: a fix asks several times a replay)
     if got is None:
         seen: dict[str, int] = {}
-        inv = np.fromiter((seen.setdefault("" if x is None else str(x), len(seen)) for x in g.op_name), dtype=np.int64,
-                          count=len(g.op_name))
-        got = g.__dict__["_distinct_names"] = (list(seen), inv)
+        values = getattr(g, column)
+        inv = np.fromiter((seen.setdefault("" if x is None else str(x), len(seen)) for x in values), dtype=np.int64,
+                          count=len(values))
+        got = g.__dict__[key] = (list(seen), inv)
+    return got
+
+
+def _calls_named(g: StepGraph, test) -> np.ndarray:
+    """Which calls' names pass ``test`` (a function of the name), asked once per distinct name."""
+    uniq, inv = _distinct_names(g, "call_name")
+    hit = np.array([bool(test(u)) for u in uniq], dtype=bool)
+    return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
+
+
+def _sums(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sum of each run of ``d`` from each of ``starts`` to the next, each as ``.sum()``
+    adds it: ``np.add.reduceat`` adds in order, ``sum`` pairwise, and the predictions stay
+    the same to the last bit. Rows of one length summed at once (a loop over the lengths)."""
+    size = np.diff(np.append(starts, d.size))
+    out = np.empty(starts.size)
+    for n in np.unique(size).tolist():
+        at = np.flatnonzero(size == n)
+        out[at] = d[starts[at][:, None] + np.arange(n)].sum(axis=1)
+    return out
+
+
+def _optimizer_steps(g: StepGraph) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per step, the optimizer's calls and their operations in call order (the fused kernel is
+    the first of the longest in that order), found once a graph: a report asks for the fix
+    a dozen times."""
+    got = g.__dict__.get("_optimizer_steps")
+    if got is None:
+        opt = g.call_optimizer & (g.call_step >= 0)
+        _, by_call = call_ops(g)
+        got = []
+        for s in np.unique(g.call_step[opt]):
+            in_step = opt & (g.call_step == s)
+            got.append((np.flatnonzero(in_step), by_call[in_step[g.op_call[by_call]]]))
+        g.__dict__["_optimizer_steps"] = got
     return got
 
 
@@ -107,7 +145,7 @@ class _Apply:
         inside = g.call_step >= 0
         sync = (q.call_kind == SYNC) & inside
         if names:
-            sync &= np.fromiter((n in names for n in g.call_name), dtype=bool, count=g.call_name.size)
+            sync &= _calls_named(g, names.__contains__)
         q.call_kind[sync] = OTHER
         q.call_dur[sync] = np.minimum(q.call_dur[sync], SYNC_OVERHEAD_NS)
         # a small device-to-host copy the host waited for is a value read: it no longer waits
@@ -129,16 +167,12 @@ class _Apply:
 
     @staticmethod
     def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
-        opt = g.call_optimizer & (g.call_step >= 0)
-        if not opt.any():
-            return
-        for s in np.unique(g.call_step[opt]):
-            calls = np.flatnonzero(opt & (g.call_step == s))
-            ops = [j for c in calls for j in g.calls_of[c] if q.op_alive[j]]
+        for calls, every in _optimizer_steps(g):
+            ops = every[q.op_alive[every]]
             q.work[calls] = 0.0
             q.call_dur[calls[1:]] = 0.0
             q.work[calls[0]] = FUSED_OPTIMIZER_NS
-            if ops:
+            if ops.size:
                 d = q.op_dur[ops]
                 keep = ops[int(np.argmax(d))]
                 q.op_alive[ops] = False
@@ -149,28 +183,30 @@ class _Apply:
     def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
         inside = (g.call_step >= 0) & ~g.call_optimizer & ~g.region  # compiled code is not compiled again
         fusible = _names(g, POINTWISE_KERNEL) & ~_library(g) & inside[g.op_call]
-        # chains: consecutive fusible operations of a step and stream in launch order
+        # chains: runs of fusible operations of one step and stream, consecutive in launch order
         order = np.lexsort((g.op_start, g.call_start[g.op_call]))
-        prev_key = None
-        chain: list[int] = []
-
-        def close() -> None:
-            if len(chain) > 1:
-                d = q.op_dur[chain]
-                keep = chain[int(np.argmax(d))]
-                q.op_alive[chain] = False
-                q.op_alive[keep] = True
-                q.op_dur[keep] = d.max() + FUSED_REST * (d.sum() - d.max())
-
-        for j in order:
-            key = (int(g.call_step[g.op_call[j]]), int(g.op_stream[j]))
-            if fusible[j] and q.op_alive[j] and key == prev_key:
-                chain.append(int(j))
-                continue
-            close()
-            chain = [int(j)] if fusible[j] and q.op_alive[j] else []
-            prev_key = key if chain else None
-        close()
+        f = (fusible & q.op_alive)[order]
+        step, stream = g.call_step[g.op_call][order], g.op_stream[order]
+        joins = np.zeros(order.size, dtype=bool)
+        joins[1:] = f[1:] & f[:-1] & (step[1:] == step[:-1]) & (stream[1:] == stream[:-1])
+        member = np.flatnonzero(f)  # (a chain's operations are consecutive members)
+        size = np.bincount(np.cumsum(~joins[member]) - 1)
+        long = member[np.repeat(size > 1, size)]
+        if long.size:
+            head = ~joins[long]
+            chain_of = np.cumsum(head) - 1
+            at = order[long]
+            d = q.op_dur[at]
+            # per chain, its longest kernel (the first of equals) runs the fused chain
+            starts = np.flatnonzero(head)
+            longest = np.maximum.reduceat(d, starts)
+            total = _sums(d, starts)
+            is_max = np.flatnonzero(d == longest[chain_of])
+            _, first_max = np.unique(chain_of[is_max], return_index=True)
+            keep = at[is_max[first_max]]
+            q.op_alive[at] = False
+            q.op_alive[keep] = True
+            q.op_dur[keep] = longest + FUSED_REST * (total - longest)
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
         # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)
@@ -228,7 +264,7 @@ class _Apply:
         free = q.call_kind == FREE
         q.call_kind[free] = OTHER
         q.call_dur[free] = np.minimum(q.call_dur[free], SYNC_OVERHEAD_NS)
-        malloc = np.fromiter((str(n).startswith(("cudaMalloc", "cuMemAlloc")) for n in g.call_name), dtype=bool, count=g.call_name.size)
+        malloc = _calls_named(g, lambda n: n.startswith(("cudaMalloc", "cuMemAlloc")))
         q.call_dur = np.where(malloc, np.minimum(q.call_dur, 20_000.0), q.call_dur)
 
     @staticmethod

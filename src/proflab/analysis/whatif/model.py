@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from proflab._timings import phase
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, PYTHON_COST_US
 from proflab.analysis.whatif.fixes import Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
@@ -215,6 +216,10 @@ class WhatIf:
         """The bare step saved by making ``fixes`` together; None without a step graph."""
         if self.graph is None:
             return None
+        with phase("what-if"):
+            return self._predict(fixes)
+
+    def _predict(self, fixes: tuple[Fix, ...]) -> Prediction:
         g = self.graph
         gains = []
         replayed = work_after = None

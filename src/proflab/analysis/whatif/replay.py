@@ -12,11 +12,19 @@ The critical path is what this walk follows; a fix that does not shorten it gain
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph
+from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, SYNC, StepGraph, call_ops
+
+# Imported by name, as the readers' compiled decoder is (a compiled module has no source for
+# the layer contract to read).
+try:
+    _native = importlib.import_module("proflab.analysis.whatif._replay")
+except ImportError:  # built without a C compiler: the walk runs in Python (the same result, slower)
+    _native = None
 
 __all__ = ["Plan", "Timeline", "replay", "SYNC_OVERHEAD_NS"]
 
@@ -85,11 +93,49 @@ class Timeline:
 
 
 def replay(g: StepGraph, p: Plan) -> Timeline:
+    """``g`` walked with the durations of ``p`` (the compiled walk where it was built, else
+    the same walk in Python: they give the same floats, bit for bit)."""
     n, m = g.n_calls, g.op_start.size
     call_start = np.zeros(n)
     op_start = np.full(m, np.nan)
     op_end = np.full(m, np.nan)
     op_ready = np.full(m, np.nan)
+    if _native is not None:
+        ptr, ops = call_ops(g)
+        n_streams, stream_ix = _stream_index(g, p.op_stream)
+        _native.walk(
+            _f64(p.work), _f64(p.call_dur), np.ascontiguousarray(p.call_kind, dtype=np.int8), ptr, ops, _f64(p.op_dur),
+            np.ascontiguousarray(p.op_alive, dtype=bool), stream_ix, n_streams,
+            np.ascontiguousarray(p.op_dep, dtype=np.int64), np.ascontiguousarray(p.op_free, dtype=bool), _f64(p.op_not_before),
+            _f64(g.op_gap), float(g.latency_ns), float(g.wake_ns), float(SYNC_OVERHEAD_NS), (LAUNCH, SYNC, COPY, FREE),
+            call_start, op_start, op_end, op_ready,
+        )  # fmt: skip
+    else:
+        _walk_py(g, p, call_start, op_start, op_end, op_ready)
+    return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
+
+
+def _stream_index(g: StepGraph, op_stream: np.ndarray) -> tuple[int, np.ndarray]:
+    """The streams as dense indices for the compiled walk: the graph's own made once (a sort
+    of every operation, which per replay cost more than the walk), a plan's that moved some
+    operations (``prefetch_copies``) made again."""
+    got = g.__dict__.get("_stream_index")
+    if got is None:
+        streams, ix = np.unique(g.op_stream, return_inverse=True)
+        got = g.__dict__["_stream_index"] = (int(streams.size), ix.astype(np.int64).reshape(-1))
+    if op_stream is g.op_stream or np.array_equal(op_stream, g.op_stream):
+        return got
+    streams, ix = np.unique(op_stream, return_inverse=True)
+    return int(streams.size), ix.astype(np.int64).reshape(-1)
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.float64)
+
+
+def _walk_py(g: StepGraph, p: Plan, call_start, op_start, op_end, op_ready) -> None:
+    """The walk (the module doc), filling the arrays given: the compiled one's reference, and
+    what runs where it was not built."""
     not_before = p.op_not_before
     stream_end: dict[int, float] = {}
     launched_end = 0.0  # the latest end of the work launched so far (what a sync waits for)
@@ -97,7 +143,8 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
     t = 0.0
     work, call_dur, kind = p.work, p.call_dur, p.call_kind
     op_dur, alive, streams, deps, free = p.op_dur, p.op_alive, p.op_stream, p.op_dep, p.op_free
-    for i in range(n):
+    ptr, ops = call_ops(g)
+    for i in range(g.n_calls):
         t += work[i]
         cs = t
         call_start[i] = cs
@@ -105,7 +152,7 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
         if k == LAUNCH or k == COPY:
             last = cs
             gap = g.op_gap
-            for j in g.calls_of[i]:
+            for j in ops[ptr[i] : ptr[i + 1]]:
                 if not alive[j]:
                     continue
                 s = streams[j]
@@ -126,23 +173,42 @@ def replay(g: StepGraph, p: Plan) -> Timeline:
             t = max(cs + min(call_dur[i], SYNC_OVERHEAD_NS), launched_end + wake)
         else:
             t = cs + call_dur[i]
-    return Timeline(call_start, op_start, op_end, _step_ms(g, p, op_start), op_ready)
 
 
 def _step_ms(g: StepGraph, p: Plan, op_start: np.ndarray) -> dict[int, float]:
     """Per step that has a next one: the start of the next step's first operation minus its own."""
-    first: dict[int, float] = {}
-    step_of_op = g.call_step[g.op_call]
-    ok = ~np.isnan(op_start) & (step_of_op >= 0)
-    for s in g.steps:
-        sel = ok & (step_of_op == s)
-        if sel.any():
-            first[s] = float(np.min(op_start[sel]))
+    order, starts, index = _step_groups(g)
+    lowest = np.full(len(g.steps), np.inf)
+    if starts.size:
+        # (an operation that did not run, NaN, never the lowest; ufunc.at was 100x slower before numpy 1.25)
+        v = op_start[order]
+        lowest[index] = np.minimum.reduceat(np.where(np.isnan(v), np.inf, v), starts)
+    first = {s: float(v) for s, v in zip(g.steps, lowest.tolist()) if v != np.inf}
     out = {}
     for a, b in zip(g.steps[:-1], g.steps[1:]):
         if a in first and b in first:
             out[a] = (first[b] - first[a]) / 1e6
     return out
+
+
+def _step_groups(g: StepGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The operations of the analysed steps grouped by step (their indices, each group's first
+    position in them, and its step's index in ``g.steps``), made once a graph."""
+    got = g.__dict__.get("_step_groups")
+    if got is None:
+        step_of_op = g.call_step[g.op_call].astype(np.int64)
+        at = np.full(step_of_op.size, -1, dtype=np.int64)  # each operation's step's index in g.steps
+        if g.steps:
+            steps = np.asarray(g.steps, dtype=np.int64)
+            by = np.argsort(steps, kind="stable")
+            k = np.clip(np.searchsorted(steps[by], step_of_op), 0, steps.size - 1)
+            hit = steps[by][k] == step_of_op
+            at[hit] = by[k[hit]]
+        order = np.flatnonzero(at >= 0)
+        order = order[np.argsort(at[order], kind="stable")]
+        index, starts = np.unique(at[order], return_index=True)
+        got = g.__dict__["_step_groups"] = (order, starts, index)
+    return got
 
 
 def observed_step_ms(g: StepGraph) -> dict[int, float]:
