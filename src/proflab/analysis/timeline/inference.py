@@ -180,8 +180,14 @@ def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
 def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None) -> Inference:
     """The generation loop in ``trace`` (see the module doc). ``launches``: host launch calls by
     correlation (``gaps.launch_calls``); ``kernel_rows``: the kernels with their launch
-    (``kernels.kernel_rows``), for each forward's GPU time."""
+    (``kernels.kernel_rows``), for each forward's GPU time; by default the trace's own kernels
+    (the analysis frees its kernel rows once their readers have what they need)."""
     missing: list[str] = []
+    # (every report asks: a trace recorded without shapes, most of them, is told so before any copy)
+    if trace.cpu.height and not trace.cpu.get_column("input_dims").is_not_null().any():
+        return Inference(pl.DataFrame(), missing=(
+            "the operators' input shapes (record_shapes=True): without them the forwards, their phases and "
+            "the bytes they read are unknown",))
     cpu = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
     if cpu.height == 0:
         return Inference(pl.DataFrame(), missing=("no host operators in the trace: forwards cannot be found",))
@@ -244,6 +250,8 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
                                    pl.col("flops").alias("gemm_flops"), pl.lit(None, pl.Float64).alias("att_flops"))
     frame = frame.sort("index")
     # the GPU work each forward launched, and when it ended
+    if kernel_rows is None and trace.has_gpu:
+        kernel_rows = trace.gpu.select("kind", "correlation", "start_ns", "dur_ns").filter(pl.col("kind") == "kernel")
     if kernel_rows is not None and kernel_rows.height and launches.height:
         kr = kernel_rows.select("correlation", "start_ns", "dur_ns").join(
             launches.select("correlation", "launch_start_ns"), on="correlation", how="inner")
