@@ -55,13 +55,32 @@ def _nvtx() -> tuple:
     return _nvtx_backend
 
 
+_torch = None  # the program's torch, once it is known (_torch_known): read inside compiled code
+
+
+def _torch_known():
+    """The program's torch if it has imported it (never imported here), kept in ``_torch``.
+    Called outside compiled code only: Dynamo tracing ``sys.modules`` wraps the whole dict, and
+    an import during that raised "dictionary changed size during iteration" (torch 2.13)."""
+    global _torch
+    if _torch is None:
+        _torch = sys.modules.get("torch")
+    return _torch
+
+
 def _compiling() -> bool:
     """Whether torch.compile is tracing this call: an annotation there would break the graph
     (an NVTX push is a call Dynamo cannot trace), so inside compiled code it does nothing; the
-    trace names the compiled region itself (``Torch-Compiled Region``)."""
-    torch = sys.modules.get("torch")
-    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(check()) if check is not None else False
+    trace names the compiled region itself (``Torch-Compiled Region``). It reads only the torch
+    module already kept (``_torch``: known when the program imported torch before proflab, or
+    once any annotation ran outside compiled code). A program that imports proflab first and
+    whose very first annotation runs inside compiled code has torch looked up there, which
+    Dynamo traces: import torch before proflab to be sure of no graph break."""
+    torch = _torch
+    return bool(torch.compiler.is_compiling()) if torch is not None and hasattr(torch, "compiler") else False
+
+
+_torch_known()  # (a program that imported torch before proflab: known from the start)
 
 
 class _Annotation:
@@ -80,7 +99,7 @@ class _Annotation:
         if nv:
             nv[0](self.name, self.color)
             self._pop = nv[1]
-        torch = sys.modules.get("torch")
+        torch = _torch_known()
         if torch is not None:
             self._rf = torch.profiler.record_function(self.name)
             self._rf.__enter__()
