@@ -152,3 +152,52 @@ def test_the_report_files_the_breaks_and_recompiles_with_their_lines(runs):
     assert brk["prediction"]["model"] == "none" and brk["est_gain_ms"] == 0
     assert rec["evidence"]["recompiles"] >= 2 and "size mismatch" in rec["title"]
     assert doc["summary"]["compiled"]["record"]["graph_break_count"] == brk["evidence"]["graph_breaks"]
+
+
+# A compiled function whose backend counts the calls its compiled code serves: a recorder that
+# turned compilation off would leave the count short of the calls the program made.
+COUNTING = '''
+import json, sys
+import torch
+import proflab
+served = [0]
+def backend(gm, inputs):
+    def run(*args):
+        served[0] += 1
+        return gm.forward(*args)
+    return run
+w = torch.randn(32, 32, requires_grad=True)
+opt = torch.optim.SGD([w], lr=0.01)
+@torch.compile(backend=backend)
+def f(x):
+    return (x @ w).relu().sum()
+def train(n):
+    for _ in range(n):
+        f(torch.randn(8, 32)).backward()
+        opt.step()
+        opt.zero_grad()
+        proflab.step()
+if sys.argv[1] == "profile":
+    with proflab.profile("block", wait=1, warmup=1, active=2) as run:
+        train(8)
+    names = {e.get("name") for t in run.traces for e in json.loads(__import__("gzip").open(t).read())["traceEvents"]}
+    print("REGION", any(str(n).startswith("Torch-Compiled Region") for n in names), flush=True)
+else:
+    train(int(sys.argv[1]))
+print("SERVED", served[0], flush=True)
+'''
+
+
+def test_a_profiled_block_and_trys_timed_runs_keep_the_program_compiled(tmp_path):
+    """The other ways proflab records a program: ``proflab.profile()`` in the program's own
+    process, and ``proflab try``'s timed runs (each run's steps timed by the runtime)."""
+    pytest.importorskip("torch")
+    prog = tmp_path / "counting.py"
+    prog.write_text(COUNTING)
+    block = subprocess.run([sys.executable, str(prog), "profile"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert block.returncode == 0, block.stderr
+    assert "REGION True" in block.stdout and "SERVED 8" in block.stdout
+    tried = subprocess.run([*PROFLAB, "try", "tf32", "--no-predict", "--rounds", "1", "--max-rounds", "1", "-o", str(tmp_path / "runs"),
+                            "--", sys.executable, str(prog), "12"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert tried.returncode == 0, tried.stderr
+    assert tried.stdout.count("SERVED 12") == 2, tried.stdout  # the run as it is and the run with the knob

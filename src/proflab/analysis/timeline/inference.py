@@ -177,11 +177,13 @@ def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
     return t.replace_strict(_BYTES, default=None, return_dtype=pl.Int64)
 
 
-def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None) -> Inference:
+def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None,
+                   regions: pl.DataFrame | None = None) -> Inference:
     """The generation loop in ``trace`` (see the module doc). ``launches``: host launch calls by
     correlation (``gaps.launch_calls``); ``kernel_rows``: the kernels with their launch
     (``kernels.kernel_rows``), for each forward's GPU time; by default the trace's own kernels
-    (the analysis frees its kernel rows once their readers have what they need)."""
+    (the analysis frees its kernel rows once their readers have what they need); ``regions``: the
+    compiled ranges (``compiled.region_spans``) where already found."""
     missing: list[str] = []
     # (every report asks: a trace recorded without shapes, most of them, is told so before any copy)
     if trace.cpu.height and not trace.cpu.get_column("input_dims").is_not_null().any():
@@ -204,7 +206,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     g = g.filter(pl.col("tid") == tid).sort("start_ns")
     vocab = int(g["n"].max())
     head = g.filter(pl.col("n") == vocab)
-    bounds, compiled_forwards = _with_compiled(trace, tid, (head["start_ns"] + head["dur_ns"]).to_numpy())
+    bounds, compiled_forwards = _with_compiled(trace if regions is None else regions, tid, (head["start_ns"] + head["dur_ns"]).to_numpy())
     first_ns = int(cpu.filter(pl.col("tid") == tid)["start_ns"].min())
     n = len(bounds)
     if n < 2:
@@ -319,14 +321,14 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     )
 
 
-def _with_compiled(trace: Trace, tid: int, heads: np.ndarray) -> tuple[np.ndarray, int]:
+def _with_compiled(source: Trace | pl.DataFrame, tid: int, heads: np.ndarray) -> tuple[np.ndarray, int]:
     """The forward ends: the LM heads' and, where the decode runs compiled (a static cache with
     torch.compile: Hugging Face compiles the decode forward, whose CUDA graph replays show no
     operators), each outermost compiled region's end, one region a forward. Regions stand for
     forwards only where no eager LM head runs between two of them: a graph break splits one
     forward into several regions, and its LM head then still ends each forward. Returns the ends
     (sorted, ns) and how many are compiled forwards."""
-    spans, _ = region_spans(trace)
+    spans = source if isinstance(source, pl.DataFrame) else region_spans(source)[0]
     r = spans.filter((pl.col("tid") == tid) & pl.col("name").str.starts_with("Torch-Compiled Region")).sort("start_ns")
     if r.height == 0:
         return np.sort(heads), 0
