@@ -1,0 +1,207 @@
+"""Record the third-party half of the gain-truth set: programs built on packages from the package
+index (Hugging Face ``transformers``' Trainer, torchvision, Lightning), run unmodified, each fix
+made as a user makes it (one argument or one line), the saving measured bare.
+
+The programs are user scripts under ``thirdparty/``; each takes ``--fix NAME`` and ``--steps N``.
+For every program, on one GPU:
+
+``bare``    each variant runs as a process of its own, alternated (base, fix1, fix2, base, fix1,
+            ...; ``--rounds`` rounds). The script runs as it is (``runpy``); this driver adds one
+            thing beside it, a global optimizer step hook (``register_optimizer_step_post_hook``)
+            that records a CUDA event on the current stream at each step's end, with no
+            profiler: GPU-side step times, as ``proflab run`` measures its unprofiled steps but
+            not by proflab. The first ``--skip`` steps (start-up, compilation, loader workers
+            starting) are left out. The measured gain is the difference of the variants' medians.
+``traces``  the variants that a truth row starts from, under ``proflab run --no-analyze`` with
+            its default options, as a user records them: the run directory's trace and process
+            record are kept as ``<program>.<variant>/`` (the trace renamed, host names dropped).
+
+``truth.json`` holds, per program, each variant's bare step times (ms), its median and its
+per-process medians, and proflab's own unprofiled median from each recorded run beside them.
+
+Usage::
+
+    python tests/data/record/record_thirdparty.py --out DIR [--only PROGRAM ...] [--rounds 2]
+    python tests/data/record/record_thirdparty.py --child SCRIPT --json F -- --fix X   # one process
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import runpy
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+
+# program: (script, variants, the variants whose traces rows start from, steps per process)
+PROGRAMS = {
+    "hf_gpt2": ("hf_gpt2.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
+    "tv_resnet": ("tv_resnet.py", ("base", "workers", "amp"), ("base", "workers"), 40),
+    "lightning_lm": ("lightning_lm.py", ("base", "high", "bf16"), ("base", "high"), 60),
+}
+SKIP = 15  # steps left out of each process's bare times
+LOG = [Path(os.devnull)]  # the programs' output (--out/programs.log)
+
+
+def child(script: str, out: str, args: list[str]) -> None:
+    """Run ``script`` unmodified, timing each optimizer step's end on the GPU's clock."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    marks: list = []
+
+    def hook(opt, a, kw):
+        if cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            marks.append(ev)
+        else:
+            marks.append(time.perf_counter_ns())
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(hook)
+    sys.argv = [script, *args]
+    t0 = time.monotonic()
+    runpy.run_path(script, run_name="__main__")
+    if cuda:
+        torch.cuda.synchronize()
+        steps = [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    else:
+        steps = [(b - a) / 1e6 for a, b in zip(marks, marks[1:])]
+    Path(out).write_text(json.dumps({"steps": len(marks), "gpu_step_ms": [round(s, 4) for s in steps[SKIP:]],
+                                     "process_s": round(time.monotonic() - t0, 1),
+                                     "clock": "CUDA events" if cuda else "time.perf_counter_ns"}))
+
+
+def _bare(script: Path, variant: str, steps: int, tmp: Path) -> dict:
+    f = tmp / f"bare-{os.getpid()}-{time.monotonic_ns()}.json"
+    cmd = [sys.executable, __file__, "--child", str(script), "--json", str(f), "--", "--fix", variant,
+           "--steps", str(steps)]
+    with open(LOG[0], "a") as log:
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT)
+    return json.loads(f.read_text())
+
+
+def _scrub(src: Path, dst: Path) -> None:
+    """A trace as committed: host names dropped, the file named for what it holds."""
+    data = json.loads(gzip.open(src, "rt").read()) if src.suffix == ".gz" else json.loads(src.read_text())
+    for key in ("hostname", "host_name"):
+        data.pop(key, None)
+    dist = data.get("distributedInfo")
+    if isinstance(dist, dict):
+        dist.pop("hostname", None)
+    data["traceName"] = dst.name
+    with gzip.open(dst, "wt", compresslevel=9) as f:
+        json.dump(data, f, separators=(",", ":"))
+
+
+def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Path) -> dict:
+    runs = tmp / "runs"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
+    cmd = [sys.executable, "-m", "proflab", "run", "--no-analyze", "-o", str(runs), "--name", f"{name}.{variant}",
+           "--", sys.executable, str(script), "--fix", variant, "--steps", str(steps)]
+    with open(LOG[0], "a") as log:
+        subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
+    run = max((p for p in runs.iterdir() if p.name.endswith(f"-{name}.{variant}")), key=lambda p: p.name)
+    dst = out / f"{name}.{variant}"
+    shutil.rmtree(dst, ignore_errors=True)
+    (dst / "traces").mkdir(parents=True)
+    (dst / "processes").mkdir()
+    kept = {}
+    for proc in sorted((run / "processes").glob("*.json")):
+        rec = json.loads(proc.read_text())
+        rec["argv"] = [Path(a).name if os.sep in a else a for a in rec.get("argv", [])]
+        traces = []
+        for i, t in enumerate(rec.get("traces") or []):
+            rel = f"traces/{name}.{variant}{'.' + str(i) if i else ''}.pt.trace.json.gz"
+            _scrub(run / t, dst / rel)
+            traces.append(rel)
+        rec["traces"] = traces
+        (dst / "processes" / proc.name).write_text(json.dumps(rec, indent=1))
+        if traces:
+            kept = rec.get("step_times") or {}
+    (dst / "meta.json").write_text(json.dumps({"recorded_by": "tests/data/record/record_thirdparty.py (proflab run "
+                                               "--no-analyze, default options; meta.json reduced to this note)"}))
+    return {"proflab_bare_ms": kept.get("bare_ms"), "proflab_bare_n": kept.get("bare_n"), "run": dst.name}
+
+
+def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None) -> dict:
+    script_name, variants, traced, steps = PROGRAMS[name]
+    if only_variants:
+        variants = tuple(v for v in variants if v in only_variants)
+        traced = tuple(v for v in traced if v in only_variants)
+    script = HERE / "thirdparty" / script_name
+    per: dict[str, list[dict]] = {v: [] for v in variants}
+    t0 = time.monotonic()
+    for _ in range(rounds):
+        for v in variants:
+            per[v].append(_bare(script, v, steps, tmp))
+            print(f"{name} {v}: {statistics.median(per[v][-1]['gpu_step_ms']):.2f} ms", flush=True)
+    bare = {}
+    for v, procs in per.items():
+        allsteps = [s for p in procs for s in p["gpu_step_ms"]]
+        bare[v] = {"gpu_step_ms": allsteps, "median_ms": round(statistics.median(allsteps), 4),
+                   "process_medians_ms": [round(statistics.median(p["gpu_step_ms"]), 4) for p in procs],
+                   "process_s": [p["process_s"] for p in procs]}
+    recorded = {v: _trace(name, script, v, steps, out, tmp) for v in traced}
+    return {"script": f"thirdparty/{script_name}", "variants": list(variants), "steps_per_process": steps,
+            "skipped_steps": SKIP, "rounds": rounds, "bare": bare, "recorded": recorded,
+            "took_s": round(time.monotonic() - t0, 1)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--variants", nargs="*", help="only these variants (a CPU check: TF32 needs CUDA)")
+    ap.add_argument("--child")
+    ap.add_argument("--json")
+    ap.add_argument("rest", nargs="*")
+    a = ap.parse_args(argv)
+    if a.child:
+        child(a.child, a.json, a.rest)
+        return 0
+    import tempfile
+
+    import torch
+
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    truth_file = out / "truth.json"
+    truth = json.loads(truth_file.read_text()) if truth_file.exists() else {"programs": {}}
+    truth["recorded_with"] = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+                              "torch": torch.__version__, "python": sys.version.split()[0],
+                              "packages": _versions(("transformers", "torchvision", "lightning", "accelerate"))}
+    LOG[0] = out / "programs.log"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.only or list(PROGRAMS):
+            truth["programs"][name] = measure(name, out, a.rounds, Path(tmp), a.variants)
+            truth_file.write_text(json.dumps(truth, indent=1))
+    return 0
+
+
+def _versions(names) -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for n in names:
+        try:
+            found[n] = version(n)
+        except PackageNotFoundError:
+            found[n] = None
+    return found
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
