@@ -382,3 +382,29 @@ def test_the_top_modules_forward_ends_each_token_in_a_fresh_run(tmp_path):
     assert (heads.forwards["end_ns"] <= inf.forwards["end_ns"]).all()
     rep = proflab.analyze(t)
     assert rep.summary["step_count"] == 8 and rep.summary["inference"]["tokens_as_steps"]
+
+
+PADDED = Path(__file__).parent / "data" / "inference_padding"
+
+
+def test_a_padded_batch_is_told_padded_and_no_waste_is_claimed(traces):
+    """A batch of 4 prompts (4, 9, 16 and 24 tokens) left-padded to 24, one sequence ending at EOS
+    while the others go on (tests/data/record/record_padding.py): a third of the positions computed
+    were padding (padding.json, from the mask and the output), but a trace holds the mask's shape,
+    not its values. The report says the batch is padded, and claims no gain."""
+    truth = json.loads((PADDED / "padding.json").read_text())
+    assert truth["real_positions"] < 0.75 * truth["computed_positions"]  # the waste is there
+    t = proflab.load(PADDED / "padded-b4.pt.trace.json.gz")
+    inf = Context(t).inference
+    f = inf.forwards
+    # SDPA with a mask folds the query's head groups into its length: the decode is still one position
+    assert f["phase"].to_list() == [x["phase"] for x in truth["forwards"]]
+    assert f["q_len"].to_list() == [truth["padded_to"]] + [1] * (f.height - 1) and (f["batch"] == 4).all()
+    assert f["att_mask"].all()
+    rep = proflab.analyze(t)
+    assert "padding_waste" not in {x.id for x in rep.findings}
+    (pad,) = [m for m in rep.to_dict()["missing"] if m["signal"] == "pad tokens"]
+    assert f"mask tensor in {f.height} of {f.height} forwards: the batch is padded" in pad["reason"]
+    # the same model unpadded (every mask position 1): the attention takes no mask
+    (plain,) = [m for m in _report(traces, "cache-b4").to_dict()["missing"] if m["signal"] == "pad tokens"]
+    assert "took no mask in any of 20 forwards" in plain["reason"]

@@ -95,7 +95,8 @@ class Inference:
     launched), ``interval_ms`` (since the token before), ``weight_bytes``, ``kv_bytes``, ``flops``,
     ``gemm_flops``, ``att_flops``, ``shaped_ms`` (host time in its GEMMs and attention), ``op_ms`` and
     ``top_ops`` (its outermost operators' host time and count), ``events`` and ``py_events`` (host
-    events the profiler recorded in it)). ``latency``, ``utilisation`` and
+    events the profiler recorded in it), ``kernels``, ``att_mask`` (its attention took a mask
+    tensor: null where the attention operator's inputs do not say)). ``latency``, ``utilisation`` and
     ``memory`` are the report's figures (units in their names); ``missing`` what the trace lacks."""
 
     forwards: pl.DataFrame
@@ -255,10 +256,21 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             q.list.get(0).first().alias("batch"), q.list.get(-2).first().alias("q_len"), k.list.get(-2).first().alias("kv_len"),
             pl.len().alias("layers"), kv_bytes.sum().alias("kv_bytes"), pl.col("dur_ns").sum().alias("att_ns"),
             (4 * q.list.eval(pl.element().product()).list.first() * k.list.get(-2)).cast(pl.Float64).sum().alias("att_flops"),
+            # aten::scaled_dot_product_attention(query, key, value, attn_mask, ...): a mask tensor given
+            # (its shape; the other attention operators' inputs differ: unknown there)
+            pl.when(pl.col("name") == "aten::scaled_dot_product_attention")
+            .then(pl.col("dims").list.get(3, null_on_oob=True).list.len().fill_null(0) > 0).any().alias("att_mask"),
         )
         frame = frame.join(a.rename({"fw": "index"}), on="index", how="left").with_columns(
             pl.col("flops").alias("gemm_flops"), (pl.col("flops") + pl.col("att_flops").fill_null(0)).alias("flops"),
             (pl.col("shaped_ns") + pl.col("att_ns").fill_null(0)).alias("shaped_ns")).drop("att_ns")
+        # Hugging Face's SDPA with an attention mask (a padded batch) and grouped KV heads folds the
+        # query's head groups into its length ([b, kv_heads, groups * q, d]): a cached decode then
+        # shows a query of `groups` rows. Its GEMMs still compute one row per row produced and its
+        # context grows by one: that is a decode of one query position (tests/data/inference_padding)
+        folded = ((pl.col("kv_len") - pl.col("kv_len").shift(1) == 1) & (pl.col("tokens_in") == pl.col("tokens_out"))
+                  & (pl.col("q_len") > 1) & (pl.col("q_len") < pl.col("kv_len")))
+        frame = frame.sort("index").with_columns(pl.when(folded.fill_null(False)).then(1).otherwise(pl.col("q_len")).alias("q_len"))
     else:
         missing.append("no attention operator with input shapes (scaled_dot_product_attention, flash/efficient "
                        "attention): phases from shapes, KV bytes and KV-cache size are unknown")
@@ -266,6 +278,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         # serving engine's packed batch: prompt tokens beside one token per decoding sequence)
         frame = frame.with_columns(pl.col("tokens_out").alias("batch"), (pl.col("tokens_in") // pl.col("tokens_out")).alias("q_len"),
                                    *(pl.lit(None, pl.Int64).alias(c) for c in ("kv_len", "layers", "kv_bytes")),
+                                   pl.lit(None, pl.Boolean).alias("att_mask"),
                                    pl.col("flops").alias("gemm_flops"), pl.lit(None, pl.Float64).alias("att_flops"))
     frame = frame.sort("index")
     # the GPU work each forward launched, and when it ended
@@ -311,7 +324,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         ((pl.col("end_ns") - pl.col("end_ns").shift(1).over("generation").fill_null(pl.col("start_ns").first().over("generation")))
          / 1e6).alias("interval_ms"),
         "weight_bytes", "kv_bytes", "flops", "gemm_flops", "att_flops", (pl.col("shaped_ns") / 1e6).alias("shaped_ms"),
-        "events", "py_events", "op_ms", "top_ops", "kernels",
+        "events", "py_events", "op_ms", "top_ops", "kernels", "att_mask",
     )
     dev = trace.devices.head(1).to_dicts()[0] if trace.devices.height else {}
     peaks = datasheet_peaks(dev.get("name"), dev.get("sm_count")) if dev.get("name") else None
