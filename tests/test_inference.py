@@ -245,7 +245,11 @@ def test_on_a_gpu_decode_launch_bound_and_a_per_token_sync_are_found(traces):
     assert launch.category == "launch_bound" and launch.where["phase"] == ["decode"] and launch.est_gain_ms > 0
     sync = found["per_token_sync"]
     assert sync.category == "sync_bound" and sync.evidence["syncs_per_token_median"] == 1 and sync.overlaps == ("sync_bound",)
-    assert sync.est_gain_ms == pytest.approx(sync.evidence["idle_after_sync_ms"], abs=1e-3) and sync.est_gain_ms > 10 * sync.evidence["sync_wait_ms"]
+    # no steps in the trace: its tokens are its steps, and each fix is replayed per token
+    assert inf["tokens_as_steps"] and rep.summary["step_count"] == inf["forwards"]
+    assert sync.prediction["model"] == launch.prediction["model"] == "replay"
+    assert 0 < sync.est_gain_ms < sync.evidence["idle_after_sync_ms"] / (inf["forwards"] - 1) * 1.5
+    assert sync.evidence["idle_after_sync_ms"] > 10 * sync.evidence["sync_wait_ms"]
     assert "decode_far_from_roof" not in found  # the GPU idles: launches, not bandwidth, set the pace
     # with the GPU busy through each token (long kernels), decode is far from the memory roof instead
     busy = proflab.analyze(_on_a_gpu(traces["cache-b4"], kernel_us=120.0, sync=False))
@@ -328,3 +332,79 @@ def test_with_a_step_a_token_the_decode_fixes_are_replayed(traces):
     for fid in ("decode_launch_bound", "per_token_sync"):
         assert found[fid].prediction["model"] == "replay" and 0 < found[fid].est_gain_ms < float(f["interval_ms"].median())
     assert rep.summary["inference"]["forwards"] == 20
+
+
+def test_without_steps_the_tokens_are_the_steps(traces):
+    """No proflab.step(): the generation's forwards become the trace's steps, a token a step, and
+    the report is the one the same trace gives with those steps recorded."""
+    g = _on_a_gpu(traces["cache-b4"], kernel_us=3.0, sync=True)
+    assert g.steps.height == 0
+    auto = proflab.analyze(g)
+    f = Context(g).inference.forwards
+    steps = pl.DataFrame({"step": range(f.height), "start_ns": f["start_ns"], "end_ns": f["end_ns"]}).cast(g.steps.schema)
+    given = proflab.analyze(type(g)(g.gpu, g.cpu, steps, g.devices, g.meta, g.comms))
+    assert auto.summary["inference"]["tokens_as_steps"] and not given.summary["inference"]["tokens_as_steps"]
+    gains = {x.id: x.est_gain_ms for x in auto.findings}
+    assert gains and gains == {x.id: x.est_gain_ms for x in given.findings}
+    # a trace that is not a generation loop keeps its own (no) steps
+    t = proflab.load(Path(__file__).parent / "data" / "kineto" / "train_loop.pt.trace.json.gz")
+    assert proflab.analyze(t).summary["step_count"] == t.steps.height
+
+
+def test_the_top_modules_forward_ends_each_token_in_a_fresh_run(tmp_path):
+    """A tiny Llama generating under torch.profiler with module ranges (with_stack): each call of
+    the top module (LlamaForCausalLM, once a token) is a forward, ending where the call returns
+    (after its LM head); without the ranges the LM head gives the same forwards."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, vocab_size=512, max_position_embeddings=128,
+                                   attn_implementation="sdpa")
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(3, 500, (2, 10))
+    kw = dict(attention_mask=torch.ones_like(ids), max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(ids, **kw)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True,
+                                    with_stack=True) as prof:
+            model.generate(ids, **kw)
+    prof.export_chrome_trace(str(tmp_path / "gen.pt.trace.json"))
+    t = proflab.load(tmp_path / "gen.pt.trace.json")
+    inf = Context(t).inference
+    assert inf.forwards_from == "top module LlamaForCausalLM"
+    assert inf.forwards["phase"].to_list() == ["prefill"] + ["decode"] * 7 and (inf.forwards["batch"] == 2).all()
+    calls = t.cpu.filter(pl.col("name").str.starts_with("nn.Module: LlamaForCausalLM"))
+    assert inf.forwards["end_ns"].to_list() == sorted((calls["start_ns"] + calls["dur_ns"]).to_list())
+    heads = Context(type(t)(t.gpu, t.cpu.filter(pl.col("cat") != "python_function"), t.steps, t.devices, t.meta,
+                            t.comms)).inference
+    assert heads.forwards_from == "LM head" and heads.forwards.height == 8
+    assert (heads.forwards["end_ns"] <= inf.forwards["end_ns"]).all()
+    rep = proflab.analyze(t)
+    assert rep.summary["step_count"] == 8 and rep.summary["inference"]["tokens_as_steps"]
+
+
+PADDED = Path(__file__).parent / "data" / "inference_padding"
+
+
+def test_a_padded_batch_is_told_padded_and_no_waste_is_claimed(traces):
+    """A batch of 4 prompts (4, 9, 16 and 24 tokens) left-padded to 24, one sequence ending at EOS
+    while the others go on (tests/data/record/record_padding.py): a third of the positions computed
+    were padding (padding.json, from the mask and the output), but a trace holds the mask's shape,
+    not its values. The report says the batch is padded, and claims no gain."""
+    truth = json.loads((PADDED / "padding.json").read_text())
+    assert truth["real_positions"] < 0.75 * truth["computed_positions"]  # the waste is there
+    t = proflab.load(PADDED / "padded-b4.pt.trace.json.gz")
+    inf = Context(t).inference
+    f = inf.forwards
+    # SDPA with a mask folds the query's head groups into its length: the decode is still one position
+    assert f["phase"].to_list() == [x["phase"] for x in truth["forwards"]]
+    assert f["q_len"].to_list() == [truth["padded_to"]] + [1] * (f.height - 1) and (f["batch"] == 4).all()
+    assert f["att_mask"].all()
+    rep = proflab.analyze(t)
+    assert "padding_waste" not in {x.id for x in rep.findings}
+    (pad,) = [m for m in rep.to_dict()["missing"] if m["signal"] == "pad tokens"]
+    assert f"mask tensor in {f.height} of {f.height} forwards: the batch is padded" in pad["reason"]
+    # the same model unpadded (every mask position 1): the attention takes no mask
+    (plain,) = [m for m in _report(traces, "cache-b4").to_dict()["missing"] if m["signal"] == "pad tokens"]
+    assert "took no mask in any of 20 forwards" in plain["reason"]

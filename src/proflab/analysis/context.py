@@ -20,7 +20,7 @@ from proflab.analysis.timeline.source import FrameIndex
 from proflab.model import Trace
 from proflab.model.findings import Missing
 
-__all__ = ["Context"]
+__all__ = ["Context", "tokens_as_steps"]
 
 
 class _table(cached_property):
@@ -274,3 +274,22 @@ class Context:
         if row.height == 0:
             row = d.head(1)
         return row.to_dicts()[0] if row.height else {}
+
+
+def tokens_as_steps(ctx: Context) -> Context:
+    """A context whose trace has no profiler steps but a generation loop: the same trace with its
+    forwards as its steps, a token a step (``timeline.inference.token_steps``), so the step
+    table, the observer model and the what-if replay run per token. Any other context as it is."""
+    from dataclasses import replace
+
+    if ctx.trace.steps.height or ctx.part_digest is not None or ctx._starts_at is not None:
+        return ctx
+    inf = ctx.inference
+    if not inf.found:
+        return ctx
+    from proflab.analysis.timeline.inference import token_steps
+
+    new = Context(replace(ctx.trace, steps=token_steps(inf)), bare_step_ms=ctx.bare_step_ms)
+    # the view reads no steps: the one found is kept, not built again
+    new.__dict__["inference"] = replace(inf, tokens_as_steps=True)
+    return new

@@ -36,6 +36,11 @@ def recording_args(p) -> None:
     g.add_argument("--memory-snapshot", action="store_true", help="write a CUDA memory snapshot (CUDA only)")
     g.add_argument("--capture-range", action="store_true",
                    help="record only inside proflab.capture() (nsys: cudaProfilerApi capture range)")  # fmt: skip
+    g.add_argument("--capture", choices=("cuda-profiler-api",), default=None,
+                   help="cuda-profiler-api: record inside the program's own cudaProfilerStart/Stop range, not steps or "
+                        "time (torch.cuda.profiler.start()/stop() or torch.cuda.cudart().cudaProfilerStart() from "
+                        "Python; TensorRT-LLM's TLLM_PROFILE_START_STOP); the first range with torch, as nsys does "
+                        "with its cudaProfilerApi capture range; a C++ runtime's calls need --backend nsys")  # fmt: skip
     g.add_argument("--python-backtrace", action="store_true", help="nsys: Python backtraces of CUDA calls and Python sampling")
     g = p.add_argument_group("GPU monitor")
     g.add_argument("--no-monitor", dest="monitor", action="store_false", default=None, help="do not sample NVML")
@@ -54,6 +59,7 @@ def recording_options(args: argparse.Namespace) -> dict:
         delay_s=args.delay, duration_s=args.duration, record_shapes=args.record_shapes, count_flops=args.count_flops,
         with_stack=args.with_stack,
         profile_memory=args.profile_memory, memory_snapshot=args.memory_snapshot, capture_range=args.capture_range,
+        capture=args.capture,
         python_backtrace=args.python_backtrace, monitor=args.monitor, monitor_period_s=args.monitor_period,
         exit_timeout_s=args.exit_timeout,
     )  # fmt: skip

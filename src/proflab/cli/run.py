@@ -17,7 +17,8 @@ def add_parsers(sub) -> None:
         help="profile an unmodified program: proflab run [options] -- python train.py ...",
         description=(
             "Run a program under torch.profiler (CPU + CUDA; a window of training steps after "
-            "warm-up, steps taken from the optimizer or proflab.step(), else a time window) or "
+            "warm-up, steps taken from the optimizer or proflab.step(), else a time window; or the program's own "
+            "cudaProfilerStart/Stop range with --capture cuda-profiler-api) or "
             "Nsight Systems, with the GPU monitor sampling NVML alongside. Writes a run "
             "directory (traces, monitor.parquet, meta.json, analysis.json, summary.txt), prints "
             "the analysis and exits with the program's exit status."

@@ -20,7 +20,14 @@ a program that does not use torch runs unaffected. Once torch is in:
   pass, or while a CUDA graph is captured; until then the timer re-arms every ``_RETRY_S``.
   Steps that come later still get their step window: the time window only stood in for them.
 - window ``steps``: steps only; ``time``: the time window only; ``capture``: only inside
-  ``proflab.capture()`` blocks (the first one).
+  ``proflab.capture()`` blocks (the first one); ``cuda-profiler-api`` (``--capture
+  cuda-profiler-api``): only inside the program's own first ``cudaProfilerStart``/``Stop`` range,
+  as the program calls them from Python (``torch.cuda.profiler.start()``/``stop()`` and
+  ``profile()``, ``torch.cuda.cudart().cudaProfilerStart()``: TensorRT-LLM's PyTorch executor
+  under ``TLLM_PROFILE_START_STOP``). The CUDA runtime module's two functions are wrapped: the
+  program's call runs first and unchanged, and a range opens only where it succeeded (on a build
+  without CUDA there is no such call to succeed). The profiler starts on the thread that called
+  (an engine's executor thread: the ops it records are that thread's).
 
 A program that runs its own ``torch.profiler.profile`` is followed, not fought: two Kineto
 sessions cannot run at once, so proflab's own profiler stands aside (it has recorded nothing
@@ -516,6 +523,12 @@ class Runtime:
             apply_knobs(torch, self.cfg["knobs"], self.notes)
         if self.window == "none":  # proflab try: no profiler, the steps timed only
             self._hook_optimizer_steps()
+            return
+        if self.window == "cuda-profiler-api":
+            try:
+                self._hook_cuda_profiler_api(torch)
+            except Exception as e:
+                self.notes.append(f"proflab cannot follow cudaProfilerStart/Stop: {type(e).__name__}: {e}")
             return
         try:
             if self.cfg.get("memory_snapshot") and torch.cuda.is_available():
@@ -1180,26 +1193,77 @@ class Runtime:
 
     # -- capture ranges ----------------------------------------------------------------------
 
-    def capture_start(self) -> None:
+    def capture_start(self, source: str = "capture") -> None:
+        """A capture range opens: ``proflab.capture()`` (source ``capture``), or the program's
+        ``cudaProfilerStart`` (``cuda-profiler-api``); the window's own kind of range only."""
         with self._lock:
-            self._captures += 1
-            if self.window != "capture" or self.torch is None or self.done or self._captures > 1 or not self.profiles:
+            if source != self.window:
                 return
+            self._captures += 1
+            if self.torch is None or self.done or self._captures > 1 or not self.profiles:
+                if self._captures == 2 and source == "cuda-profiler-api":
+                    self.notes.append("the program opened more than one cudaProfilerStart/Stop range: the first is "
+                                      "recorded (as nsys --capture-range-end=stop does)")
+                return
+            what = "proflab.capture()" if source == "capture" else "cudaProfilerStart"
             try:
                 self.prof = self._profiler()
                 self._wait_settled()
                 self.prof.start()
                 self.prof_kind = "capture"
+                if source == "cuda-profiler-api":
+                    self.notes.append(f"recorded the program's first cudaProfilerStart/Stop range (thread "
+                                      f"{threading.current_thread().name})")
             except Exception as e:
-                self._fail("could not start torch.profiler for proflab.capture()", e)
+                self._fail(f"could not start torch.profiler for {what}", e)
 
-    def capture_stop(self) -> None:
+    def capture_stop(self, source: str = "capture") -> None:
         with self._lock:
-            if self.prof_kind == "capture":
+            if source == self.window and self.prof_kind == "capture":
                 try:
                     self._stop_and_export()
                 except Exception as e:
-                    self._fail("stopping torch.profiler at the end of proflab.capture() failed", e)
+                    what = "proflab.capture()" if source == "capture" else "the cudaProfilerStart/Stop range"
+                    self._fail(f"stopping torch.profiler at the end of {what} failed", e)
+
+    # -- the program's cudaProfilerStart/Stop ranges (--capture cuda-profiler-api) -------------
+
+    def _hook_cuda_profiler_api(self, torch) -> None:
+        """Wrap the CUDA runtime module's cudaProfilerStart/Stop (``torch.cuda.cudart()``'s, which
+        ``torch.cuda.profiler.start``/``stop`` call): every Python caller goes through them."""
+        rt = getattr(torch._C, "_cudart", None)
+        if rt is None:
+            self.notes.append("this torch has no CUDA runtime module (a build without CUDA): the program cannot call "
+                              "cudaProfilerStart, so --capture cuda-profiler-api records nothing")
+            return
+        start, stop = rt.cudaProfilerStart, rt.cudaProfilerStop
+        if getattr(start, "_proflab_wrapped", False):
+            return
+        runtime = self
+
+        def ok(res) -> bool:
+            try:
+                return res == rt.cudaError.success
+            except Exception:
+                return False
+
+        def cudaProfilerStart(*args, **kwargs):
+            res = start(*args, **kwargs)
+            if ok(res):
+                runtime.capture_start(source="cuda-profiler-api")
+            return res
+
+        def cudaProfilerStop(*args, **kwargs):
+            res = stop(*args, **kwargs)
+            if ok(res):
+                runtime.capture_stop(source="cuda-profiler-api")
+            return res
+
+        for f, real in ((cudaProfilerStart, start), (cudaProfilerStop, stop)):
+            f._proflab_wrapped = True
+            f.__wrapped__ = real
+            f.__doc__ = getattr(real, "__doc__", None)
+        rt.cudaProfilerStart, rt.cudaProfilerStop = cudaProfilerStart, cudaProfilerStop
 
     # -- events ------------------------------------------------------------------------------
 
@@ -1304,6 +1368,12 @@ class Runtime:
             )
         if self.window == "capture":
             return "no proflab.capture() block ran"
+        if self.window == "cuda-profiler-api":
+            if any("no CUDA runtime module" in n for n in self.notes):
+                return "--capture cuda-profiler-api: this torch has no CUDA (a CPU build): no cudaProfilerStart can succeed"
+            return ("--capture cuda-profiler-api: the program made no successful cudaProfilerStart call from Python "
+                    "(torch.cuda.profiler.start(), torch.cuda.cudart().cudaProfilerStart()); a C++ runtime's calls are "
+                    "seen by --backend nsys only")
         return "no window closed before the program ended"
 
     def _compile_record(self) -> dict | None:

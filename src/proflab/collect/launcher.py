@@ -33,6 +33,10 @@ __all__ = ["RunOptions", "run", "finalize", "analyze_run", "exit_status"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "_bootstrap"
 WINDOWS = ("auto", "steps", "time", "capture", "none")  # none: no profiler, the steps timed (proflab try)
 BACKENDS = ("torch", "nsys")
+# --capture: whose ranges set the window instead of steps or time. cuda-profiler-api: the program's
+# cudaProfilerStart/Stop (torch.cuda.profiler.start()/stop(), torch.cuda.cudart().cudaProfilerStart(),
+# TensorRT-LLM's TLLM_PROFILE_START_STOP iterations)
+CAPTURES = ("cuda-profiler-api",)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class RunOptions:
     profile_memory: bool = False
     memory_snapshot: bool = False
     capture_range: bool = False
+    capture: str | None = None  # one of CAPTURES: the program's own ranges set the window
     python_backtrace: bool = False
     monitor: bool | None = None  # None: on when a GPU is present
     monitor_period_s: float = 0.1
@@ -70,6 +75,12 @@ class RunOptions:
             raise UsageError(f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
         if self.window not in WINDOWS:
             raise UsageError(f"unknown window {self.window!r}; choose one of {', '.join(WINDOWS)}")
+        if self.capture is not None:
+            if self.capture not in CAPTURES:
+                raise UsageError(f"unknown capture {self.capture!r}; choose one of {', '.join(CAPTURES)}")
+            if self.window != "auto" or self.capture_range:
+                raise UsageError(f"--capture {self.capture} sets the window itself (the program's cudaProfilerStart/Stop "
+                                 "range): leave out --window and --capture-range")
         if self.wait < 0 or self.warmup < 0 or self.active < 1:
             raise UsageError("--wait and --warmup must be >= 0 and --active >= 1")
         if self.delay_s < 0 or self.duration_s <= 0:
@@ -104,11 +115,11 @@ def _child_config(opts: RunOptions, run_dir: Path) -> dict[str, Any]:
     cfg = {
         "run_dir": str(run_dir),
         "backend": opts.backend,
-        "window": "capture" if opts.capture_range else opts.window,
+        "window": opts.capture or ("capture" if opts.capture_range else opts.window),
         "wait": opts.wait,
         "warmup": opts.warmup,
         "active": opts.active,
-        "delay_s": opts.delay_s if opts.window in ("auto", "time") else None,
+        "delay_s": opts.delay_s if opts.window in ("auto", "time") and opts.capture is None else None,
         "duration_s": opts.duration_s,
         "record_shapes": opts.record_shapes,
         "count_flops": opts.count_flops,
@@ -228,7 +239,8 @@ def run(cmd: list[str], opts: RunOptions = RunOptions(), *, out=sys.stdout) -> i
 
         argv = nsys.profile_argv(
             nsys_path, run_dir / "traces" / "report", cmd,
-            capture_range=opts.capture_range or opts.window == "capture", python_backtrace=opts.python_backtrace,
+            capture_range=opts.capture_range or opts.window == "capture" or opts.capture == "cuda-profiler-api",
+            python_backtrace=opts.python_backtrace,
         )  # fmt: skip
     t0 = time.perf_counter()
     _hear_sigint()
@@ -332,7 +344,7 @@ def _export_nsys(run_dir: Path, meta: dict) -> None:
                 "`proflab analyze` on the .nsys-rep"
             )
         else:
-            meta["notes"].append("nsys wrote no report (did the program reach CUDA? with --capture-range, did it call proflab.capture()?)")
+            meta["notes"].append("nsys wrote no report (did the program reach CUDA? with --capture-range or --capture cuda-profiler-api, did it call proflab.capture() or cudaProfilerStart?)")
         return
     try:
         nsys.export_sqlite(rep)

@@ -32,7 +32,7 @@ def profile_argv(
 ) -> list[str]:
     """``nsys profile`` as the seeds recommend: CUDA, NVTX and OS runtime traced, CUDA memory
     usage on; with ``capture_range``, recording only between cudaProfilerStart and Stop
-    (``proflab.capture()``); with ``python_backtrace``, the Python stack of each CUDA call
+    (``proflab.capture()``, or the program's own calls: ``--capture cuda-profiler-api``); with ``python_backtrace``, the Python stack of each CUDA call
     and Python sampling. ``output`` is the report path without ``.nsys-rep``."""
     argv = [
         nsys, "profile",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from proflab.analysis.context import Context
+from proflab.analysis.context import Context, tokens_as_steps
 from proflab.errors import InputError, ProflabError, UnsupportedFormat, UsageError
 from proflab.model import Trace
 from proflab.readers import load_trace
@@ -32,7 +32,8 @@ def analyze(trace: Trace | str | Path, *, top_kernels: int = 15, bare_step_ms: f
                                               bare_step_ms=bare_step_ms, on_part=on_part), str(trace))
     if not isinstance(trace, Trace):
         trace = load_trace(trace, cache=cache, memory_budget=memory_budget)
-    return placed(lambda: report_for(Context(trace, bare_step_ms=bare_step_ms), top_kernels=top_kernels), trace.meta.source or "trace")
+    return placed(lambda: report_for(tokens_as_steps(Context(trace, bare_step_ms=bare_step_ms)), top_kernels=top_kernels),
+                  trace.meta.source or "trace")
 
 
 def placed(analyse, source: str) -> Report:

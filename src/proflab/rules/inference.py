@@ -12,7 +12,9 @@ phases, shapes and token intervals. Each says how its gain was predicted:
 - launch-bound decode: the what-if model's ``cuda_graph`` (what CUDA graphs, or a static cache
   with ``torch.compile(mode="reduce-overhead")``, do to the decode step's launches);
 - a per-token host sync: the what-if model's ``remove_syncs``;
-- memory-bound decode far from the roof and padding waste: no gain is predicted.
+- memory-bound decode far from the roof: no gain is predicted;
+- padding waste: not measurable from a trace (the mask's values are not in it); whether the batch
+  is padded is said with the missing signal, and no finding is made.
 """
 
 from __future__ import annotations
@@ -194,10 +196,27 @@ def decode_far_from_roof(trace: Trace, ctx: Context) -> list[Finding]:
 
 
 def padding_waste(trace: Trace, ctx: Context) -> list[Finding]:
-    """Pad tokens computed as if real. A trace records shapes, not the attention mask's values: a
-    padded batch looks like any other, so the signal is recorded as missing where a batch runs."""
+    """Pad tokens computed as if real. A trace records shapes, not values: how many positions of a
+    padded batch are padding (the attention mask's values), and which sequences finished (EOS)
+    while the batch computed on, are not in it, so no waste is measured and no gain claimed. What
+    the shapes do say is recorded with the missing signal: whether the attention took a mask
+    (Hugging Face passes one to SDPA only where a position is masked: the batch is padded) or none
+    (no position masked: no padded prompt)."""
     inf = ctx.inference
-    if inf.found and (inf.latency.get("batch") or 1) > 1:
-        ctx.note_missing("pad tokens", "a trace records the batch's padded shapes, not which positions are padding "
-                         "(the attention mask's values): padding waste cannot be measured from it", "padding_waste")
+    if not inf.found or (inf.latency.get("batch") or 1) <= 1:
+        return []
+    mask = inf.forwards["att_mask"]
+    n, masked = inf.forwards.height, int(mask.fill_null(False).sum())
+    if masked:
+        said = (f"the attention took a mask tensor in {masked} of {n} forwards: the batch is padded, but how many "
+                "positions are padding is in the mask's values, which a trace does not hold (nor which sequences "
+                "finished at EOS while the batch computed on): padding waste cannot be measured from it")
+    elif mask.null_count() == n:
+        said = ("a trace records the batch's padded shapes, not which positions are padding (the attention mask's "
+                "values): padding waste cannot be measured from it")
+    else:
+        said = (f"the attention took no mask in any of {n} forwards: no prompt position is masked (no left or right "
+                "padding); sequences that finished at EOS while the batch computed on are not in the shapes: "
+                "that waste cannot be measured from it")
+    ctx.note_missing("pad tokens", said, "padding_waste")
     return []

@@ -4,7 +4,11 @@ A trace of a generation loop (Hugging Face ``generate()``, a hand-written decode
 serving engine's model runner) runs the model's forward once per output token. The forwards
 are found from what the trace records:
 
-- **Forward ends.** The LM head: the GEMM (``aten::linear``, else ``aten::addmm``/``aten::mm``)
+- **Forward ends.** The top module's forward where the trace records module ranges (``with_stack``:
+  the ``nn.Module: <Class>_<n>`` ranges, one per call): the outermost module on the loop's thread
+  whose calls hold the LM heads, one each (``LlamaForCausalLM`` in Hugging Face's ``generate()``,
+  which calls it once per token); its end closes the forward, the work after the LM head (the
+  logits' cast, the cache's update) included. Otherwise the LM head: the GEMM (``aten::linear``, else ``aten::addmm``/``aten::mm``)
   with the widest output (the vocabulary), once per forward; its host end closes the forward.
   Needs the operators' input shapes (``record_shapes=True``).
 - **Phases.** From named ranges where the program or its engine names them (``PHASE_RANGES``:
@@ -19,6 +23,9 @@ are found from what the trace records:
   attention shapes (a serving engine's own attention operator) the GEMMs' rows computed per row
   produced stand for the query length. A decode run compiled (a static cache with torch.compile)
   shows no operators: each outermost compiled region is then one forward.
+- **Tokens as steps.** A trace without profiler steps (no ``proflab.step()``, no ``prof.step()``)
+  that holds a generation loop takes its forwards as its steps (``token_steps``): a token a step,
+  so the step table, the observer model and the what-if replay of the decode fixes run per token.
 - **Latency** (measured, on the trace's clock, ms): each forward's token is out when its host
   work ends and the GPU work it launched has run. TTFT is the generation's start (its first
   operator) to the first token; the **time per output token** is NVIDIA's TPOT (GenAI-Perf):
@@ -64,7 +71,7 @@ from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
-__all__ = ["Inference", "inference_view", "recompute_cost", "ATTENTION_OPS", "PHASE_RANGES"]
+__all__ = ["Inference", "inference_view", "recompute_cost", "token_steps", "ATTENTION_OPS", "PHASE_RANGES"]
 
 # attention operators whose inputs are (query, key, value, ...), most specific last: the first
 # name the trace has is read, so a composite op and the kernel op under it are not both counted
@@ -88,7 +95,8 @@ class Inference:
     launched), ``interval_ms`` (since the token before), ``weight_bytes``, ``kv_bytes``, ``flops``,
     ``gemm_flops``, ``att_flops``, ``shaped_ms`` (host time in its GEMMs and attention), ``op_ms`` and
     ``top_ops`` (its outermost operators' host time and count), ``events`` and ``py_events`` (host
-    events the profiler recorded in it)). ``latency``, ``utilisation`` and
+    events the profiler recorded in it), ``kernels``, ``att_mask`` (its attention took a mask
+    tensor: null where the attention operator's inputs do not say)). ``latency``, ``utilisation`` and
     ``memory`` are the report's figures (units in their names); ``missing`` what the trace lacks."""
 
     forwards: pl.DataFrame
@@ -96,6 +104,8 @@ class Inference:
     utilisation: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     phases_from: str = "none"
+    forwards_from: str = "none"  # "top module <Class>" (its nn.Module ranges) or "LM head"
+    tokens_as_steps: bool = False  # the trace had no steps: its forwards are its steps (token_steps)
     dtype: str | None = None
     kernel_floor_ns: float | None = None  # the least a kernel takes in this trace (its 5th percentile, at most 5 us)
     missing: tuple[str, ...] = ()
@@ -122,6 +132,8 @@ class Inference:
             "generations": int(f["generation"].n_unique()) if f.height else 0,
             "phases": counts,
             "phases_from": self.phases_from,
+            "forwards_from": self.forwards_from,
+            "tokens_as_steps": self.tokens_as_steps,
             "recomputed_forwards": int(f["recompute"].sum()) if f.height else 0,
             "dtype": self.dtype,
             "latency": self.latency,
@@ -206,7 +218,13 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     g = g.filter(pl.col("tid") == tid).sort("start_ns")
     vocab = int(g["n"].max())
     head = g.filter(pl.col("n") == vocab)
-    bounds, compiled_forwards = _with_compiled(trace if regions is None else regions, tid, (head["start_ns"] + head["dur_ns"]).to_numpy())
+    head_ends = (head["start_ns"] + head["dur_ns"]).to_numpy()
+    bounds, compiled_forwards = _with_compiled(trace if regions is None else regions, tid, head_ends)
+    forwards_from = "LM head"
+    if not compiled_forwards:
+        top = _top_module(trace.cpu, tid, head_ends)
+        if top is not None:
+            forwards_from, bounds = f"top module {top[0]}", top[1]
     first_ns = int(cpu.filter(pl.col("tid") == tid)["start_ns"].min())
     n = len(bounds)
     if n < 2:
@@ -238,10 +256,21 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             q.list.get(0).first().alias("batch"), q.list.get(-2).first().alias("q_len"), k.list.get(-2).first().alias("kv_len"),
             pl.len().alias("layers"), kv_bytes.sum().alias("kv_bytes"), pl.col("dur_ns").sum().alias("att_ns"),
             (4 * q.list.eval(pl.element().product()).list.first() * k.list.get(-2)).cast(pl.Float64).sum().alias("att_flops"),
+            # aten::scaled_dot_product_attention(query, key, value, attn_mask, ...): a mask tensor given
+            # (its shape; the other attention operators' inputs differ: unknown there)
+            pl.when(pl.col("name") == "aten::scaled_dot_product_attention")
+            .then(pl.col("dims").list.get(3, null_on_oob=True).list.len().fill_null(0) > 0).any().alias("att_mask"),
         )
         frame = frame.join(a.rename({"fw": "index"}), on="index", how="left").with_columns(
             pl.col("flops").alias("gemm_flops"), (pl.col("flops") + pl.col("att_flops").fill_null(0)).alias("flops"),
             (pl.col("shaped_ns") + pl.col("att_ns").fill_null(0)).alias("shaped_ns")).drop("att_ns")
+        # Hugging Face's SDPA with an attention mask (a padded batch) and grouped KV heads folds the
+        # query's head groups into its length ([b, kv_heads, groups * q, d]): a cached decode then
+        # shows a query of `groups` rows. Its GEMMs still compute one row per row produced and its
+        # context grows by one: that is a decode of one query position (tests/data/inference_padding)
+        folded = ((pl.col("kv_len") - pl.col("kv_len").shift(1) == 1) & (pl.col("tokens_in") == pl.col("tokens_out"))
+                  & (pl.col("q_len") > 1) & (pl.col("q_len") < pl.col("kv_len")))
+        frame = frame.sort("index").with_columns(pl.when(folded.fill_null(False)).then(1).otherwise(pl.col("q_len")).alias("q_len"))
     else:
         missing.append("no attention operator with input shapes (scaled_dot_product_attention, flash/efficient "
                        "attention): phases from shapes, KV bytes and KV-cache size are unknown")
@@ -249,6 +278,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         # serving engine's packed batch: prompt tokens beside one token per decoding sequence)
         frame = frame.with_columns(pl.col("tokens_out").alias("batch"), (pl.col("tokens_in") // pl.col("tokens_out")).alias("q_len"),
                                    *(pl.lit(None, pl.Int64).alias(c) for c in ("kv_len", "layers", "kv_bytes")),
+                                   pl.lit(None, pl.Boolean).alias("att_mask"),
                                    pl.col("flops").alias("gemm_flops"), pl.lit(None, pl.Float64).alias("att_flops"))
     frame = frame.sort("index")
     # the GPU work each forward launched, and when it ended
@@ -294,7 +324,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         ((pl.col("end_ns") - pl.col("end_ns").shift(1).over("generation").fill_null(pl.col("start_ns").first().over("generation")))
          / 1e6).alias("interval_ms"),
         "weight_bytes", "kv_bytes", "flops", "gemm_flops", "att_flops", (pl.col("shaped_ns") / 1e6).alias("shaped_ms"),
-        "events", "py_events", "op_ms", "top_ops", "kernels",
+        "events", "py_events", "op_ms", "top_ops", "kernels", "att_mask",
     )
     dev = trace.devices.head(1).to_dicts()[0] if trace.devices.height else {}
     peaks = datasheet_peaks(dev.get("name"), dev.get("sm_count")) if dev.get("name") else None
@@ -315,10 +345,42 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         utilisation=_utilisation(frame, lat, peaks, dtype),
         memory=_memory(frame),
         phases_from=phases_from,
+        forwards_from=forwards_from,
         dtype=dtype,
         kernel_floor_ns=kernel_floor_ns,
         missing=tuple(missing),
     )
+
+
+def _top_module(cpu: pl.DataFrame, tid: int, heads: np.ndarray) -> tuple[str, np.ndarray] | None:
+    """The top module's forward ends (ns, sorted) and its class, where the trace records module
+    ranges (``nn.Module: <Class>_<n>``, with_stack): the outermost module ranges on ``tid`` of the
+    class whose calls each hold exactly one LM head and together hold them all (a generation
+    loop's model, called once per token). None without such ranges."""
+    m = cpu.filter((pl.col("tid") == tid) & (pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: "))
+    if m.height == 0 or heads.size < 2:
+        return None
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    m = m.sort("start_ns").filter(pl.col("start_ns") >= end.cum_max().shift(1).fill_null(-1))
+    # "nn.Module: LlamaForCausalLM_0": the class, without the instance number
+    m = m.with_columns(pl.col("name").str.slice(len("nn.Module: ")).str.replace(r"_[0-9]+$", "").alias("cls"), end.alias("end_ns"))
+    heads = np.sort(heads)
+    for (cls,), calls in m.group_by("cls"):
+        s, e = calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()
+        if s.size != heads.size:
+            continue
+        i = np.searchsorted(s, heads, side="right") - 1
+        if (i >= 0).all() and (heads <= e[np.clip(i, 0, None)]).all() and np.array_equal(np.unique(i), np.arange(s.size)):
+            return str(cls), np.sort(e)
+    return None
+
+
+def token_steps(inf: Inference) -> pl.DataFrame:
+    """A generation loop's forwards as profiler steps (``model.STEP_SCHEMA``: ``step``, ``start_ns``,
+    ``end_ns``, ns): a token a step, from its forward's start to its token."""
+    f = inf.forwards
+    return pl.DataFrame({"step": f["index"].cast(pl.Int64), "start_ns": f["start_ns"].cast(pl.Int64),
+                         "end_ns": f["end_ns"].cast(pl.Int64)})
 
 
 def _with_compiled(source: Trace | pl.DataFrame, tid: int, heads: np.ndarray) -> tuple[np.ndarray, int]:
