@@ -477,7 +477,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     ops = ctx.kernel_ops.rename({"op": "kop"})
     g = g.join(ops, on="correlation", how="left").join(kern, on="correlation", how="left")
     opt = trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns").filter(
-        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")
+        pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with("Optimizer.step#")
     ).select("tid", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     in_opt = np.zeros(g.height, dtype=bool)
     opt_name = None
