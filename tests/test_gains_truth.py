@@ -21,6 +21,11 @@ KNOWN_MISSES = {
     # (1.81 ms) but its model of compile's fusion leaves the GPU work at 7.66 ms a step, where
     # Inductor's code ran 5.38 ms (tests/data/compiled): 4.14 ms measured (issue 55)
     "nanogpt / graphs": "the what-if's fusion model under-predicts Inductor's GPU work saving",
+    # bf16 autocast on an FP32 LM on TF32, recorded without shapes: each kernel's achieved rate
+    # against its roof is unknown, and the datasheet ratio alone is a range from nothing to the
+    # roofs' ratio (0-19.2 ms, which holds the 18.68 ms measured); its middle is replayed
+    # (a GPT-2 on TF32 gained 1.2 % from bf16 where the ratio said 33 %, issue 55)
+    "amp_lm / bf16": "without shapes a precision change's gain is a range reaching zero, its middle replayed",
 }
 
 

@@ -191,3 +191,46 @@ def test_a_rerun_whose_profiler_cost_was_small_keeps_the_truth_in_range():
             assert lo <= measured[1] and hi >= measured[0], (setting, (lo, hi), measured)
         top = _serious(proflab.analyze(path, bare_step_ms=truth["bare"]["median_ms"]))[0]
         assert (top.category, top.severity) == ("host_bound", "critical"), setting
+
+
+# -- issue 55: datasheet ratios are not predictions ---------------------------------------
+
+
+def test_a_precision_change_by_the_ratio_alone_gives_a_range_that_reaches_zero():
+    """The FP32 LM on TF32 (no shapes): BF16's gain is a range from nothing to the roofs'
+    ratio, its severity from the lower end; the measured saving lies inside it."""
+    from pathlib import Path
+
+    gains = Path(__file__).parent / "data" / "gains"
+    truth = json.loads((gains / "truth.json").read_text())["programs"]["amp_lm"]
+    report = proflab.analyze(proflab.load(gains / "amp_lm.base.pt.trace.json.gz"), bare_step_ms=truth["bare"]["base"]["median_ms"])
+    f = {x.id: x for x in report.findings}["tensor_cores_tf32"]
+    lo, hi = f.prediction["predicted_gain_range_ms"]
+    assert lo == 0.0 and lo < f.est_gain_ms < hi
+    assert f.severity == "info"
+    assert f.evidence["bf16_time_factor"]["source"].startswith("datasheet ratio")
+    assert lo <= truth["measured"]["bf16"]["gain_ms"] <= hi * 1.05
+
+
+def test_the_per_op_model_carries_each_operators_rate_against_its_roof_to_bf16():
+    """A small model whose TF32 matmuls run far below their roof (tests/data/kineto, with
+    shapes): at the low end each keeps its share of the roof (the roofs' ratio), in the middle
+    it gains by its achieved share, which is small, so BF16 saves little of their time."""
+    import polars as pl
+
+    from proflab.analysis.context import Context
+    from proflab.analysis.devices import datasheet_peaks
+    from proflab.analysis.perf import MATRIX_CLASSES, perf_for
+    from proflab.rules import tensor_cores
+
+    trace = proflab.load(DATA.parent / "kineto" / "starved_input.pt.trace.json.gz")
+    ctx = Context(trace)
+    peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
+    lo, mid, hi = tensor_cores._roof_factors(ctx, peaks)["tf32"]
+    assert lo == pytest.approx(peaks.tf32_tflops / peaks.bf16_tflops, abs=0.02)
+    assert lo < mid < hi <= 1.0
+    ops = perf_for(ctx).ops.filter(pl.col("cls").is_in(list(MATRIX_CLASSES)) & pl.col("tensor_cores") & (pl.col("gpu_ns") > 0))
+    share = float(ops["ideal_ns"].sum()) / float(ops["gpu_ns"].sum())
+    assert share < 0.3
+    # what BF16 saves is about the roof's share of the time halved, not half of it
+    assert 1 - mid == pytest.approx(share * (1 - lo), abs=0.1)

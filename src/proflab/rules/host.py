@@ -22,6 +22,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.timeline.intervals import IntervalSet
 from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
 from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_link
+from proflab.analysis.timeline import observer as _observer
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
@@ -30,6 +31,8 @@ from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep,
 __all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]
 
 _SKIP = ("GPU idle-gap causes",)
+# the recorded host events a stretch of host work holds (beside Python frames)
+_HOST_EVENT_CATS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
 
 
 def _gaps_of(trace: Trace, ctx: Context, causes: tuple[str, ...]) -> tuple[pl.DataFrame, int] | None:
@@ -232,7 +235,12 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     # claimed by both findings (a 20 ms stretch of Python was once host_bound's and its last
     # 45 us of dispatch launch_bound's, "the same gaps claimed twice").
     quiet = ctx.host_only
-    clock = ThreadClock([g["tid"], quiet["tid"]], [g["start_ns"], g["launch_start_ns"], quiet["start_ns"], quiet["end_ns"]])
+    # the host events on the gaps' threads: what the profiler recorded inside their host work
+    ev = trace.cpu.select("tid", "start_ns", "cat").filter(
+        pl.col("tid").is_in(g["tid"].unique().implode()) & pl.col("cat").is_in(("python_function", *_HOST_EVENT_CATS))
+    ).select("tid", "start_ns", (pl.col("cat") == "python_function").alias("python"))
+    clock = ThreadClock([g["tid"], quiet["tid"], ev["tid"]],
+                        [g["start_ns"], g["launch_start_ns"], quiet["start_ns"], quiet["end_ns"], ev["start_ns"]])  # fmt: skip
     host_only = IntervalSet.from_spans(clock.key(quiet["tid"], quiet["start_ns"]), clock.key(quiet["tid"], quiet["end_ns"]))
     w0, w1 = clock.key(g["tid"], g["start_ns"]), clock.key(g["tid"], g["launch_start_ns"])
     f = 1.0 - np.clip(host_only.covered_within(w0, w1) / np.maximum(w1 - w0, 1), 0.0, 1.0)
@@ -244,8 +252,17 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     pageable = g["correlation"].is_in(pageable_host_copies(trace)["correlation"].drop_nulls().implode()).fill_null(False).to_numpy()
     g = g.with_columns(pl.Series("launch_ns", np.where(pageable, 0.0, dur * f)), pl.Series("host_ns", dur * (1.0 - f)))
     launch_obs, host_obs = float(g["launch_ns"].sum()), float(g["host_ns"].sum())
+    # The idle that work launching nothing holds is the program's at any profiler cost but
+    # that of the events recorded inside it (at the largest per-event cost): its floor.
+    held = np.flatnonzero(f < 1.0)
+    windows = IntervalSet.from_spans(w0[held], w1[held])
+    k = clock.key(ev["tid"], ev["start_ns"])
+    inside = (host_only.covered_within(k, k + 1) > 0) & (windows.covered_within(k, k + 1) > 0)
+    py = ev["python"].to_numpy()
+    recorded_ns = (np.count_nonzero(inside & ~py) * _observer.EVENT_COST_US[1] + np.count_nonzero(inside & py) * _observer.PYTHON_COST_US[1]) * 1e3
     sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
-            "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync"))}
+            "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync")),
+            "host_floor": max(host_obs - recorded_ns, 0.0)}
     return {"gaps": g, "total": total, **_host_launch(sums, ctx.observer, ctx.wall_ns), "sums": sums}
 
 
@@ -266,11 +283,16 @@ def _host_launch(sums: dict, obs, wall_ns: int) -> dict:
         # it); the profiler's cost falls on dispatch, so the launch part absorbs the correction.
         # The excess over the GPU work includes what the syncs cost; sync_bound claims that.
         claimed = _claimed(*sums["sync"], obs)
+        # A host stall claims all the idle it holds: the estimated excess, unprofiled host work
+        # over GPU work, lets the GPU's work overlap the host's, which a sync between them
+        # forbids; the stall's idle less its recorded events' cost is there at any profiler
+        # cost. A measured step's excess is the bare loop's idle itself and bounds it.
+        floor = sums.get("host_floor", 0.0) if obs.source != "measured" else 0.0
 
         def split(excess_ms: float) -> dict[str, float]:
             e = min(max(excess_ms * 1e6 * steps - claimed, 0.0), host_obs + launch_obs)
-            h = min(host_obs, e)
-            return {"host": h, "launch": min(launch_obs, e - h)}
+            h = min(host_obs, max(e, floor))
+            return {"host": h, "launch": min(launch_obs, max(e - h, 0.0))}
 
         lo, hi = split(obs.host_excess_ms_lo), split(obs.host_excess_ms_hi)
         denom = int(obs.unprofiled_step_ms[1] * 1e6 * steps) or wall_ns
@@ -302,6 +324,7 @@ def over_parts(sums: list[dict], obs, wall_ns: int) -> dict[str, tuple[float, in
     splits = [s["split"] for s in sums if s["split"] is not None]
     if splits:
         both = {"host": sum(s["host"] for s in splits), "launch": sum(s["launch"] for s in splits),
+                "host_floor": sum(s.get("host_floor", 0.0) for s in splits),
                 "steps": set().union(*(s["steps"] for s in splits)), "sync": tuple(map(sum, zip(*(s["sync"] for s in splits))))}
         split = _host_launch(both, obs, wall_ns)
         for part in ("host", "launch"):
@@ -454,7 +477,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
     ops = ctx.kernel_ops.rename({"op": "kop"})
     g = g.join(ops, on="correlation", how="left").join(kern, on="correlation", how="left")
     opt = trace.cpu.select("cat", "tid", "name", "start_ns", "dur_ns").filter(
-        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")
+        pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with("Optimizer.step#")
     ).select("tid", "name", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     in_opt = np.zeros(g.height, dtype=bool)
     opt_name = None

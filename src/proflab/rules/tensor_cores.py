@@ -7,6 +7,7 @@ that either are named as FP32 SIMT GEMMs or were launched by an operator with fl
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import polars as pl
@@ -15,7 +16,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, with_try
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, severity, with_try
 
 __all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
@@ -90,21 +91,75 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
 
 
 # Kernels of an FP32 model that run on TF32 tensor cores or in FP32 attention: under BF16 autocast
-# they run at the BF16 rate (twice TF32's on every datasheet since Ampere).
+# they run against the BF16 roof (twice TF32's on every datasheet since Ampere).
 _TF32_CORE = r"tf32|fmha_cutlass[FB]?_f32|attention.*f32"
 _TF32_KERNEL = rf"(?i){_TF32_CORE}"
 _NOT_TF32_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}))"
-# What BF16 does to the rest of an FP32 model's kernels (elementwise, norms, reductions): half the
-# bytes, plus the casts autocast adds. An FP32 LM on an H200 went 39.7 -> 21.0 ms a step under
-# autocast, its TF32 GEMMs and FP32 attention at half their time, the rest at 0.6 (tests/data/gains).
-BF16_ELEMENTWISE_FACTOR = 0.6
+# What BF16 does to the rest of an FP32 model's kernels (elementwise, norms, reductions): at most
+# half the bytes (their time halves), at least nothing (casts autocast adds eat it); a range.
+BF16_ELEMENTWISE_FACTOR = (0.5, 1.0)
 _MIN_TF32_SHARE_PCT = 20.0
+# the share of the TF32 kernels' time the per-op model must hold for its factor to stand for them
+_MIN_MODELLED_SHARE = 0.5
+
+
+def _roof_factors(ctx: Context, peaks) -> dict[str, tuple[float, float]] | None:
+    """Each kernel's achieved rate against its roof, carried to BF16 (the per-op model,
+    ``analysis.perf``: FLOPs and bytes from the recorded shapes): per kernel group, ``tf32``
+    (the matrix operators on TF32 tensor cores) and ``rest`` (every other modelled operator),
+    the time BF16 leaves of their time, as (low, middle, high) factors. At the low factor (the most
+    saved) a kernel keeps its share of the roof, and its time scales as its ideal time does
+    (executed FLOPs at the BF16 tensor peak, or half its FP32 bytes at the HBM bandwidth,
+    whichever is longer); at the high factor only its ideal time scales and the time it
+    spends above its roof (latency, waves, launch) stays. A kernel far below its roof gains
+    little; one at its roof the ratio of the roofs. The middle weighs the two by each
+    operator's achieved share of its roof. None where the model holds too little of
+    the TF32 kernels' time (no shapes: the trace cannot tell)."""
+    from proflab.analysis.perf import MATRIX_CLASSES, perf_for
+
+    ops = perf_for(ctx).ops
+    if ops.height == 0 or peaks.bf16_tflops is None:
+        return None
+    bw = peaks.hbm_gbps * 1e9
+    tf = pl.col("exec_flops").cast(pl.Float64)
+    by = pl.col("bytes").cast(pl.Float64) * pl.when(pl.col("dtype") == "fp32").then(0.5).otherwise(1.0)
+    modelled = ops.filter((pl.col("gpu_ns") > 0) & pl.col("ideal_ns").is_not_null() & (pl.col("ideal_ns") > 0))
+    matrix = pl.col("cls").is_in(list(MATRIX_CLASSES)) & pl.col("tensor_cores") & (pl.col("dtype") == "fp32")
+    ideal_bf16 = pl.max_horizontal((tf / (peaks.bf16_tflops * 1e12)).fill_null(0), (by / bw).fill_null(0)) * 1e9
+    # the vector roof does not move for the rest: only their bytes halve
+    ideal_rest = pl.max_horizontal((tf / (peaks.fp32_tflops * 1e12)).fill_null(0), (by / bw).fill_null(0)) * 1e9
+    m = modelled.with_columns(
+        pl.when(matrix).then(ideal_bf16).otherwise(ideal_rest).alias("_new_ideal"),
+        pl.min_horizontal("ideal_ns", pl.col("gpu_ns").cast(pl.Float64)).alias("_ideal"),
+    ).with_columns(
+        (pl.col("gpu_ns") * pl.col("_new_ideal") / pl.col("ideal_ns")).alias("_keeps_share"),
+        (pl.col("gpu_ns") - pl.col("_ideal") + pl.min_horizontal("_new_ideal", "_ideal")).alias("_above_stays"),
+        (pl.col("_ideal") / pl.col("gpu_ns")).alias("_share"),
+    ).with_columns(
+        # each operator by its achieved share of its roof: at its roof it keeps that share,
+        # far below it only its ideal time moves
+        (pl.col("_share") * pl.col("_keeps_share") + (1 - pl.col("_share")) * pl.col("_above_stays")).alias("_by_share"),
+    )
+    tf32_ns = int(ctx.kernel_time_by_name.filter(pl.col("name").str.contains(_TF32_KERNEL))["dur_ns"].sum())
+    out = {}
+    for key, sel in (("tf32", matrix), ("rest", ~matrix)):
+        part = m.filter(sel)
+        gpu = float(part["gpu_ns"].sum())
+        if key == "tf32" and (not tf32_ns or gpu < _MIN_MODELLED_SHARE * tf32_ns):
+            return None
+        if gpu <= 0:
+            out[key] = (BF16_ELEMENTWISE_FACTOR[0], sum(BF16_ELEMENTWISE_FACTOR) / 2, BF16_ELEMENTWISE_FACTOR[1])
+            continue
+        out[key] = tuple(min(float(part[c].sum()) / gpu, 1.0) for c in ("_keeps_share", "_by_share", "_above_stays"))
+    return out
 
 
 def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     """An FP32 model whose matmuls already run on TF32 tensor cores: under BF16 autocast they
-    (and FP32 attention) run at the BF16 rate, twice TF32's, and its elementwise kernels move
-    half the bytes."""
+    (and FP32 attention) run against the BF16 roof, twice TF32's, and its elementwise kernels
+    move half the bytes. What that saves follows each kernel's achieved rate against its roof
+    (the per-op model, with shapes); the datasheet ratio alone gives a range that reaches zero
+    (a kernel far below its roof gains nothing from a higher one)."""
     if not trace.has_gpu or ctx.fp32_gemms.height or not ctx.kernel_time_ns:
         return []  # FP32 SIMT GEMMs: tensor_cores_unused says it first
     peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
@@ -116,8 +171,28 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     share = pct(int(tc["dur_ns"].sum()), total)
     if share < _MIN_TF32_SHARE_PCT or not ctx.whatif.available:
         return []
-    factor = peaks.tf32_tflops / peaks.bf16_tflops
+    ratio = peaks.tf32_tflops / peaks.bf16_tflops
+    roofs = _roof_factors(ctx, peaks)
+    if roofs is not None:
+        (t0, t_mid, t1), (r0, r_mid, r1) = roofs["tf32"], roofs["rest"]
+        tf32, rest, mid = (t0, t1), (r0, r1), (t_mid, r_mid)
+        how = (f"from each operator's achieved rate against its roof (the per-op model): TF32 matmuls and FP32 attention "
+               f"take {t0:.2f}-{t1:.2f}x their time in BF16 ({t_mid:.2f}x by their share of the roof), the other "
+               f"kernels {r0:.2f}-{r1:.2f}x ({r_mid:.2f}x)")
+    else:
+        # the ratio alone: from nothing gained (kernels far below their roof) to the ratio of the roofs
+        tf32, rest = (ratio, 1.0), BF16_ELEMENTWISE_FACTOR
+        mid = ((tf32[0] + tf32[1]) / 2, (rest[0] + rest[1]) / 2)
+        how = (f"from the datasheet ratio alone ({ratio:.2f}x for TF32 matmuls and FP32 attention, {rest[0]:g}x for the "
+               "rest at most), which reaches zero: the trace records no shapes, so each kernel's achieved rate against "
+               "its roof is unknown (record with record_shapes=True for a per-op prediction); the middle of that range "
+               "is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
+
+    def fixes(a: float, b: float) -> tuple[Fix, Fix]:
+        return (Fix("speed_ops", _TF32_KERNEL, factor=a, label="bf16 autocast: matmuls"),
+                Fix("speed_ops", _NOT_TF32_KERNEL, factor=b, label="bf16 autocast: the rest"))  # fmt: skip
+
     f = predicted(
         gain_finding(
             "tensor_cores_unused",
@@ -125,17 +200,23 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
             ctx.wall_ns,
             id="tensor_cores_tf32",
             title=(f"FP32 model on TF32 tensor cores: {share}% of kernel time in TF32 matmuls and FP32 attention, "
-                   "which BF16 runs at twice the rate"),
+                   "whose roof BF16 doubles"),
             evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
-                      "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops},
+                      "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops,
+                      "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32], "other_kernels": [round(x, 3) for x in rest],
+                                           "source": "per-op model" if roofs is not None else "datasheet ratio (no shapes)"}},
             fix=("Run forward and loss under torch.autocast('cuda', dtype=torch.bfloat16) (keep the optimizer in FP32); "
                  "attention then takes the flash kernels."),
             where={"kernels": names},
-            assumption=(f"TF32 matmuls and FP32 attention take {factor:.2f}x their time in BF16 (datasheet ratio), the other "
-                        f"kernels {BF16_ELEMENTWISE_FACTOR}x (half the bytes, plus casts)"),
+            assumption=f"the gain is predicted {how}",
         ),
         ctx,
-        Fix("speed_ops", _TF32_KERNEL, factor=factor, label="bf16 autocast: matmuls"),
-        Fix("speed_ops", _NOT_TF32_KERNEL, factor=BF16_ELEMENTWISE_FACTOR, label="bf16 autocast: the rest"),
+        *fixes(*mid),
     )
+    w = ctx.whatif
+    lo, hi = w.predict(*fixes(tf32[1], rest[1])), w.predict(*fixes(tf32[0], rest[0]))
+    # the range the factors span; the verdict follows its lower end
+    rng = [round(min(lo.gain_range_ms[0], f.est_gain_ms), 3), round(max(hi.gain_range_ms[1], f.est_gain_ms), 3)]
+    f = dataclasses.replace(f, prediction={**(f.prediction or {}), "predicted_gain_range_ms": rng},
+                            severity=severity(min(f.est_gain_pct, lo.gain_pct)))  # fmt: skip
     return keep(f, ctx)

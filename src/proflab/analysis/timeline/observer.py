@@ -351,7 +351,7 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame |
     del keys, rank, order, rows, s, e
     gs, ge = np.concatenate(gs), np.concatenate(ge)
     quiet = pl.Series(np.concatenate(quiet))
-    quiet = quiet.filter(cpu.get_column("cat").gather(quiet) == "user_annotation")
+    quiet = quiet.filter(_annotation(cpu.get_column("cat").gather(quiet), cpu.get_column("name").gather(quiet)))
     quiet = _not_framework(cpu.get_column("name"), quiet)
     tid, t0 = clock.unkey(gs)
     tid, t0, t1 = _not_waiting(cpu, quiet.to_numpy(), lt["tid"].unique(), tid, t0, t0 + (ge - gs))
@@ -362,6 +362,15 @@ def host_only_spans(trace: Trace, launches: pl.DataFrame, before: pl.DataFrame |
         .filter(pl.col("end_ns") > pl.col("start_ns"))
         .sort("start_ns", "tid", maintain_order=True)
     )
+
+
+def _annotation(cat: pl.Series, name: pl.Series) -> pl.Series:
+    """Per host row (its ``cat`` and ``name``), whether it is a range the program or PyTorch opened (record_function)
+    rather than an operator: ``user_annotation`` rows, and, in traces of PyTorch 1.8-1.9 that
+    file every range as an operator (category ``Operator``), operator rows named as PyTorch
+    names its ranges, ``label#qualifier`` (``enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__``,
+    ``Optimizer.step#SGD.step``), which no operator's name is."""
+    return ((cat == "user_annotation") | ((cat == "cpu_op") & name.str.contains("#", literal=True))).fill_null(False)
 
 
 def _not_waiting(cpu: pl.DataFrame, quiet: np.ndarray, launching: pl.Series, tid: np.ndarray, t0: np.ndarray,

@@ -274,7 +274,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
                 int(_covered(quiet, t_last, np.array([end]), np.array([hi]))[0]))  # fmt: skip
 
     opt = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
-        (pl.col("cat") == "user_annotation") & pl.col("name").str.starts_with("Optimizer.step#")
+        pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with("Optimizer.step#")
         & (pl.col("start_ns") < hi) & (pl.col("start_ns") + pl.col("dur_ns") > lo)
     ).select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     call_optimizer = _covered(opt, call_tid, call_start, call_start + 1) > 0
