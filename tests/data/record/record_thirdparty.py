@@ -127,6 +127,9 @@ def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Pa
             _scrub(run / t, dst / rel)
             traces.append(rel)
         rec["traces"] = traces
+        if rec.get("startup_traces"):  # the start-up window's trace is not kept (nor its host-named path)
+            rec["startup_traces"] = []
+            rec.setdefault("notes", []).append("a start-up trace was recorded; not kept with this truth set")
         (dst / "processes" / proc.name).write_text(json.dumps(rec, indent=1))
         if traces:
             kept = rec.get("step_times") or {}
