@@ -7,8 +7,10 @@ phases, shapes and token intervals. Each says how its gain was predicted:
 
 - recomputed context: each decode forward that re-ran the whole context is predicted as a cached
   one from its own shapes and times (``inference.recompute_cost``: the time that scales with the
-  work shrinks by the FLOP ratio, the launches and host time stay). Claimed only where the saving
-  is material: at small contexts recomputing can cost nothing measurable, and then nothing is said;
+  work shrinks by the FLOP ratio; on a GPU a forward takes the longer of its unprofiled host time
+  and its GPU time, so a host that outlasts the GPU hides the recomputation). Claimed only where the
+  low end of the saving is material: at small contexts, or behind a slow host, recomputing can cost
+  nothing measurable, and then nothing is claimed (the missing-signal note gives the range);
 - launch-bound decode: the what-if model's ``cuda_graph`` (what CUDA graphs, or a static cache
   with ``torch.compile(mode="reduce-overhead")``, do to the decode step's launches);
 - a per-token host sync: the what-if model's ``remove_syncs``;
@@ -53,10 +55,14 @@ def kv_cache_recompute(trace: Trace, ctx: Context) -> list[Finding]:
     gain_pct = pct(cost["gain_ms"], total_ms, 2)
     if gain_pct < MIN_GAIN_PCT:
         # said in the evidence of nothing: recomputing is as fast as caching would be here
+        hidden = cost.get("gain_range_ms")
+        why = ("the host outlasts the GPU's work in them, which hides it: a cache is predicted to save "
+               f"{hidden[0]:.2f}-{hidden[1]:.2f} ms over the generation (the range: the profiler's cost per event "
+               "taken off the host time; a cache's own host work is not in it); a bare run with the cache measures it"
+               if hidden else "the work that scales with it takes little of their time")
         ctx.note_missing("recompute cost", f"{cost['forwards']} decode forwards recomputed their context "
-                         f"({cost['context_min']}-{cost['context_max']} tokens), but the work that scales with it "
-                         "takes little of their time: no saving from a KV cache is claimed at these contexts",
-                         "kv_cache_recompute")
+                         f"({cost['context_min']}-{cost['context_max']} tokens), but {why}: no saving from a KV cache "
+                         "is claimed at these contexts", "kv_cache_recompute")
         return []
     lat = inf.latency
     return [Finding(
@@ -76,7 +82,8 @@ def kv_cache_recompute(trace: Trace, ctx: Context) -> list[Finding]:
         where={**_DECODE, "forwards": inf.forwards.filter(pl.col("recompute"))["index"].head(10).to_list()},
         assumption="a cached decode forward does 1/q_len of the GEMM work and one query row of attention; the time "
         "that scales with that work shrinks with it (not below reading the weights once), the rest stays",
-        prediction={"model": "work ratio", "per": "generation", "basis": cost["time_basis"]},
+        prediction={"model": "work ratio", "per": "generation", "basis": cost["time_basis"],
+                    **({"predicted_gain_range_ms": cost["gain_range_ms"]} if "gain_range_ms" in cost else {})},
     )]
 
 
