@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from gains_truth import JOB_ROWS, ROWS, predict, predict_job  # noqa: E402
+from gains_truth import GEN_ROWS, JOB_ROWS, ROWS, THIRD_ROWS, predict, predict_gen, predict_job, predict_third  # noqa: E402
 
 
 # Known misses, said in benchmarks/README.md: each fails strictly, so a fix that makes it hold shows.
@@ -69,3 +69,46 @@ def test_where_the_ranks_cannot_be_replayed_together_the_claim_says_it_is_idle_t
     target, reported in benchmarks/README.md)."""
     r = predict_job(*JOB_ROWS[1][:3])
     assert r["finding"] == "communication_bound (idle time)", r
+
+
+# The report half (programs nobody here wrote, benchmarks/README.md): its misses, each said there.
+# Strict, so a model that comes to hold them shows.
+REPORT_MISSES = {
+    "hf_gpt2 / bf16 -> bf16-compile": "GPU-bound bf16 GPT-2: no finding predicts what torch.compile's fusion saves "
+    "(19.17 ms of 39.59 measured); launch_bound's fusion part needs a launch-bound step",
+    "lightning_lm / high -> bf16": "a trace without shapes: the BF16 gain is the range 0 to the datasheet ratio, "
+    "its middle 9.27 ms against 15.88 measured",
+    "tv_resnet / workers -> amp": "TF32 convolutions (cuDNN's default) are not told as tensor-core work that bf16 "
+    "autocast and channels_last would halve: no finding (18.47 ms of 38.17 measured)",
+    "generate b1 / nocache -> cache": "the fix made each token 1.51 ms slower (the cache's own host work); nothing is "
+    "claimed, which is right, but a loss is not predicted",
+    **{f"generate b{b} / cache -> static-compile": "the token's unprofiled time is estimated with the observer "
+       "model's per-event cost (2-9 us), above this H100 host's (about 1.8 us): the launch gain's range tops out "
+       "below the measured 5.1-5.2 ms a token" for b in (1, 8, 32)},
+}
+
+
+def _marked(rows, misses):
+    return [pytest.param(r, marks=pytest.mark.xfail(strict=True, reason=misses[r.label])) if r.label in misses else r
+            for r in rows]
+
+
+@pytest.mark.parametrize("row", _marked(THIRD_ROWS, REPORT_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
+def test_a_fix_to_a_program_nobody_here_wrote_is_predicted_from_its_run(row):
+    r = predict_third(row)
+    assert r["within"], r
+
+
+@pytest.mark.parametrize("row", _marked(GEN_ROWS, REPORT_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
+def test_a_fix_to_generate_is_predicted_per_token(row):
+    r = predict_gen(row)
+    assert r["within"], r
+
+
+def test_where_a_cache_would_not_save_time_none_is_claimed():
+    """generate() without a cache on the H100, at batch 8 and 32: use_cache=True saved nothing
+    bare (0.12 and 0.18 ms a token slower): no recompute gain may be claimed."""
+    for row in GEN_ROWS:
+        if row.finding == "kv_cache_recompute" and row.batch in (8, 32):
+            r = predict_gen(row)
+            assert r["finding"] == "no finding" and r["measured_ms"] < 0, r
