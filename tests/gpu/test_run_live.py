@@ -25,6 +25,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
 GPT = ROOT / "examples" / "gpt_train.py"
 PROFLAB = [sys.executable, "-m", "proflab", "run", "--no-analyze"]
+_HAS_POLARS = importlib.util.find_spec("polars") is not None
 
 COMPILED = """
 import torch
@@ -309,6 +310,9 @@ def _assert_step_windows(run: Path, traces: int = 1) -> dict:
     assert meta["recorded"] is True, meta["why_no_trace"]
     assert len(meta["traces"]) == traces, meta
     for t in meta["traces"]:
+        assert (run / t).stat().st_size > 0, t
+        if not _HAS_POLARS:  # reading the trace back is the analysis's part, which needs polars
+            continue
         trace = proflab.load(run / t)
         assert trace.steps.height == 5, (t, trace.steps.height, meta["notes"])  # --active 5
         assert trace.kernels.height > 0, t  # CUPTI recorded the GPU side
