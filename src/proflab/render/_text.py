@@ -9,7 +9,7 @@ from typing import Any
 from proflab._controls import escape
 from proflab.analysis.labels import kernel_label  # the renderers' label for a kernel name
 
-__all__ = ["shorten", "shorten_middle", "fmt_num", "fmt_bytes", "fmt_flops", "flops_scale", "evidence_lines", "evidence_items",
+__all__ = ["interval_says", "shorten", "shorten_middle", "fmt_num", "fmt_bytes", "fmt_flops", "flops_scale", "evidence_lines", "evidence_items",
            "evidence_label", "evidence_value", "evidence_row_text", "evidence_table_rows", "evidence_markdown", "kernel_label", "is_scope_note", "printable", "esc",
            "unprofiled_steps", "gain_text", "combined_text", "compiled_text", "inference_lines", "glue_units", "UNIT_GLUE"]
 
@@ -385,3 +385,12 @@ def inference_lines(summary: dict) -> list[str]:
     elif mem.get("why"):
         lines.append(f"  KV cache: {mem['why']}")
     return lines
+
+
+def interval_says(d: dict) -> bool:
+    """Whether a comparison's (``to_dict``) interval of the step's change is worth printing: it
+    is clear of 0, or there are runs enough a side to measure how runs differ. Otherwise its
+    width is that of Student's t with a degree of freedom or two, or of an assumed drift, and
+    the verdict's confidence is said instead."""
+    lo, hi = d["step_time_ms"]["ci_pct"]
+    return d["verdict_confidence"]["level"] == "high" or lo > 0 or hi < 0

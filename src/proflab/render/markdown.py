@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from proflab.render._text import (
+    interval_says,
     combined_text,
     esc,
     evidence_markdown,
@@ -143,7 +144,8 @@ def render_compare_markdown(comparison) -> str:
     side = {"gpu": "GPU-side", "unprofiled": "unprofiled (measured)"}.get(s.get("side"), s.get("side") or "n/a")
     lines += ["| | before | after | change | 95 % interval |", "|---|---:|---:|---:|---|"]
     lines.append(f"| median step ms ({esc(side)}) | {_ms(s['before'])} | {_ms(s['after'])} | {_pct(s['delta_pct'])} | "
-                 + ("n/a" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %") + " |")
+                 + ("n/a" if ci is None else f"[{ci[0]:+.1f}, {ci[1]:+.1f}] %" if interval_says(d)
+                    else esc(d["verdict_confidence"]["why"])) + " |")
     w = d.get("gpu_work_ms")
     if w:
         wci = w["ci_pct"]

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from proflab.render._text import (
+    interval_says,
     UNIT_GLUE,
     combined_text,
     compiled_text,
@@ -399,7 +400,8 @@ def render_compare_terminal(comparison, *, width: int | None = None, color: bool
     pct = lambda v: "n/a" if v is None else f"{v:+.1f} %"  # noqa: E731
     side = {"gpu": "GPU-side", "unprofiled": "unprofiled, measured"}.get(s.get("side"), s.get("side") or "n/a")
     out.append(_line(f"median step ({side}): {fmt_num(s['before'])} -> {fmt_num(s['after'])} ms, {pct(s['delta_pct'])}"
-                     + ("" if ci is None else f", 95% interval [{ci[0]:+.1f}, {ci[1]:+.1f}] %")
+                     + ("" if ci is None else f", 95% interval [{ci[0]:+.1f}, {ci[1]:+.1f}] %" if interval_says(d)
+                        else f", {d['verdict_confidence']['why']}")
                      + f" ({s['steps_before']} vs {s['steps_after']} steps)"))
     w = d.get("gpu_work_ms")
     if w:

@@ -51,7 +51,7 @@ from proflab.readers.budget import DEFAULT_BUDGET
 from proflab.report import Report
 
 __all__ = [
-    "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "VERDICTS",
+    "SCHEMA_ID", "NOISE_FLOOR_PCT", "CONFIDENCE", "MIN_STEPS", "MIN_RUNS", "VERDICTS",
     "Side", "TracePart", "trace_part", "combined_part", "encode_part", "decode_part", "Comparison", "compare", "compare_runs", "normalize_kernel", "bootstrap_ratio_ci", "bootstrap_mean_diff_ci", "step_spread_pct", "median_change",
 ]  # fmt: skip
 
@@ -60,6 +60,7 @@ NOISE_FLOOR_PCT = 5.0
 CONFIDENCE = 0.95
 BOOTSTRAP_N = 4000
 MIN_STEPS = 3  # fewer per side and no interval can be given
+MIN_RUNS = 3  # fewer a side and the between-run variation is not measured: the verdict has low confidence
 # Between-run variation assumed where no side has two runs: standard deviations (%, of a run's
 # median step) between processes of one unchanged program on an H100 (tests/data/repeats, three
 # runs each): 0.19 % of the GPU-bound LM's median (22.93, 22.92, 22.85 ms), 20 % of the
@@ -646,9 +647,109 @@ class Comparison:
         return None if not sides else (sides.pop() if len(sides) == 1 else "mixed")
 
     @cached_property
+    def confidence(self) -> dict[str, Any]:
+        """How far the verdict can be trusted, from how many runs a side holds: ``high`` with
+        at least MIN_RUNS runs a side (the between-run variation is measured, with degrees of
+        freedom to spare), ``low`` with fewer (it is assumed from recorded repeats, or taken
+        from one or two run medians, whose interval is mostly Student's t of one degree of
+        freedom: +-60 % of a ResNet step said nothing). ``why`` says it in words."""
+        s = self.step_time
+        rb, ra = s.get("runs_before", 0), s.get("runs_after", 0)
+        level = "high" if min(rb, ra) >= MIN_RUNS else "low"
+        runs = f"{rb} run{'s' if rb != 1 else ''} a side" if rb == ra else f"{rb} vs {ra} runs a side"
+        why = (f"{runs}: the between-run variation is measured" if level == "high"
+               else f"low confidence: {runs} (fewer than {MIN_RUNS} cannot measure how runs differ)")
+        return {"level": level, "runs_before": int(rb), "runs_after": int(ra), "why": why}
+
+    @cached_property
+    def mechanisms(self) -> pl.DataFrame:
+        """The parts of the step whose change is one mechanism across all runs: clear in every
+        pair of runs (a before run against an after run, the part's per-step interval excluding
+        0 the same way in each) and, in every pair, larger than how much that part moves
+        between runs of an unchanged program (1.96 standard deviations of a difference: each
+        side's spread of its run means where it has two runs or more, and at least what the
+        recorded repeats show, ``GPU_DRIFT_PCT`` of a GPU part and ``HOST_DRIFT_PCT`` of an idle
+        part, which follows the host). Idle parts are left out where the sides' profiler
+        settings differ (the profiler's own host cost moves them). Columns: part, delta_ms (mean
+        ms per step), run_pairs, least_ms (the smallest change over the pairs of runs), drift_ms
+        (the bar each pair cleared)."""
+        schema = {"part": pl.String, "delta_ms": pl.Float64, "run_pairs": pl.Int64, "least_ms": pl.Float64, "drift_ms": pl.Float64}
+        b, a = self._steps
+        if b.height == 0 or a.height == 0 or self.breakdown.height == 0:
+            return pl.DataFrame(schema=schema)
+        same_settings = _settings(self.before) == _settings(self.after)
+        rows = []
+        for r in self.breakdown.filter(pl.col("clear")).iter_rows(named=True):
+            part = r["part"]
+            idle = part.startswith("idle:")
+            if idle and not same_settings:
+                continue
+            col = part.replace("idle:", "idle_") + "_ns"
+            runs_b, runs_a = ([g[col].cast(pl.Float64).to_numpy() / 1e6 for _, g in df.group_by("trace", maintain_order=True)] for df in (b, a))
+            drift = (HOST_DRIFT_PCT if idle else GPU_DRIFT_PCT) / 100
+
+            def sd(runs: list[np.ndarray]) -> float:
+                means = [float(v.mean()) for v in runs]
+                measured = float(np.std(means, ddof=1)) if len(means) >= 2 else 0.0
+                return max(measured, drift * float(np.mean(means)))
+
+            bar = 1.96 * float(np.hypot(sd(runs_b), sd(runs_a)))
+            sign = 1.0 if r["delta_ms"] > 0 else -1.0
+            least = np.inf
+            for x in runs_b:
+                for y in runs_a:
+                    ci = bootstrap_mean_diff_ci(x, y)
+                    clear = ci is not None and (ci[0] > 0 if sign > 0 else ci[1] < 0)
+                    least = min(least, sign * float(y.mean() - x.mean()) if clear else -np.inf)
+            if least > bar:
+                rows.append({"part": part, "delta_ms": r["delta_ms"], "run_pairs": len(runs_b) * len(runs_a),
+                             "least_ms": sign * least, "drift_ms": bar})
+        return pl.DataFrame(rows, schema=schema)
+
+    @cached_property
+    def _parts_case(self) -> tuple[dict[str, Any] | None, str]:
+        """(the change the parts show, or None; why not, in words). See ``from_parts``."""
+        s = self.step_time
+        if s.get("side") == "unprofiled" or not s.get("before"):
+            return None, ""  # measured timings have no parts of their own
+        if max(s["runs_before"], s["runs_after"]) < 2:
+            # one process a side: a part that moved may be that process's drift (a host-bound loop's
+            # host time drifts 51 % between repeats), and a profiler's cost moves host idle with it
+            return None, "one run a side cannot show a part changing in every run"
+        before = s["before"]
+        m = self.mechanisms.filter(pl.col("delta_ms").abs() >= self.floor_pct / 100 * before)
+        if m.height == 0:
+            return None, "no part moved by the noise floor the same way in every run, beyond how parts move between runs"
+        said = ", ".join(f"{r['part']} {r['delta_ms']:+.2f} ms/step" for r in m.iter_rows(named=True))
+        total = float(m["delta_ms"].sum())
+        b, a = self._steps
+        step_mean = float(a["dur_ns"].mean() - b["dur_ns"].mean()) / 1e6
+        if len(set(np.sign(m["delta_ms"].to_numpy()).tolist())) != 1:
+            return None, f"the parts that changed in every run point both ways ({said})"
+        if abs(total) / before * 100 < self.floor_pct:
+            return None, f"{said} changed in every run, less than the noise floor of the step together"
+        if np.sign(s["delta_pct"]) != np.sign(total) or step_mean * np.sign(total) < 0.5 * abs(total):
+            return None, (f"{said} changed in every run, but the step moved {step_mean:+.2f} ms on average, not half of it: "
+                          "the rest of the step took it back")
+        return {"delta_ms": _r(total), "step_mean_delta_ms": _r(step_mean), "parts": _rows(m)}, ""
+
+    @property
+    def from_parts(self) -> dict[str, Any] | None:
+        """The change the parts show, where it can decide the verdict: parts of one mechanism
+        across all runs (``mechanisms``), each at least the noise floor of the step, all one
+        way, together at least the floor, and the step's own change the same way, its mean at
+        least half of theirs (the rest of the step did not take it back). None otherwise.
+        ``delta_ms``: the parts' sum; ``step_mean_delta_ms``: the mean step's change (ms per
+        step)."""
+        return self._parts_case[0]
+
+    @cached_property
     def verdict(self) -> tuple[str, str]:
-        """(verdict, why): improved / regressed only when the change is clear and at least
-        the noise floor; unknown when step time cannot be measured on a side."""
+        """(verdict, why): improved / regressed when the step's change is clear and at least
+        the noise floor, or, where its interval is not clear, when the parts show a change of
+        one mechanism across all runs that accounts for it (``from_parts``); unknown when step
+        time cannot be measured on a side. With fewer than MIN_RUNS runs a side an interval
+        that includes 0 is not printed: the reason says how confident it is instead."""
         s = self.step_time
         if s["steps_before"] == 0 or s["steps_after"] == 0:
             which = " and ".join(t for t, k in (("before", "steps_before"), ("after", "steps_after")) if s[k] == 0)
@@ -665,13 +766,28 @@ class Comparison:
         level = f"{CONFIDENCE:.0%}"
         runs = f"{s['runs_before']} vs {s['runs_after']} run{'s' if max(s['runs_before'], s['runs_after']) > 1 else ''}"
         interval = f"{level} interval [{lo:+.1f}, {hi:+.1f}] % ({s['steps_before']} vs {s['steps_after']} steps, {runs}; {s['between_runs']})"
-        if not clear:
-            return "no_change", f"{d:+.1f} % is within noise: the {interval} includes 0"
+        conf = self.confidence
+        low = "" if conf["level"] == "high" else f"; {conf['why']}"
         floor, src = self.noise_floor
+        if not clear:
+            p, why_not = self._parts_case
+            if p is not None:
+                kind = "improved" if p["delta_ms"] < 0 else "regressed"
+                said = ", ".join(f"{r['part']} {r['delta_ms']:+.2f} ms/step" for r in p["parts"])
+                pairs = p["parts"][0]["run_pairs"]
+                return kind, (f"{d:+.1f} % from the parts: {said}, clear in every run ({pairs} pair{'s' if pairs > 1 else ''} of runs, "
+                              f"{s['steps_before']} vs {s['steps_after']} steps) and beyond how much it moves between runs; "
+                              f"{conf['why'] if conf['level'] == 'low' else conf['why'] + ', yet the step interval includes 0'} "
+                              f"({s['between_runs']})")
+            if conf["level"] == "low":
+                # few run medians a side: an interval of Student's t with a degree of freedom or two, or of an
+                # assumed drift, is wide and says little; how confident the verdict is, is what to say
+                return "no_change", f"{d:+.1f} % is not clear ({conf['why']}; {s['between_runs']}): {why_not}"
+            return "no_change", f"{d:+.1f} % is within noise: the {interval} includes 0"
         if abs(d) < floor:  # (the only place the floor is said, with where it comes from)
-            return "no_change", f"{d:+.1f} % is clear, {interval}, but below the {floor:g} % noise floor ({src})"
+            return "no_change", f"{d:+.1f} % is clear, {interval}, but below the {floor:g} % noise floor ({src}){low}"
         kind = "improved" if d < 0 else "regressed"
-        return kind, f"{d:+.1f} %, {interval}"
+        return kind, f"{d:+.1f} %, {interval}{low}"
 
     # -- where the time moved ---------------------------------------------------------------
     @cached_property
@@ -888,6 +1004,8 @@ class Comparison:
             "after": _side_dict(self.after),
             "verdict": verdict,
             "verdict_reason": why,
+            "verdict_confidence": self.confidence,
+            "verdict_from_parts": self.from_parts,
             "noise_floor_pct": self.noise_floor[0],
             "noise_floor_source": self.noise_floor[1],
             "confidence": CONFIDENCE,

@@ -10,13 +10,14 @@ figures it uses are stated here, not tuned per trace:
 ``remove_host_work`` the host's work that launches nothing (the input pipeline, the program's own
                      Python) leaves the loop: moved to DataLoader workers or another process.
 ``fuse_optimizer``   the optimizer's per-parameter kernels become one multi-tensor kernel per
-                     kind of update: its host time drops to ``FUSED_OPTIMIZER_NS`` a step,
-                     its GPU time to the largest of its kernels per step plus a quarter of the rest.
+                     kind of update: its host time drops to a range measured from the trace
+                     (``_fused_host_ns``: one launch, to one visit a parameter), its GPU time to
+                     the largest of its kernels per step plus a quarter of the rest.
 ``compile``          (target ``outside``: only the eager code outside compiled regions)
                      torch.compile fuses each chain of elementwise, normalisation and reduction
                      kernels between two library kernels (GEMM, attention, convolution, copies,
-                     collectives) into one, as long as the longest of the chain and a quarter of
-                     the rest; a launch that no longer happens takes its dispatch with it, and
+                     collectives) into one, as long as the longest of the chain and a share of
+                     the rest, a range (``FUSED_REST``: none to all of it); a launch that no longer happens takes its dispatch with it, and
                      each remaining kernel's launch costs what it did eager (generated code
                      launches at about eager's cost per kernel).
 ``cuda_graph``       the step's launches are replayed from one CUDA graph: one launch of
@@ -49,14 +50,19 @@ from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
 from proflab.model.findings import FIX_KINDS as KINDS
 from proflab.model.findings import Fix
 
-__all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS"]
+__all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS", "RANGED"]
 
-# a fused AdamW step over 48 parameters: 350-400 us of host time on an H200 host (tests/data/gains)
-FUSED_OPTIMIZER_NS = 350_000
+# Fixes whose size the trace does not fix are ranges: ``Fix.factor`` says where in it (0: the
+# fix's most favourable end, 1: its least), and the what-if model replays 0.5 for its prediction
+# and both ends for the range it states (``RANGED``).
+RANGED = ("fuse_optimizer", "compile")
 # ... and the pointwise kernels it fuses into one per chain (reductions and normalisations keep
 # theirs: Inductor's own count on an eager GPT, 262 such kernels a step, was 225, not one a chain).
 POINTWISE_KERNEL = r"(?i)elementwise_kernel|vectorized_elementwise|unrolled_elementwise|copy_kernel|CatArrayBatchedCopy"
-FUSED_REST = 0.25  # a fused chain: its longest kernel and a quarter of the rest (traffic not all saved)
+# A fused chain runs as long as its longest kernel and a share of the rest: none of it (the
+# intermediates' traffic all saved) to all of it (only the launches saved). Which share, the
+# trace's kernel names do not say: a range, 0-1 (``RANGED``), once a quarter set on the truth set.
+FUSED_REST = (0.0, 1.0)
 GRAPH_LAUNCH_NS = 20_000
 SMALL_COPY_BYTES = 1 << 20  # a device-to-host copy this small is a value read (.item()), not data
 
@@ -126,6 +132,24 @@ def _optimizer_steps(g: StepGraph) -> list[tuple[np.ndarray, np.ndarray]]:
     return got
 
 
+def _fused_host_ns(g: StepGraph, q: Plan, calls: np.ndarray, every: np.ndarray) -> tuple[float, float]:
+    """A fused optimizer step's host time (ns), as a range measured from the trace's own step:
+    at least one launch at the trace's median host cost of the optimizer's launches (the fused
+    kernel's), at most the optimizer's host time over its launches per parameter (the fused
+    step still visits every parameter once: one of the loop's visits a parameter). The
+    parameters are the optimizer's kernels' median count per kernel name (a per-parameter
+    AdamW launches each of its kernels once a parameter)."""
+    work = q.work[calls] + q.call_dur[calls]
+    launch = work[q.call_kind[calls] == LAUNCH]
+    lo = float(np.median(launch)) if launch.size else float(np.median(work)) if work.size else 0.0
+    if every.size == 0:
+        return lo, lo
+    _, counts = np.unique(g.op_name[every], return_counts=True)
+    params = max(float(np.median(counts)), 1.0)
+    per_param = every.size / params  # launches per parameter
+    return lo, max(lo, float(work.sum()) / max(per_param, 1.0))
+
+
 def _library(g: StepGraph) -> np.ndarray:
     lib = _names(g, LIBRARY_KERNEL)
     return lib | (g.op_kind != "kernel") | g.op_comm
@@ -169,9 +193,10 @@ class _Apply:
     def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
         for calls, every in _optimizer_steps(g):
             ops = every[q.op_alive[every]]
+            lo, hi = _fused_host_ns(g, q, calls, every)
             q.work[calls] = 0.0
             q.call_dur[calls[1:]] = 0.0
-            q.work[calls[0]] = FUSED_OPTIMIZER_NS
+            q.work[calls[0]] = lo + min(max(fix.factor, 0.0), 1.0) * (hi - lo)
             if ops.size:
                 d = q.op_dur[ops]
                 keep = ops[int(np.argmax(d))]
@@ -206,7 +231,8 @@ class _Apply:
             keep = at[is_max[first_max]]
             q.op_alive[at] = False
             q.op_alive[keep] = True
-            q.op_dur[keep] = longest + FUSED_REST * (total - longest)
+            rest = FUSED_REST[0] + min(max(fix.factor, 0.0), 1.0) * (FUSED_REST[1] - FUSED_REST[0])
+            q.op_dur[keep] = longest + rest * (total - longest)
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
         # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)

@@ -21,13 +21,14 @@ left allows. Where the step was measured, the prediction is anchored to it: afte
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from proflab._timings import phase
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, PYTHON_COST_US
-from proflab.analysis.whatif.fixes import Fix, apply
+from proflab.analysis.whatif.fixes import RANGED, Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
@@ -229,6 +230,16 @@ class WhatIf:
             return self._predict(fixes)
 
     def _predict(self, fixes: tuple[Fix, ...]) -> Prediction:
+        """The prediction at the middle of each ranged fix (``fixes.RANGED``: ``factor`` 0.5),
+        its range widened to what the ranges' ends replay."""
+        if not any(f.kind in RANGED for f in fixes):
+            return self._predict_one(fixes)
+        at = lambda x: tuple(dataclasses.replace(f, factor=x) if f.kind in RANGED else f for f in fixes)  # noqa: E731
+        mid, best, worst = self._predict_one(at(0.5)), self._predict_one(at(0.0)), self._predict_one(at(1.0))
+        rng = (min(mid.gain_range_ms[0], worst.gain_range_ms[0]), max(mid.gain_range_ms[1], best.gain_range_ms[1]))
+        return dataclasses.replace(mid, fixes=tuple(fixes), gain_range_ms=rng)
+
+    def _predict_one(self, fixes: tuple[Fix, ...]) -> Prediction:
         g = self.graph
         gains = []
         replayed = work_after = None
