@@ -71,9 +71,9 @@ def test_where_the_ranks_cannot_be_replayed_together_the_claim_says_it_is_idle_t
     assert r["finding"] == "communication_bound (idle time)", r
 
 
-# The report half (programs nobody here wrote, benchmarks/README.md): its misses, each said there.
+# Programs nobody here wrote (benchmarks/README.md): their misses, each said there.
 # Strict, so a model that comes to hold them shows.
-REPORT_MISSES = {
+THIRD_PARTY_MISSES = {
     "hf_gpt2 / bf16 -> bf16-compile": "GPU-bound bf16 GPT-2: no finding predicts what torch.compile's fusion saves "
     "(19.17 ms of 39.59 measured); launch_bound's fusion part needs a launch-bound step",
     "lightning_lm / high -> bf16": "a trace without shapes: the BF16 gain is the range 0 to the datasheet ratio, "
@@ -93,13 +93,13 @@ def _marked(rows, misses):
             for r in rows]
 
 
-@pytest.mark.parametrize("row", _marked(THIRD_ROWS, REPORT_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
+@pytest.mark.parametrize("row", _marked(THIRD_ROWS, THIRD_PARTY_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
 def test_a_fix_to_a_program_nobody_here_wrote_is_predicted_from_its_run(row):
     r = predict_third(row)
     assert r["within"], r
 
 
-@pytest.mark.parametrize("row", _marked(GEN_ROWS, REPORT_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
+@pytest.mark.parametrize("row", _marked(GEN_ROWS, THIRD_PARTY_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
 def test_a_fix_to_generate_is_predicted_per_token(row):
     r = predict_gen(row)
     assert r["within"], r
