@@ -27,6 +27,8 @@ Usage::
     python tests/data/record/record_inference.py --out tests/data/inference              # CPU set
     python tests/data/record/record_inference.py --out tests/data/inference --variants static-compile --batch 1 --merge
     python tests/data/record/record_inference.py --device cuda --out DIR                   # GPU truth set
+    python tests/data/record/record_inference.py --device cuda --out DIR --shape gpu-l --prefix l- --batch 1 8
+                                                         # TinyLlama's shape (the gain truth's report half)
 
 The GPU set defaults to a larger model (``--gpu-shape``: 8 layers, 1024 wide, bf16), batches 1,
 8 and 32, and all three variants.
@@ -48,6 +50,9 @@ SHAPES = {
     # gpu: a small model whose decode reads enough bytes to be measurable against the HBM peak
     "gpu": dict(hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
                 num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
+    # gpu-l: TinyLlama's shape (1.1 B parameters), whose decode reads 2.2 GB of bf16 weights a token
+    "gpu-l": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                  num_key_value_heads=4, vocab_size=32000, max_position_embeddings=2048),
 }
 
 
@@ -132,7 +137,7 @@ def _generate(model, variant: str, inputs: dict, new_tokens: int, streamer=None)
 
 
 def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, device: str, repeats: int,
-         out: Path | None) -> dict:
+         out: Path | None, prefix: str = "") -> dict:
     import torch
 
     inputs = _inputs(cfg, batch, prompt, device)
@@ -145,7 +150,7 @@ def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, dev
             _generate(model, variant, inputs, new_tokens, clock)
         runs.append(_figures(clock.ms(), batch))
     med = {k: statistics.median(r[k] for r in runs) for k in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s")}
-    name = f"{variant}-b{batch}"
+    name = f"{prefix}{variant}-b{batch}"
     if out is not None:
         from torch.profiler import ProfilerActivity, profile
 
@@ -190,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--shape", choices=tuple(SHAPES))
     ap.add_argument("--merge", action="store_true", help="add these cases to the truth.json already in --out")
+    ap.add_argument("--prefix", default="", help="before each case's name (another shape's cases beside the first)")
     a = ap.parse_args(argv)
     import torch
 
@@ -208,7 +214,8 @@ def main(argv=None) -> int:
     for variant in variants:
         for batch in batches:
             model, cfg = build(shape, a.device)  # a fresh model per case: compile state never carries over
-            cases.append(case(model, cfg, variant, batch, prompt, new_tokens, a.device, a.repeats, out))
+            cases.append(case(model, cfg, variant, batch, prompt, new_tokens, a.device, a.repeats, out, a.prefix))
+            cases[-1].update(shape=shape, parameters=sum(p.numel() for p in model.parameters()))
             print(json.dumps({k: cases[-1][k] for k in ("case", "bare_median")}), flush=True)
     params = sum(p.numel() for p in model.parameters())
     truth = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,

@@ -2,7 +2,9 @@
 index (Hugging Face ``transformers``' Trainer, torchvision, Lightning), run unmodified, each fix
 made as a user makes it (one argument or one line), the saving measured bare.
 
-The programs are user scripts under ``thirdparty/``; each takes ``--fix NAME`` and ``--steps N``.
+The programs are user scripts under ``thirdparty/``; each takes ``--fix NAME`` and ``--steps N``:
+Hugging Face's Trainer on GPT-2 and BERT, torchvision's ResNet-50 and a timm ViT with their
+DataLoaders, Lightning's demo transformer.
 For every program, on one GPU:
 
 ``bare``    each variant runs as a process of its own, alternated (base, fix1, fix2, base, fix1,
@@ -47,6 +49,9 @@ PROGRAMS = {
     "hf_gpt2": ("hf_gpt2.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
     "tv_resnet": ("tv_resnet.py", ("base", "workers", "amp"), ("base", "workers"), 40),
     "lightning_lm": ("lightning_lm.py", ("base", "high", "bf16"), ("base", "high"), 60),
+    # recorded after the models were set on the programs above: the gain truth's report half
+    "hf_bert": ("hf_bert.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
+    "timm_vit": ("timm_vit.py", ("base", "workers", "high", "amp"), ("base", "workers", "high"), 40),
 }
 SKIP = 15  # steps left out of each process's bare times
 LOG = [Path(os.devnull)]  # the programs' output (--out/programs.log)
