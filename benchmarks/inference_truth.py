@@ -1,0 +1,60 @@
+"""What ``proflab analyze`` reports of a ``generate()`` loop, against the same loop timed bare.
+
+    python benchmarks/inference_truth.py [--data tests/data/inference/h100]
+
+Each case of ``truth.json`` (recorded by ``tests/data/record/record_inference.py``: Hugging Face
+``generate()`` from config, timed bare with CUDA events on a streamer's tokens, then once under
+torch.profiler with shapes) is analysed as a plain trace. The table sets the report's latency
+beside the bare medians: time to first token (TTFT), time per output token (TPOT, NVIDIA's
+convention) and output tokens/s, each as the profiled run measured it and as the report's
+unprofiled estimate (a range: the profiler's per-event cost taken off each forward). The issue's
+bar: within 10 % of the bare figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def rows(data: Path) -> list[dict]:
+    import proflab
+
+    out = []
+    for case in json.loads((data / "truth.json").read_text())["cases"]:
+        name, bare = case["case"], case["bare_median"]
+        rep = proflab.analyze(proflab.load(data / f"{name}.pt.trace.json.gz"))
+        lat = (rep.summary.get("inference") or {}).get("latency") or {}
+        lo, hi = lat.get("unprofiled_itl_median_ms_range") or (None, None)
+        out.append({"case": name, "bare_ttft_ms": bare["ttft_ms"], "bare_tpot_ms": bare["tpot_ms"],
+                    "bare_tokens_per_s": bare["output_tokens_per_s"], "ttft_ms": lat.get("ttft_ms"),
+                    "tpot_ms": lat.get("tpot_ms"), "tokens_per_s": lat.get("output_tokens_per_s"),
+                    "unprofiled_itl_ms": (lo, hi), "unprofiled_ttft_ms": tuple(lat.get("unprofiled_ttft_ms_range") or (None, None)),
+                    "tpot_in_range": lo is not None and 0.9 * lo <= bare["tpot_ms"] <= 1.1 * hi})  # fmt: skip
+    return out
+
+
+def _f(x, spec=".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default=str(ROOT / "tests" / "data" / "inference" / "h100"))
+    a = ap.parse_args(argv)
+    print("| case | TTFT bare / profiled (unprofiled est.) ms | TPOT bare / profiled (unprofiled est.) ms | tokens/s bare / profiled | TPOT within 10% of the estimate |")
+    print("|---|---|---|---|---|")
+    for r in rows(Path(a.data)):
+        (ilo, ihi), (tlo, thi) = r["unprofiled_itl_ms"], r["unprofiled_ttft_ms"]
+        print(f"| {r['case']} | {_f(r['bare_ttft_ms'])} / {_f(r['ttft_ms'])} ({_f(tlo)}-{_f(thi)}) | "
+              f"{_f(r['bare_tpot_ms'], '.3f')} / {_f(r['tpot_ms'], '.3f')} ({_f(ilo, '.3f')}-{_f(ihi, '.3f')}) | "
+              f"{_f(r['bare_tokens_per_s'], '.0f')} / {_f(r['tokens_per_s'], '.0f')} | {'yes' if r['tpot_in_range'] else 'NO'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
