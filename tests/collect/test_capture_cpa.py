@@ -45,18 +45,11 @@ def test_an_unknown_capture_is_refused():
         launcher.RunOptions(capture="nvtx").check()
 
 
-def test_with_nsys_it_is_the_cuda_profiler_api_capture_range(tmp_path, monkeypatch):
+def test_with_nsys_it_is_the_cuda_profiler_api_capture_range(tmp_path, stand_in_nsys):
     """A stand-in nsys (none can run here) records the command line it was given."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    argv_file = tmp_path / "argv.txt"
-    fake = bin_dir / "nsys"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{argv_file}"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     assert main(["run", "--no-monitor", "--backend", "nsys", "--capture", "cuda-profiler-api",
                  "-o", str(tmp_path / "runs"), "--", "true"]) == 0  # fmt: skip
-    argv = argv_file.read_text().split("\n")
+    argv = stand_in_nsys.read_text().split("\n")
     assert "--capture-range=cudaProfilerApi" in argv and "--capture-range-end=stop" in argv
 
 

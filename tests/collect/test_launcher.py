@@ -65,19 +65,12 @@ def test_ctrl_c_while_finishing_keeps_the_outcome(tmp_path, capsys, monkeypatch)
     assert "interrupted while finishing" in capsys.readouterr().err
 
 
-def test_nsys_window_capture_is_the_capture_range(tmp_path, monkeypatch, capsys):
+def test_nsys_window_capture_is_the_capture_range(tmp_path, stand_in_nsys, capsys):
     """`--window capture` and `--capture-range` mean the same with nsys too. A stand-in nsys
     (none can run here) records the command line it was given and writes no report."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    argv_file = tmp_path / "argv.txt"
-    fake = bin_dir / "nsys"
-    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{argv_file}"\n')
-    fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     assert main(["run", "--no-monitor", "--backend", "nsys", "--window", "capture", "-o", str(tmp_path / "runs"),
                  "--", "true"]) == 0  # fmt: skip
-    argv = argv_file.read_text().split("\n")
+    argv = stand_in_nsys.read_text().split("\n")
     assert "--capture-range=cudaProfilerApi" in argv and "--capture-range-end=stop" in argv
     (meta_path,) = (tmp_path / "runs").glob("*/meta.json")
     assert any("nsys wrote no report" in n for n in json.loads(meta_path.read_text())["notes"])
