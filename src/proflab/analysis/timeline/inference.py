@@ -203,7 +203,8 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         return Inference(pl.DataFrame(), missing=(
             "the operators' input shapes (record_shapes=True): without them the forwards, their phases and "
             "the bytes they read are unknown",))
-    cpu = host.filter(is_op & pl.col("name").is_in(_SHAPED_OPS))
+    cpu = host.lazy().filter(is_op & pl.col("name").is_in(_SHAPED_OPS)).select(
+        "name", "tid", "start_ns", "dur_ns", "input_types", "input_dims").collect()
     g = _gemms(cpu)
     att = _shaped(cpu, ATTENTION_OPS)
     if g.height == 0:
