@@ -174,6 +174,15 @@ def _gemms(cpu: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts) if parts else lin.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in "mnk"))
 
 
+def _rising(s: pl.Series) -> bool:
+    """Whether ``s`` strictly rises (no nulls, no ties): then sorting it changes nothing,
+    however the sort orders ties."""
+    if s.null_count():
+        return False
+    v = s.to_numpy()
+    return bool((v[1:] > v[:-1]).all())
+
+
 def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
     t = types.str.split(",").list.get(i, null_on_oob=True)
     return t.replace_strict(_BYTES, default=None, return_dtype=pl.Int64)
@@ -287,7 +296,9 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     frame = frame.with_columns(pl.Series("events", np.bincount(fw[(fw < n) & ~py], minlength=n + 1)[:n]),
                                pl.Series("py_events", np.bincount(fw[(fw < n) & py], minlength=n + 1)[:n]))
     # the host time inside each forward's outermost operators, and how many (what a CPU forward's work is)
-    ops = host.lazy().filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").collect().sort("start_ns")
+    ops = host.lazy().filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").collect()
+    if not _rising(ops.get_column("start_ns")):  # (a reader's host table is in start order already: no copy)
+        ops = ops.sort("start_ns")
     ops = ops.filter(pl.col("start_ns") >= (pl.col("start_ns") + pl.col("dur_ns")).cum_max().shift(1).fill_null(-1))
     ofw = forward_of(ops["start_ns"])
     keep = ofw < n
