@@ -230,7 +230,7 @@ def _quiet_per_step(trace: Trace, host: pl.DataFrame, host_only: pl.DataFrame | 
     # (one thread's spans, or few: their union in plain time)
     quiet = IntervalSet.from_spans(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy())
     t = host["start_ns"].to_numpy()
-    inside = quiet.covered_within(t, t + 1) > 0
+    inside = quiet.contains(t)
     inside &= host["tid"].is_in(own.implode()).fill_null(False).to_numpy()
     k = _step_of(t[inside], lo, hi)
     py = host["python"].to_numpy()[inside]
