@@ -25,7 +25,9 @@ The trace is ``gen_kineto.py``'s, 172 steps of ``tests/data/kineto/train_loop.pt
 ``--against SRC`` runs another proflab beside it in each repeat (``SRC`` put first on
 ``PYTHONPATH``: the ``src`` folder of another checkout, such as the commit before a change),
 the two in alternating order, and prints its time, peak and ratio beside this one's, and
-whether the two wrote the same report (byte for byte).
+whether the two wrote the same report (byte for byte). It runs without ``--timings`` (an older
+proflab may not have it), so this one carries its sampler's small cost: on a trace analysed
+in a fraction of a second, compare within the noise.
 
 Usage::
 
