@@ -104,7 +104,7 @@ def launch_sources(trace: Trace, frames: FrameIndex, launches: pl.DataFrame) -> 
     line is the forward call that created the autograd node (matched by sequence number),
     marked "(backward)"."""
     direct = frames.lookup(launches.select("tid", pl.col("launch_start_ns").alias("t_ns")))
-    if direct.null_count() == 0 or not frames:  # (no frames: no forward's line either)
+    if direct.null_count() == 0:
         return direct
     ops = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns", "sequence").filter(
         (pl.col("cat") == "cpu_op") & pl.col("sequence").is_not_null()
