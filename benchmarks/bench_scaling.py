@@ -78,7 +78,7 @@ def child(cmd: list[str], out_path: Path | None, mem_gb: float, env: dict[str, s
     if out_path:
         out.close()
     rc = os.waitstatus_to_exitcode(status)
-    return {"wall_s": round(wall, 2), "peak_mib": round(ru.ru_maxrss / 1024, 1), "tree_peak_mib": round(tree_peak[0] / 2**20, 1),
+    return {"wall_s": round(wall, 3), "peak_mib": round(ru.ru_maxrss / 1024, 1), "tree_peak_mib": round(tree_peak[0] / 2**20, 1),
             "user_s": round(ru.ru_utime, 2), "sys_s": round(ru.ru_stime, 2), "faults": ru.ru_minflt,
             "rc": rc, "stderr": err[-400:] if rc else ""}
 

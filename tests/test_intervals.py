@@ -189,6 +189,20 @@ def test_covered_before_matches_brute_force(pairs, ts):
 
 
 @settings(max_examples=300, deadline=None)
+@given(SPANS, st.lists(T, min_size=1, max_size=8))
+def test_contains_matches_brute_force_and_covered_within(pairs, ts):
+    s = make(*pairs)
+    ref = covered(pairs)
+    t = np.array(ts, dtype=np.int64)
+    assert s.contains(t).tolist() == [x in ref for x in ts]
+    assert s.contains(t).tolist() == (s.covered_within(t, t + 1) > 0).tolist()
+
+
+def test_contains_of_the_empty_set():
+    assert IntervalSet.empty().contains(np.array([0, 5])).tolist() == [False, False]
+
+
+@settings(max_examples=300, deadline=None)
 @given(SPANS, T, T)
 def test_gaps_partition_the_window(pairs, lo, hi):
     s = make(*pairs)

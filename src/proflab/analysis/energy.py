@@ -530,7 +530,7 @@ def _flops(ctx, w: dict[str, Any], user: float | None, ncu=None) -> dict[int, in
 
     trace = ctx.trace
     missing = "the trace records no framework operators"
-    if trace.cpu.filter(pl.col("cat") == "cpu_op").height:
+    if (trace.cpu.get_column("cat") == "cpu_op").any():
         p = perf_for(ctx, counted=counted_from(step_flops_of(trace.meta.source)) if trace.meta.source else None)
         per = p.steps.filter(pl.col("model_flops").is_not_null() & (pl.col("model_flops") > 0))
         if p.flop_source is not None and per.height:

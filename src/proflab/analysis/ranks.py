@@ -240,9 +240,9 @@ def rank_summary(ctx, rank: int, *, report=None) -> RankSummary:
         dev = None
         steps_win = host_steps
         calls = _calls_host(trace, steps_win)
-        ops = trace.cpu.filter(
+        ops = trace.cpu.lazy().filter(
             (pl.col("cat") == "cpu_op") & pl.col("tid").is_in(main_tids) & ~pl.col("name").str.contains(r"^c10d::|record_param_comms")
-        )
+        ).select("start_ns", "dur_ns").collect()
         # host compute: the loop thread's operators (top-level spans merge in the union)
         compute = IntervalSet.from_spans(ops["start_ns"].to_numpy(), (ops["start_ns"] + ops["dur_ns"]).to_numpy())
         missing.append("message sizes: the CPU backend's collectives carry no record_param_comms metadata in this trace")

@@ -135,7 +135,9 @@ def _perf(ctx: Context):
     from proflab.readers.rundir import step_flops_of
 
     trace = ctx.trace
-    if not trace.cpu.height or trace.cpu.filter(pl.col("cat") == "cpu_op").height == 0:
+    # (asked of the column: the operators copied whole to be counted held 180 MiB more at the
+    # 1 GB realistic trace's peak)
+    if not trace.cpu.height or not (trace.cpu.get_column("cat") == "cpu_op").any():
         ctx.note_missing("operators", "the trace records no framework operators", "where the FLOPs go (perf)")
         return None
     counted = counted_from(step_flops_of(trace.meta.source)) if trace.meta.source else None
@@ -474,10 +476,12 @@ def _host_ops(trace: Trace, top: int = 10) -> list[dict[str, Any]]:
 
 def host_op_table(trace: Trace) -> pl.DataFrame:
     """Host operators by name: ``count`` and ``total_ns``, most time first."""
-    ops = trace.cpu.select("cat", "name", "dur_ns").filter(pl.col("cat") == "cpu_op")
+    # (lazily: the operators' names are grouped where they lie, not copied out first; the 1 GB
+    # realistic trace's copy took 69 MiB and 0.04-0.06 s, the lazy query 0.02 s)
     return (
-        ops.group_by("name")
+        trace.cpu.lazy().filter(pl.col("cat") == "cpu_op").group_by("name")
         .agg(pl.len().cast(pl.Int64).alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .collect()
         .sort("total_ns", "name", descending=[True, False])
     )
 

@@ -136,7 +136,7 @@ def trace_part(ctx: Context, *, keep_trace: bool = False) -> TracePart:
     ctx.drop("gaps")
     k = ctx.kernel_rows.select("name", "op", "start_ns", "dur_ns") if has_gpu else None
     k_in = _in_steps(k, gs, "start_ns") if k is not None else None
-    cpu = ctx.trace.cpu.filter(pl.col("cat") == "cpu_op").select("name", "start_ns", "dur_ns")
+    cpu = ctx.trace.cpu.lazy().filter(pl.col("cat") == "cpu_op").select("name", "start_ns", "dur_ns").collect()
     host_steps = ctx.trace.steps.select("start_ns", (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     rt = ctx.range_table
     ranges = (

@@ -485,7 +485,7 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
         clock = ThreadClock([g["tid"], opt["tid"]], [g["launch_start_ns"], opt["start_ns"], opt["end_ns"]])
         spans = IntervalSet.from_spans(clock.key(opt["tid"], opt["start_ns"]), clock.key(opt["tid"], opt["end_ns"]))
         k = clock.key(g["tid"], g["launch_start_ns"])
-        in_opt = spans.covered_within(k, k + 1) > 0
+        in_opt = spans.contains(k)
         opt_name = opt["name"][0].split("#", 1)[1].rsplit(".", 1)[0]
     elem = g["kname"].fill_null("").str.contains(_ELEMENTWISE).to_numpy()
     # work that runs longer than the dispatch gap before it is not a small launch: the host

@@ -144,7 +144,7 @@ def in_spans(spans: pl.DataFrame, tid: pl.Series, t: pl.Series) -> np.ndarray:
     clock = ThreadClock([tid, spans["tid"]], [t, spans["start_ns"], spans["end_ns"]])
     s = IntervalSet.from_spans(clock.key(spans["tid"], spans["start_ns"]), clock.key(spans["tid"], spans["end_ns"]))
     k = clock.key(tid, t)
-    return s.covered_within(k, k + 1) > 0
+    return s.contains(k)
 
 
 def compiled_view(trace: Trace, launches: pl.DataFrame, kernel_ops: pl.DataFrame | None = None,

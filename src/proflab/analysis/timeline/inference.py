@@ -85,6 +85,7 @@ _BYTES = {"float": 4, "double": 8, "c10::BFloat16": 2, "c10::Half": 2, "c10::Flo
           "signed char": 1, "unsigned char": 1}  # fmt: skip
 _PEAK_DTYPE = {"float": "fp32", "c10::BFloat16": "bf16", "c10::Half": "fp16", "c10::Float8_e4m3fn": "fp8"}
 _DIMS = pl.List(pl.List(pl.Int64))
+_SHAPED_OPS = ("aten::linear", "aten::addmm", "aten::mm", *ATTENTION_OPS)  # the operators read by name (``_shaped``)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,8 @@ def _shaped(cpu: pl.DataFrame, names: tuple[str, ...]) -> pl.DataFrame:
     for n in names:
         # only lists of integer lists decode as shapes: a damaged or hostile trace's other values
         # (strings, deeper nesting) are left out rather than fail the report
-        r = cpu.filter((pl.col("name") == n) & pl.col("input_dims").str.contains(r"^\[(?:\[[0-9,]*\],?)*\]$"))
+        r = cpu.filter(pl.col("name") == n)  # (the pattern is matched on its few rows only)
+        r = r.filter(pl.col("input_dims").str.contains(r"^\[(?:\[[0-9,]*\],?)*\]$"))
         if r.height:
             # the outermost call only: autocast re-dispatches an operator inside itself (aten::linear
             # within aten::linear), and the inner call is the same GEMM
@@ -184,6 +186,15 @@ def _gemms(cpu: pl.DataFrame) -> pl.DataFrame:
     return pl.concat(parts) if parts else lin.with_columns(*(pl.lit(None, pl.Int64).alias(c) for c in "mnk"))
 
 
+def _rising(s: pl.Series) -> bool:
+    """Whether ``s`` strictly rises (no nulls, no ties): then sorting it changes nothing,
+    however the sort orders ties."""
+    if s.null_count():
+        return False
+    v = s.to_numpy()
+    return bool((v[1:] > v[:-1]).all())
+
+
 def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
     t = types.str.split(",").list.get(i, null_on_oob=True)
     return t.replace_strict(_BYTES, default=None, return_dtype=pl.Int64)
@@ -202,13 +213,19 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         return Inference(pl.DataFrame(), missing=(
             "the operators' input shapes (record_shapes=True): without them the forwards, their phases and "
             "the bytes they read are unknown",))
-    cpu = trace.cpu.filter(pl.col("cat").is_in(["cpu_op", "user_annotation"]))
-    if cpu.height == 0:
+    # Only the operators read by name are copied (the GEMMs and attention): every host operator
+    # copied with its texts cost the 514 MB trace 40 ms and 50 MiB, its shapes read by pattern 30 ms
+    host = trace.cpu
+    is_op = pl.col("cat").is_in(["cpu_op", "user_annotation"])
+    any_op, any_shape = host.select(is_op.any().alias("op"), (is_op & pl.col("input_dims").is_not_null()).any().alias("shape")).row(0)
+    if not any_op:
         return Inference(pl.DataFrame(), missing=("no host operators in the trace: forwards cannot be found",))
-    if not cpu["input_dims"].is_not_null().any():
+    if not any_shape:
         return Inference(pl.DataFrame(), missing=(
             "the operators' input shapes (record_shapes=True): without them the forwards, their phases and "
             "the bytes they read are unknown",))
+    cpu = host.lazy().filter(is_op & pl.col("name").is_in(_SHAPED_OPS)).select(
+        "name", "tid", "start_ns", "dur_ns", "input_types", "input_dims").collect()
     g = _gemms(cpu)
     att = _shaped(cpu, ATTENTION_OPS)
     if g.height == 0:
@@ -225,7 +242,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         top = _top_module(trace.cpu, tid, head_ends)
         if top is not None:
             forwards_from, bounds = f"top module {top[0]}", top[1]
-    first_ns = int(cpu.filter(pl.col("tid") == tid)["start_ns"].min())
+    first_ns = int(host.select(pl.col("start_ns").filter(is_op & (pl.col("tid") == tid)).min()).item())
     n = len(bounds)
     if n < 2:
         return Inference(pl.DataFrame(), missing=(f"one LM head call (output width {vocab}) in the trace: no generation loop",))
@@ -303,20 +320,22 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         kernel_floor_ns = None
     frame = frame.with_columns(pl.max_horizontal("end_host_ns", "gpu_end_ns").alias("end_ns"))
     # the host events the profiler recorded in each forward (its own cost scales with them)
-    ev = trace.cpu.filter(pl.col("tid") == tid).select("cat", "start_ns")
+    ev = host.lazy().filter(pl.col("tid") == tid).select("cat", "start_ns").collect()
     py = (ev["cat"] == "python_function").to_numpy()
     fw = forward_of(ev["start_ns"])
     frame = frame.with_columns(pl.Series("events", np.bincount(fw[(fw < n) & ~py], minlength=n + 1)[:n]),
                                pl.Series("py_events", np.bincount(fw[(fw < n) & py], minlength=n + 1)[:n]))
     # the host time inside each forward's outermost operators, and how many (what a CPU forward's work is)
-    ops = trace.cpu.filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").sort("start_ns")
+    ops = host.lazy().filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").collect()
+    if not _rising(ops.get_column("start_ns")):  # (a reader's host table is in start order already: no copy)
+        ops = ops.sort("start_ns")
     ops = ops.filter(pl.col("start_ns") >= (pl.col("start_ns") + pl.col("dur_ns")).cum_max().shift(1).fill_null(-1))
     ofw = forward_of(ops["start_ns"])
     keep = ofw < n
     frame = frame.with_columns(
         pl.Series("op_ms", np.bincount(ofw[keep], weights=ops["dur_ns"].fill_null(0).to_numpy()[keep], minlength=n)[:n] / 1e6),
         pl.Series("top_ops", np.bincount(ofw[keep], minlength=n)[:n]))
-    frame, phases_from = _phases(frame, cpu)
+    frame, phases_from = _phases(frame, host)
     frame = frame.select(
         "index", "generation", "phase", "recompute", "batch", "q_len", "kv_len", "layers", "start_ns", "end_ns",
         ((pl.col("end_host_ns") - pl.col("start_ns")) / 1e6).alias("host_ms"), (pl.col("gpu_ns") / 1e6).alias("gpu_ms"),
@@ -405,7 +424,7 @@ def _with_compiled(source: Trace | pl.DataFrame, tid: int, heads: np.ndarray) ->
 
 
 def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
-    """Each forward's phase and generation (see the module doc)."""
+    """Each forward's phase and generation (see the module doc). ``cpu``: the host table."""
     q, kv = f["q_len"], f["kv_len"]
     prev_q, prev_kv = q.shift(1), kv.shift(1)
     # (without attention shapes kv is unknown: the query growing by one token a forward says it)
@@ -424,8 +443,9 @@ def _phases(f: pl.DataFrame, cpu: pl.DataFrame) -> tuple[pl.DataFrame, str]:
     f = f.with_columns(phase.alias("phase"))
     frm = "shapes" if q.null_count() < f.height else "order (first forward is the prefill)"
     # named phase ranges override: a forward whose LM head ends inside one takes its phase
+    ranges = cpu.lazy().filter(pl.col("cat") == "user_annotation").select("name", "start_ns", "dur_ns").collect()
     for name, pattern in PHASE_RANGES.items():
-        r = cpu.filter((pl.col("cat") == "user_annotation") & pl.col("name").str.contains(pattern))
+        r = ranges.filter(pl.col("name").str.contains(pattern))
         if r.height == 0:
             continue
         s, e = r["start_ns"].to_numpy(), (r["start_ns"] + r["dur_ns"]).to_numpy()

@@ -220,16 +220,17 @@ def _quiet_per_step(trace: Trace, host: pl.DataFrame, host_only: pl.DataFrame | 
     zero = np.zeros(n, dtype=np.int64)
     if host_only is None or host_only.height == 0:
         return np.zeros(n), zero, zero
-    own = trace.cpu.filter(pl.col("name").str.starts_with("ProfilerStep#"))["tid"].drop_nulls().unique()
+    # (the threads only: not a copy of every column of the rows they are read from)
+    own = trace.cpu.lazy().filter(pl.col("name").str.starts_with("ProfilerStep#")).select("tid").collect()["tid"].drop_nulls().unique()
     if own.len() == 0:  # step ranges of no thread (an export's NVTX): the thread that launched most
-        own = trace.cpu.filter(pl.col("cat").is_in(_HOST_EVENTS[2:]))["tid"].drop_nulls().mode().head(1)
+        own = trace.cpu.lazy().filter(pl.col("cat").is_in(_HOST_EVENTS[2:])).select("tid").collect()["tid"].drop_nulls().mode().head(1)
     spans = host_only.filter(pl.col("tid").is_in(own.implode()))
     if spans.height == 0:
         return np.zeros(n), zero, zero
     # (one thread's spans, or few: their union in plain time)
     quiet = IntervalSet.from_spans(spans["start_ns"].to_numpy(), spans["end_ns"].to_numpy())
     t = host["start_ns"].to_numpy()
-    inside = quiet.covered_within(t, t + 1) > 0
+    inside = quiet.contains(t)
     inside &= host["tid"].is_in(own.implode()).fill_null(False).to_numpy()
     k = _step_of(t[inside], lo, hi)
     py = host["python"].to_numpy()[inside]
