@@ -20,7 +20,8 @@ NVIDIA's TPOT counts it ((end - first token) / (tokens - 1)), each inter-token g
 list) and the end-to-end time. The case is then run once more under torch.profiler
 (``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.gz`` (on the CPU the quickest of three profiled
 runs: a shared machine preempts a token now and then). ``truth.json``
-holds each case's bare figures (median over ``--repeats`` runs) and the model's shape.
+holds each case's bare figures (median over ``--repeats`` runs) and its model's shape, written
+after each case.
 
 Usage::
 
@@ -210,24 +211,22 @@ def main(argv=None) -> int:
     # one thread on the CPU: on a shared machine a second intra-op thread descheduled mid-operator
     # stalls the operator for a scheduler slice (tokens of 1 ms then took 300)
     torch.set_num_threads(1) if not gpu else None
+    old = json.loads((out / "truth.json").read_text())["cases"] if a.merge and (out / "truth.json").exists() else []
     cases = []
     for variant in variants:
         for batch in batches:
             model, cfg = build(shape, a.device)  # a fresh model per case: compile state never carries over
             cases.append(case(model, cfg, variant, batch, prompt, new_tokens, a.device, a.repeats, out, a.prefix))
-            cases[-1].update(shape=shape, parameters=sum(p.numel() for p in model.parameters()))
+            cases[-1].update(shape=shape, config=SHAPES[shape], parameters=sum(p.numel() for p in model.parameters()))
             print(json.dumps({k: cases[-1][k] for k in ("case", "bare_median")}), flush=True)
-    params = sum(p.numel() for p in model.parameters())
-    truth = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
-             "shape": shape, "config": SHAPES[shape], "parameters": params,
-             "dtype": "bfloat16" if gpu else "float32",
-             "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
-             "cases": cases}
-    if a.merge and (out / "truth.json").exists():
-        old = json.loads((out / "truth.json").read_text())
-        mine = {c["case"] for c in cases}
-        truth["cases"] = [c for c in old["cases"] if c["case"] not in mine] + cases
-    (out / "truth.json").write_text(json.dumps(truth, indent=1))
+            # written after each case: a recording cut short keeps what it measured
+            mine = {c["case"] for c in cases}
+            truth = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
+                     "shape": shape, "config": SHAPES[shape], "parameters": cases[-1]["parameters"],
+                     "dtype": "bfloat16" if gpu else "float32",
+                     "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
+                     "cases": [c for c in old if c["case"] not in mine] + cases}
+            (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0
 
 
