@@ -19,12 +19,13 @@ figures it uses are stated here, not tuned per trace:
                      softmax) between two library kernels (``LIBRARY_KERNEL``: GEMM, attention,
                      convolution, copies, collectives, the optimizer's multi-tensor kernels),
                      which stay as they are. A chain's reductions keep a kernel each
-                     (``REDUCTION_KERNEL``: Inductor emits one per reduction), its pointwise
-                     kernels fuse into them (into its longest kernel where it has none); the
-                     fused kernels move the chain's outside reads and writes only, its
-                     intermediates stay in registers: they run as long as the kept kernels
-                     did and a share of the rest, a range (``FUSED_REST``: none to all of it,
-                     which the trace's kernel names do not tell). A launch that no longer
+                     (``REDUCTION_KERNEL``: Inductor emits one per reduction), and each run of
+                     pointwise kernels between them one (its longest): the launches Inductor
+                     still makes. The fused kernels move the chain's outside reads and
+                     writes only, its intermediates staying in registers: together they run
+                     as long as the chain's longest kernel and a share of the rest, a range
+                     (``FUSED_REST``: none to all of it, which the trace's kernel names do not
+                     tell), shared by the kept kernels as they shared the chain's time. A launch that no longer
                      happens takes its dispatch with it, and each remaining kernel's launch
                      costs what it did eager (generated code launches at about eager's cost
                      per kernel).
@@ -247,20 +248,26 @@ class _Apply:
             starts = np.flatnonzero(head)
             longest = np.maximum.reduceat(d, starts)
             total = _sums(d, starts)
-            # per chain, its reductions keep their kernels; a chain of pointwise kernels only
-            # runs as its longest kernel (the first of equals)
+            # per chain, its reductions keep their kernels, and each run of pointwise kernels
+            # between them runs as its longest (the first of equals): the launches Inductor
+            # still makes
             red = reduction[at]
-            has_red = np.add.reduceat(red.astype(np.int64), starts) > 0
-            is_max = np.flatnonzero(d == longest[chain_of])
-            _, first_max = np.unique(chain_of[is_max], return_index=True)
+            run_head = head.copy()
+            run_head[1:] |= red[:-1] | red[1:]
+            run_of = np.cumsum(run_head) - 1
+            run_max = np.zeros(run_of[-1] + 1)
+            np.maximum.at(run_max, run_of[~red], d[~red])
+            is_max = np.flatnonzero(~red & (d == run_max[run_of]))
+            _, first_max = np.unique(run_of[is_max], return_index=True)
             kept = red.copy()
-            only_pw = is_max[first_max][~has_red[chain_of[is_max[first_max]]]]
-            kept[only_pw] = True
-            base = np.bincount(chain_of, weights=np.where(kept, d, 0.0), minlength=starts.size)
+            kept[is_max[first_max]] = True
+            # the fused chain moves its longest kernel's bytes and a share of the rest (its
+            # intermediates no longer go through memory), shared by its kept kernels as they
+            # shared the chain's own time
             rest = FUSED_REST[0] + min(max(fix.factor, 0.0), 1.0) * (FUSED_REST[1] - FUSED_REST[0])
-            fused = base + rest * (total - base)
+            fused = longest + rest * (total - longest)
+            base = np.bincount(chain_of, weights=np.where(kept, d, 0.0), minlength=starts.size)
             q.op_alive[at] = kept
-            # the kept kernels share the fused chain's time as they shared the chain's own
             q.op_dur[at[kept]] = d[kept] * (fused / np.maximum(base, 1e-9))[chain_of[kept]]
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
