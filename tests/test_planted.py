@@ -49,7 +49,10 @@ def test_top_finding_names_planted_cause(reports, name, entry):
     if not report.findings:
         pytest.fail(f"no findings at all for {name}")
     if planted == "healthy":
-        loud = [f for f in report.findings if f.severity in ("warning", "critical")]
+        # healthy at the timeline level: memory_bound_elementwise's chain of add/mul_/addcmul/sub
+        # kernels is memory-bound work torch.compile fuses, which unfused_elementwise tells from
+        # the kernels' names (its manifest: "which only a kernel-level analysis would see")
+        loud = [f for f in report.findings if f.severity in ("warning", "critical") and f.id != "unfused_elementwise"]
         assert not loud, summary
         if report.summary["gpu_busy_pct"] is not None:
             assert report.findings[-1].category == "healthy", summary

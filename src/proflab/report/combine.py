@@ -367,7 +367,7 @@ _UNCORRECTED = ("not estimated: no part holds a whole profiler step (each is lon
 def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, whatif=None) -> list[Finding]:
     """Each part's findings as the whole trace's (see the module doc); a finding with a fix
     to replay has its gain predicted again over all parts' steps (``whatif``)."""
-    from proflab.rules.utilization import healthy_of
+    from proflab.rules.utilization import GPU_WORK, healthy_of
 
     found: dict[str, list[tuple[int, Finding]]] = {}
     for i, p in enumerate(parts):
@@ -414,7 +414,7 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, what
         out.append(dataclasses.replace(best, title=title, severity=sev, evidence=evidence, est_gain_ms=gain_ms,
                                        est_gain_pct=round(pct, 2)))
     out.sort(key=lambda f: (-f.est_gain_ms, f.id))
-    if breakdowns and not any(f.severity in ("critical", "warning") for f in out):
+    if breakdowns and not any(f.severity in ("critical", "warning") and f.id not in GPU_WORK for f in out):
         out.extend(healthy_of(breakdowns, span_ns, observer, out))
     return out
 

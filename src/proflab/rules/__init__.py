@@ -17,6 +17,7 @@ __all__ = ["RULES", "run_rules"]
 RULES = (
     host.sync_bound,
     host.launch_bound,
+    host.unfused_elementwise,
     host.host_bound,
     host.sync_copy_apis,
     memcpy.pageable_memcpy,

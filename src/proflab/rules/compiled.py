@@ -1,5 +1,5 @@
 """Compiled code: graph breaks, recompiles and CUDA graph skips (``graph_breaks``,
-``recompiles``, ``cudagraph_skipped``).
+``recompiles``, ``cudagraph_skipped``)).
 
 Their evidence is Dynamo's own record of the run (``proflab run`` reads it as each process
 ends: reasons, lines, compile times; ``analysis.timeline.compiled``), and what the trace shows
@@ -172,3 +172,4 @@ def cudagraph_skipped(trace: Trace, ctx: Context) -> list[Finding]:
         return [f]
     f = predicted(f, ctx, Fix("cuda_graph", target="regions", label="the skipped CUDA graphs captured"))
     return keep(f, ctx) or [f]
+

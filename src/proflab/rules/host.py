@@ -6,6 +6,16 @@ that launch kernels (``launch_bound``) or work that launches nothing (``host_bou
 are judged against the loop without the profiler (``analysis.timeline.observer``): their gain is the
 idle that survives the largest plausible profiler cost, and a loop that is GPU-bound when
 not profiled gets no warning. ``sync_bound`` owns the idle that follows a sync's return.
+
+``unfused_elementwise`` is the GPU-bound side of launch_bound's elementwise part: an eager step
+that is not launch-bound (by launch_bound's own split) whose GPU work is in good part
+memory-bound kernels (pointwise, casts and copies, dropout, reductions, normalisation,
+softmax: ``analysis.whatif.fixes.FUSIBLE_KERNEL``, by the kernel's name) between library
+kernels (GEMM, attention, convolution: ``LIBRARY_KERNEL``, which stay). Its gain is the step
+replayed with the ``compile`` fix: each chain's pointwise kernels fused into its reductions,
+the fused kernels moving the chain's outside reads and writes only, a range the trace's names
+cannot narrow (``FUSED_REST``). Where the step is launch-bound, launch_bound's elementwise
+part names the same fix and this finding is not made.
 """
 
 from __future__ import annotations
@@ -24,11 +34,12 @@ from proflab.analysis.timeline.gaps import LAUNCH_GAP_NS
 from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_link
 from proflab.analysis.timeline import observer as _observer
 from proflab.analysis.timeline.threads import ThreadClock
+from proflab.analysis.whatif.fixes import FUSIBLE_KERNEL, LIBRARY_KERNEL, REDUCTION_KERNEL
 from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
-from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, us, with_try
+from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, steps_in_window, us, with_try
 
-__all__ = ["sync_bound", "launch_bound", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]
+__all__ = ["sync_bound", "launch_bound", "unfused_elementwise", "host_bound", "sync_copy_apis", "part_sums", "over_parts", "pinned_gbps"]
 
 _SKIP = ("GPU idle-gap causes",)
 # the recorded host events a stretch of host work holds (beside Python frames)
@@ -455,6 +466,62 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
     elif parts and parts[0]["whatif"].target == "regions":
         f = with_try(f, "compile-mode=reduce-overhead")
     return keep(f, ctx) if w.available else [f]
+
+
+def unfused_elementwise(trace: Trace, ctx: Context) -> list[Finding]:
+    """An eager, GPU-bound step's memory-bound kernels (``FUSIBLE_KERNEL``) that torch.compile
+    would fuse: their GPU time and count per step by class, and the step replayed with them
+    fused (``compile``). Not made for a compiled program (launch_bound and graph_breaks say
+    what its eager code costs), nor where the step is launch-bound (launch_bound's elementwise
+    part names the same fix), nor without a replay (the fused time is a replayed range)."""
+    if not trace.has_gpu or ctx.compiled.compiled or not ctx.whatif.available:
+        return []
+    split = _host_split(trace, ctx)
+    if split is not None and _still_there(split, "launch"):
+        return []
+    k = ctx.kernel_time_by_name
+    lib = k["name"].str.contains(LIBRARY_KERNEL)
+    fus = k["name"].str.contains(FUSIBLE_KERNEL) & ~lib
+    red = fus & k["name"].str.contains(REDUCTION_KERNEL)
+    total = int(k["dur_ns"].sum())
+    fus_ns = int(k.filter(fus)["dur_ns"].sum())
+    if total == 0 or pct(fus_ns, total, 3) < MIN_GAIN_PCT:
+        return []
+    n = max(steps_in_window(ctx), 1)
+    per = (lambda ns: ms(ns / n)) if steps_in_window(ctx) else ms
+    counts = ctx.kernel_rows.select(pl.col("name").str.contains(FUSIBLE_KERNEL) & ~pl.col("name").str.contains(LIBRARY_KERNEL))
+    top = k.filter(fus).sort("dur_ns", descending=True).head(5)
+    evidence = {
+        "fusible_kernel_ms_per_step": per(fus_ns),
+        "fusible_kernels_per_step": round(int(counts.to_series().sum()) / n, 1),
+        "fusible_pct_of_gpu_work": pct(fus_ns, total),
+        "reduction_norm_softmax_ms_per_step": per(int(k.filter(red)["dur_ns"].sum())),
+        "pointwise_ms_per_step": per(int(k.filter(fus & ~red)["dur_ns"].sum())),
+        "library_kernel_ms_per_step": per(int(k.filter(lib)["dur_ns"].sum())),
+        "top_fusible_kernels": [{"kernel": r["name"][:120], "ms_per_step": per(r["dur_ns"])} for r in top.iter_rows(named=True)],
+        "fused_time_model": "each chain between library kernels runs as its reductions (its longest kernel where it "
+        "has none) plus none to all of the rest of its time: the chain's intermediates no longer go through memory; "
+        "the trace's kernel names do not say how much of the rest the fused kernels still move",
+    }
+    f = gain_finding(
+        "memory_bound",
+        0,
+        ctx.wall_ns,
+        id="unfused_elementwise",
+        title=f"Unfused memory-bound kernels: {evidence['fusible_pct_of_gpu_work']}% of the GPU work "
+        f"({evidence['fusible_kernel_ms_per_step']} ms a step) is elementwise, cast, dropout, normalisation, "
+        "softmax and reduction kernels, each reading and writing its tensors through memory",
+        evidence=evidence,
+        fix="Compile the model (torch.compile(model), or the framework's switch: TrainingArguments(torch_compile=True), "
+        "Lightning's torch.compile of the module): Inductor fuses these kernels into a few that keep intermediates "
+        "in registers, and leaves the GEMMs and attention to their libraries. Measure it with proflab compare of "
+        "the runs before and after.",
+        where={"ops": [r["name"][:80] for r in top.iter_rows(named=True)]},
+        assumption="torch.compile fuses each chain of memory-bound kernels between library kernels; the fused "
+        "kernels move the chain's outside reads and writes only (a range: the names do not give the bytes)",
+    )
+    f = predicted(f, ctx, Fix("compile", label="torch.compile"))
+    return keep(f, ctx)
 
 
 def _compiled_evidence(ctx: Context) -> dict:

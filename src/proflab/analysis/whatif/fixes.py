@@ -14,12 +14,21 @@ figures it uses are stated here, not tuned per trace:
                      (``_fused_host_ns``: one launch, to one visit a parameter), its GPU time to
                      the largest of its kernels per step plus a quarter of the rest.
 ``compile``          (target ``outside``: only the eager code outside compiled regions)
-                     torch.compile fuses each chain of elementwise, normalisation and reduction
-                     kernels between two library kernels (GEMM, attention, convolution, copies,
-                     collectives) into one, as long as the longest of the chain and a share of
-                     the rest, a range (``FUSED_REST``: none to all of it); a launch that no longer happens takes its dispatch with it, and
-                     each remaining kernel's launch costs what it did eager (generated code
-                     launches at about eager's cost per kernel).
+                     torch.compile fuses each chain of memory-bound kernels (``FUSIBLE_KERNEL``:
+                     pointwise, copies and casts, fills, dropout, reductions, normalisation,
+                     softmax) between two library kernels (``LIBRARY_KERNEL``: GEMM, attention,
+                     convolution, copies, collectives, the optimizer's multi-tensor kernels),
+                     which stay as they are. A chain's reductions keep a kernel each
+                     (``REDUCTION_KERNEL``: Inductor emits one per reduction), and each run of
+                     pointwise kernels between them one (its longest): the launches Inductor
+                     still makes. The fused kernels move the chain's outside reads and
+                     writes only, its intermediates staying in registers: together they run
+                     as long as the chain's longest kernel and a share of the rest, a range
+                     (``FUSED_REST``: none to all of it, which the trace's kernel names do not
+                     tell), shared by the kept kernels as they shared the chain's time. A launch that no longer
+                     happens takes its dispatch with it, and each remaining kernel's launch
+                     costs what it did eager (generated code launches at about eager's cost
+                     per kernel).
 ``cuda_graph``       the step's launches are replayed from one CUDA graph: one launch of
                      ``GRAPH_LAUNCH_NS`` a step, no host work between kernels; syncs and the
                      work that launches nothing stay. Target ``regions``: only the launches
@@ -50,15 +59,28 @@ from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
 from proflab.model.findings import FIX_KINDS as KINDS
 from proflab.model.findings import Fix
 
-__all__ = ["Fix", "apply", "LIBRARY_KERNEL", "KINDS", "RANGED"]
+__all__ = ["Fix", "apply", "LIBRARY_KERNEL", "FUSIBLE_KERNEL", "POINTWISE_KERNEL", "REDUCTION_KERNEL", "KINDS", "RANGED"]
 
 # Fixes whose size the trace does not fix are ranges: ``Fix.factor`` says where in it (0: the
 # fix's most favourable end, 1: its least), and the what-if model replays 0.5 for its prediction
 # and both ends for the range it states (``RANGED``).
 RANGED = ("fuse_optimizer", "compile")
-# ... and the pointwise kernels it fuses into one per chain (reductions and normalisations keep
-# theirs: Inductor's own count on an eager GPT, 262 such kernels a step, was 225, not one a chain).
-POINTWISE_KERNEL = r"(?i)elementwise_kernel|vectorized_elementwise|unrolled_elementwise|copy_kernel|CatArrayBatchedCopy"
+# The memory-bound kernels torch.compile generates itself, by class of the eager kernel's name:
+# pointwise (TensorIterator's elementwise kernels, copies and casts, fills, cat), dropout, and
+# the reductions, normalisations and softmaxes (``REDUCTION_KERNEL``) whose neighbours Inductor
+# fuses into them. Library kernels (``LIBRARY_KERNEL``) are not among them.
+POINTWISE_KERNEL = (
+    r"(?i)elementwise_kernel|vectorized_elementwise|unrolled_elementwise|copy_kernel|CatArrayBatchedCopy|"
+    r"fused_dropout|dropout_kernel|masked_scale"
+)
+# ... of which a reduction, normalisation or softmax keeps a kernel of its own (Inductor's own
+# count on an eager GPT, 262 such kernels a step, was 225, not one a chain): its chain's
+# pointwise kernels fuse into it.
+REDUCTION_KERNEL = (
+    r"(?i)reduce_kernel|layer_norm|LayerNorm|GammaBeta|batch_norm|BatchNorm|group_norm|GroupNorm|rms_?norm|"
+    r"SoftMax|softmax|nll_loss|cross_entropy"
+)
+FUSIBLE_KERNEL = f"{POINTWISE_KERNEL}|{REDUCTION_KERNEL[4:]}"
 # A fused chain runs as long as its longest kernel and a share of the rest: none of it (the
 # intermediates' traffic all saved) to all of it (only the launches saved). Which share, the
 # trace's kernel names do not say: a range, 0-1 (``RANGED``), once a quarter set on the truth set.
@@ -69,7 +91,7 @@ SMALL_COPY_BYTES = 1 << 20  # a device-to-host copy this small is a value read (
 # Kernels torch.compile leaves to a library (it calls them as they are) ...
 LIBRARY_KERNEL = (
     r"(?i)gemm|nvjet|cutlass|xmma|cublas|sgemm|hgemm|matmul|conv|cudnn|fmha|flash|attention|sdpa|nccl|"
-    r"multi_tensor_apply|fused_adam|fused_sgd|Fused|memcpy|memset|splitK|cub::|radix|sort|scan|embedding_backward"
+    r"multi_tensor_apply|fused_adam|fused_sgd|FusedOpti|FusedAdam|FusedSGD|memcpy|memset|splitK|cub::|radix|sort|scan|embedding_backward"
 )
 
 
@@ -207,7 +229,8 @@ class _Apply:
     @staticmethod
     def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
         inside = (g.call_step >= 0) & ~g.call_optimizer & ~g.region  # compiled code is not compiled again
-        fusible = _names(g, POINTWISE_KERNEL) & ~_library(g) & inside[g.op_call]
+        fusible = _names(g, FUSIBLE_KERNEL) & ~_library(g) & inside[g.op_call]
+        reduction = _names(g, REDUCTION_KERNEL)
         # chains: runs of fusible operations of one step and stream, consecutive in launch order
         order = np.lexsort((g.op_start, g.call_start[g.op_call]))
         f = (fusible & q.op_alive)[order]
@@ -222,17 +245,30 @@ class _Apply:
             chain_of = np.cumsum(head) - 1
             at = order[long]
             d = q.op_dur[at]
-            # per chain, its longest kernel (the first of equals) runs the fused chain
             starts = np.flatnonzero(head)
             longest = np.maximum.reduceat(d, starts)
             total = _sums(d, starts)
-            is_max = np.flatnonzero(d == longest[chain_of])
-            _, first_max = np.unique(chain_of[is_max], return_index=True)
-            keep = at[is_max[first_max]]
-            q.op_alive[at] = False
-            q.op_alive[keep] = True
+            # per chain, its reductions keep their kernels, and each run of pointwise kernels
+            # between them runs as its longest (the first of equals): the launches Inductor
+            # still makes
+            red = reduction[at]
+            run_head = head.copy()
+            run_head[1:] |= red[:-1] | red[1:]
+            run_of = np.cumsum(run_head) - 1
+            run_max = np.zeros(run_of[-1] + 1)
+            np.maximum.at(run_max, run_of[~red], d[~red])
+            is_max = np.flatnonzero(~red & (d == run_max[run_of]))
+            _, first_max = np.unique(run_of[is_max], return_index=True)
+            kept = red.copy()
+            kept[is_max[first_max]] = True
+            # the fused chain moves its longest kernel's bytes and a share of the rest (its
+            # intermediates no longer go through memory), shared by its kept kernels as they
+            # shared the chain's own time
             rest = FUSED_REST[0] + min(max(fix.factor, 0.0), 1.0) * (FUSED_REST[1] - FUSED_REST[0])
-            q.op_dur[keep] = longest + rest * (total - longest)
+            fused = longest + rest * (total - longest)
+            base = np.bincount(chain_of, weights=np.where(kept, d, 0.0), minlength=starts.size)
+            q.op_alive[at] = kept
+            q.op_dur[at[kept]] = d[kept] * (fused / np.maximum(base, 1e-9))[chain_of[kept]]
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
         # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)
