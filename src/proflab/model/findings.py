@@ -14,7 +14,7 @@ SEVERITIES = ("critical", "warning", "info")
 CATEGORIES = (
     # timeline
     "host_bound", "sync_bound", "launch_bound", "memcpy_bound", "pageable_memcpy",
-    "tensor_cores_unused", "low_utilization", "communication_bound", "load_imbalance",
+    "tensor_cores_unused", "layout_conversions", "low_utilization", "communication_bound", "load_imbalance",
     # kernel
     "memory_bound", "compute_bound", "latency_bound", "low_occupancy", "warp_stalls",
     "uncoalesced_access", "bank_conflicts", "divergence",

@@ -24,6 +24,7 @@ RULES = (
     memcpy.memcpy_bound,
     tensor_cores.tensor_cores_unused,
     tensor_cores.tensor_cores_tf32,
+    tensor_cores.layout_conversions,
     utilization.low_utilization,
     compiled.graph_breaks,
     compiled.recompiles,

@@ -18,11 +18,18 @@ from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
 from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, severity, with_try
 
-__all__ = ["tensor_cores_unused", "tensor_cores_tf32", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
+__all__ = ["tensor_cores_unused", "tensor_cores_tf32", "layout_conversions", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
 # Conservative: TF32/BF16 tensor-core GEMMs beat FP32 SIMT by 2x or more on every
 # generation since Ampere (the datasheet ratio is 7-8x; real kernels rarely reach it).
 ASSUMED_SPEEDUP = 2.0
+
+
+def _fp32_gemms_material(ctx: Context) -> bool:
+    """Whether the FP32 SIMT GEMMs would save a material share of the window on tensor cores
+    (at ``ASSUMED_SPEEDUP``): what ``tensor_cores_unused`` reports before it replays."""
+    total = int(ctx.fp32_gemms["dur_ns"].sum()) if ctx.fp32_gemms.height else 0
+    return total > 0 and pct(int(total * (1 - 1 / ASSUMED_SPEEDUP)), ctx.wall_ns, 2) >= MIN_GAIN_PCT
 
 
 def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
@@ -32,13 +39,10 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
     if cc is not None and cc < 8:
         return []  # no TF32 before Ampere; fp16 autocast advice would need accuracy review
     fp32 = ctx.fp32_gemms
-    if fp32.height == 0:
+    if not _fp32_gemms_material(ctx):
         return []
     total = int(fp32["dur_ns"].sum())
     gain = int(total * (1 - 1 / ASSUMED_SPEEDUP))
-    gain_pct = pct(gain, ctx.wall_ns, 2)
-    if gain_pct < MIN_GAIN_PCT:
-        return []
     by_name = bool(fp32["fp32_simt_by_name"].any())
     by_dtype = bool(fp32["op_fp32"].any())
     method = " and ".join(
@@ -91,13 +95,23 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
 
 
 # Kernels of an FP32 model that run on TF32 tensor cores or in FP32 attention: under BF16 autocast
-# they run against the BF16 roof (twice TF32's on every datasheet since Ampere).
-_TF32_CORE = r"tf32|fmha_cutlass[FB]?_f32|attention.*f32"
+# they run against the BF16 roof (twice TF32's on every datasheet since Ampere). CUTLASS's
+# ``tensorop_s1688gemm`` is its TF32 tensor-op GEMM for FP32 operands (cuBLAS and cuDNN call it
+# without "tf32" in the name; its 16-bit kernels say ``tensorop_bf16_s1688``/``f16``).
+_TF32_CORE = r"tf32|tensorop_s1688gemm|fmha_cutlass[FB]?_f32|attention.*f32"
 _TF32_KERNEL = rf"(?i){_TF32_CORE}"
-_NOT_TF32_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}))"
+# The rest that autocast moves: kernels whose names carry FP32 data (``<float>``, ``float,``) and
+# no 16-bit type; the optimizer's are not among them (the parameters and their state stay FP32)
+_OPTIMIZER_KERNEL = r"multi_tensor_apply|fused_adam|fused_sgd|FusedOptimizer"
+_NOT_FP32 = r"bfloat16|half|bf16|fp16|f16"
+_FP32_REST_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}|{_NOT_FP32}|{_OPTIMIZER_KERNEL})).*\bfloat\b"
 # What BF16 does to the rest of an FP32 model's kernels (elementwise, norms, reductions): at most
 # half the bytes (their time halves), at least nothing (casts autocast adds eat it); a range.
 BF16_ELEMENTWISE_FACTOR = (0.5, 1.0)
+# cuDNN's tensor-core convolutions run NHWC: on a model in NCHW (PyTorch's default memory format)
+# it transposes each convolution's tensors to NHWC and its outputs back, one kernel each way;
+# in channels_last the convolutions take the tensors as they are and these kernels are gone.
+_LAYOUT_KERNEL = r"(?i)nchwToNhwc|nhwcToNchw"
 _MIN_TF32_SHARE_PCT = 20.0
 # the share of the TF32 kernels' time the per-op model must hold for its factor to stand for them
 _MIN_MODELLED_SHARE = 0.5
@@ -154,14 +168,29 @@ def _roof_factors(ctx: Context, peaks) -> dict[str, tuple[float, float]] | None:
     return out
 
 
+def _time_of(ctx: Context, pattern: str) -> int:
+    """The summed time (ns) of the kernels whose names match ``pattern`` (Python's ``re``:
+    the patterns look ahead, which polars' regex does not)."""
+    by_name = ctx.kernel_time_by_name
+    hit = [bool(re.search(pattern, n)) for n in by_name["name"].to_list()]
+    return int(by_name.filter(pl.Series(hit, dtype=pl.Boolean))["dur_ns"].sum()) if hit else 0
+
+
+def _layout_ns(ctx: Context) -> int:
+    """cuDNN's NCHW<->NHWC transposes' summed time (ns)."""
+    return _time_of(ctx, _LAYOUT_KERNEL)
+
+
 def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     """An FP32 model whose matmuls already run on TF32 tensor cores: under BF16 autocast they
     (and FP32 attention) run against the BF16 roof, twice TF32's, and its elementwise kernels
     move half the bytes. What that saves follows each kernel's achieved rate against its roof
     (the per-op model, with shapes); the datasheet ratio alone gives a range that reaches zero
     (a kernel far below its roof gains nothing from a higher one)."""
-    if not trace.has_gpu or ctx.fp32_gemms.height or not ctx.kernel_time_ns:
-        return []  # FP32 SIMT GEMMs: tensor_cores_unused says it first
+    if not trace.has_gpu or not ctx.kernel_time_ns or _fp32_gemms_material(ctx):
+        # material FP32 SIMT GEMMs: tensor_cores_unused says it first (a few left in FP32, a
+        # classifier head where only cuDNN's convolutions default to TF32, do not hold this back)
+        return []
     peaks = datasheet_peaks(ctx.device_info.get("name"), ctx.device_info.get("sm_count"))
     if peaks is None or not peaks.tf32_tflops or not peaks.bf16_tflops:
         return []
@@ -171,6 +200,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     share = pct(int(tc["dur_ns"].sum()), total)
     if share < _MIN_TF32_SHARE_PCT or not ctx.whatif.available:
         return []
+    rest_ns = _time_of(ctx, _FP32_REST_KERNEL)
     ratio = peaks.tf32_tflops / peaks.bf16_tflops
     roofs = _roof_factors(ctx, peaks)
     if roofs is not None:
@@ -188,10 +218,14 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
                "its roof is unknown (record with record_shapes=True for a per-op prediction); the middle of that range "
                "is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
+    # a convolutional model in NCHW: the fix people make is autocast and channels_last together
+    # (cuDNN's BF16 convolutions want NHWC no less than its TF32 ones); its transposes go with it
+    layout_ns = _layout_ns(ctx)
+    conv = (Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),) if layout_ns else ()
 
-    def fixes(a: float, b: float) -> tuple[Fix, Fix]:
+    def fixes(a: float, b: float) -> tuple[Fix, ...]:
         return (Fix("speed_ops", _TF32_KERNEL, factor=a, label="bf16 autocast: matmuls"),
-                Fix("speed_ops", _NOT_TF32_KERNEL, factor=b, label="bf16 autocast: the rest"))  # fmt: skip
+                Fix("speed_ops", _FP32_REST_KERNEL, factor=b, label="bf16 autocast: the FP32 rest"), *conv)  # fmt: skip
 
     f = predicted(
         gain_finding(
@@ -202,13 +236,18 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
             title=(f"FP32 model on TF32 tensor cores: {share}% of kernel time in TF32 matmuls and FP32 attention, "
                    "whose roof BF16 doubles"),
             evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
+                      "fp32_rest_kernel_ms": ms(rest_ns), **({"layout_conversion_ms": ms(layout_ns)} if layout_ns else {}),
                       "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops,
                       "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32], "other_kernels": [round(x, 3) for x in rest],
                                            "source": "per-op model" if roofs is not None else "datasheet ratio (no shapes)"}},
             fix=("Run forward and loss under torch.autocast('cuda', dtype=torch.bfloat16) (keep the optimizer in FP32); "
-                 "attention then takes the flash kernels."),
+                 "attention then takes the flash kernels." + (
+                     " The convolutions run in NCHW, which cuDNN transposes around each of them: put the model and its "
+                     "inputs in channels_last as well (model.to(memory_format=torch.channels_last), "
+                     "x.to(memory_format=torch.channels_last))." if layout_ns else "")),
             where={"kernels": names},
-            assumption=f"the gain is predicted {how}",
+            assumption=f"the gain is predicted {how}" + ("; in channels_last cuDNN's layout transposes are gone"
+                                                         if layout_ns else ""),
         ),
         ctx,
         *fixes(*mid),
@@ -219,4 +258,38 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     rng = [round(min(lo.gain_range_ms[0], f.est_gain_ms), 3), round(max(hi.gain_range_ms[1], f.est_gain_ms), 3)]
     f = dataclasses.replace(f, prediction={**(f.prediction or {}), "predicted_gain_range_ms": rng},
                             severity=severity(min(f.est_gain_pct, lo.gain_pct)))  # fmt: skip
+    return keep(f, ctx)
+
+
+def layout_conversions(trace: Trace, ctx: Context) -> list[Finding]:
+    """A convolutional model in NCHW: cuDNN runs its tensor-core convolutions in NHWC and
+    transposes their tensors to it and back (``nchwToNhwcKernel``/``nhwcToNchwKernel``), kernels
+    that channels_last removes. The gain is those kernels' time, replayed (ms per bare step)."""
+    if not trace.has_gpu or not ctx.kernel_time_ns:
+        return []
+    by_name = ctx.kernel_time_by_name
+    lk = by_name.filter(pl.col("name").str.contains(_LAYOUT_KERNEL))
+    if lk.height == 0:
+        return []
+    total = int(lk["dur_ns"].sum())
+    names = lk.sort("dur_ns", descending=True).head(5)["name"].to_list()
+    f = predicted(
+        gain_finding(
+            "layout_conversions",
+            total,
+            ctx.wall_ns,
+            title=(f"Memory-format conversions around the convolutions: {ms(total, 2)} ms "
+                   f"({pct(total, ctx.kernel_time_ns)}% of kernel time) in cuDNN's NCHW<->NHWC transposes"),
+            evidence={"layout_conversion_ms": ms(total), "share_of_kernel_time_pct": pct(total, ctx.kernel_time_ns),
+                      "top_kernels": names},
+            fix=("Put the model and its inputs in channels_last: model = model.to(memory_format=torch.channels_last), "
+                 "and each batch x = x.to(memory_format=torch.channels_last) (or in the DataLoader's collate); cuDNN "
+                 "then runs the convolutions on the tensors as they are. Under bf16 autocast the convolutions want "
+                 "channels_last all the more."),
+            where={"kernels": names},
+            assumption="in channels_last the convolutions take NHWC tensors as they are: cuDNN's transposes are gone",
+        ),
+        ctx,
+        Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),
+    )  # fmt: skip
     return keep(f, ctx)
