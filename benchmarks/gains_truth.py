@@ -95,11 +95,18 @@ class ThirdRow:
 THIRD_ROWS = (
     ThirdRow("hf_gpt2", "base", "tf32", "tensor_cores_unused"),  # TrainingArguments(tf32=True)
     ThirdRow("hf_gpt2", "tf32", "bf16", "tensor_cores_tf32"),  # (bf16=True)
-    ThirdRow("hf_gpt2", "bf16", "bf16-compile", "launch_bound", part="elementwise"),  # (torch_compile=True)
+    ThirdRow("hf_gpt2", "bf16", "bf16-compile", "unfused_elementwise"),  # (torch_compile=True)
     ThirdRow("lightning_lm", "base", "high", "tensor_cores_unused"),  # set_float32_matmul_precision("high")
     ThirdRow("lightning_lm", "high", "bf16", "tensor_cores_tf32"),  # Trainer(precision="bf16-mixed")
     ThirdRow("tv_resnet", "base", "workers", "host_bound"),  # DataLoader(num_workers=8, pin_memory=True, ...)
     ThirdRow("tv_resnet", "workers", "amp", "tensor_cores_tf32"),  # bf16 autocast + channels_last
+    # the report half: recorded after the models were set, analysed once
+    ThirdRow("hf_bert", "base", "tf32", "tensor_cores_unused", half="report"),  # TrainingArguments(tf32=True)
+    ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report"),  # (bf16=True)
+    ThirdRow("hf_bert", "bf16", "bf16-compile", "unfused_elementwise", half="report"),  # (torch_compile=True)
+    ThirdRow("timm_vit", "base", "workers", "host_bound", half="report"),  # DataLoader(num_workers=8, ...)
+    ThirdRow("timm_vit", "workers", "high", "tensor_cores_unused", half="report"),  # set_float32_matmul_precision
+    ThirdRow("timm_vit", "high", "amp", "tensor_cores_tf32", half="report"),  # bf16 autocast
 )
 
 
@@ -119,10 +126,14 @@ class GenRow:
         return f"generate {self.case}b{self.batch} / {self.base} -> {self.fix}"
 
 
-GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in (
+_GEN_FIXES = (
     ("nocache", "cache", "kv_cache_recompute"),  # use_cache=True
     ("cache", "static-compile", "decode_launch_bound"),  # cache_implementation="static" (generate compiles it)
-) for b in (1, 8, 32))
+)
+GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in _GEN_FIXES for b in (1, 8, 32))
+# the report half: TinyLlama's shape (1.1 B parameters), batch 1 and 8
+GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", case="l-") for base, fix, finding in _GEN_FIXES
+                  for b in (1, 8))
 
 
 # two-GPU jobs (tests/data/kineto/nccl): the job before the fix, and the same job recorded with it
