@@ -105,8 +105,8 @@ THIRD_ROWS = (
     ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report"),  # (bf16=True)
     ThirdRow("hf_bert", "bf16", "bf16-compile", "unfused_elementwise", half="report"),  # (torch_compile=True)
     ThirdRow("timm_vit", "base", "workers", "host_bound", half="report"),  # DataLoader(num_workers=8, ...)
-    ThirdRow("timm_vit", "workers", "high", "tensor_cores_unused", half="report"),  # set_float32_matmul_precision
-    ThirdRow("timm_vit", "high", "amp", "tensor_cores_tf32", half="report"),  # bf16 autocast
+    # (timm_vit workers -> high and high -> amp were named too; their traces were recorded while another
+    # program used the GPU and are not kept: their bare timings are in truth.json)
 )
 
 
@@ -131,9 +131,9 @@ _GEN_FIXES = (
     ("cache", "static-compile", "decode_launch_bound"),  # cache_implementation="static" (generate compiles it)
 )
 GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in _GEN_FIXES for b in (1, 8, 32))
-# the report half: TinyLlama's shape (1.1 B parameters), batch 1 and 8
-GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", case="l-") for base, fix, finding in _GEN_FIXES
-                  for b in (1, 8))
+# the report half: TinyLlama's shape (1.1 B parameters), batch 1 (the trace kept in the repository: the
+# recording's time limit cut its static-compile cases short, and its other traces are not kept for size)
+GEN_ROWS += (GenRow(1, "nocache", "cache", "kv_cache_recompute", half="report", case="l-"),)
 
 
 # two-GPU jobs (tests/data/kineto/nccl): the job before the fix, and the same job recorded with it

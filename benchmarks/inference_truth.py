@@ -27,6 +27,9 @@ def rows(data: Path) -> list[dict]:
     out = []
     for case in json.loads((data / "truth.json").read_text())["cases"]:
         name, bare = case["case"], case["bare_median"]
+        if not (data / f"{name}.pt.trace.json.gz").exists():
+            print(f"{name}: bare timings only (its trace is not kept in the repository)", file=sys.stderr)
+            continue
         rep = proflab.analyze(proflab.load(data / f"{name}.pt.trace.json.gz"))
         lat = (rep.summary.get("inference") or {}).get("latency") or {}
         lo, hi = lat.get("unprofiled_itl_median_ms_range") or (None, None)

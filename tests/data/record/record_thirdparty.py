@@ -118,7 +118,14 @@ def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Pa
     with open(LOG[0], "a") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
     run = max((p for p in runs.iterdir() if p.name.endswith(f"-{name}.{variant}")), key=lambda p: p.name)
-    dst = out / f"{name}.{variant}"
+    return keep_run(run, f"{name}.{variant}", out)
+
+
+def keep_run(run: Path, name: str, out: Path) -> dict:
+    """``proflab run``'s directory ``run`` as committed, ``out/<name>/``: its trace renamed for what
+    it holds (host names dropped), its process records, a note for meta.json; returns proflab's
+    own unprofiled step beside it."""
+    dst = out / name
     shutil.rmtree(dst, ignore_errors=True)
     (dst / "traces").mkdir(parents=True)
     (dst / "processes").mkdir()
@@ -128,7 +135,7 @@ def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Pa
         rec["argv"] = [Path(a).name if os.sep in a else a for a in rec.get("argv", [])]
         traces = []
         for i, t in enumerate(rec.get("traces") or []):
-            rel = f"traces/{name}.{variant}{'.' + str(i) if i else ''}.pt.trace.json.gz"
+            rel = f"traces/{name}{'.' + str(i) if i else ''}.pt.trace.json.gz"
             _scrub(run / t, dst / rel)
             traces.append(rel)
         rec["traces"] = traces
