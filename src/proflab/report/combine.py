@@ -390,6 +390,7 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, what
             if best.est_gain_pct < MIN_GAIN_PCT and not reported_without_gain(best):
                 continue
             gain_ms, pct, how = best.est_gain_ms, best.est_gain_pct, "its fix replayed over all parts' steps"
+            sev = best.severity  # (a severity that follows its range's lower end stays so)
         elif fid in decided:
             gain_ns, denom, _ = decided[fid]
             gain_ns = min(gain_ns, denom) if denom > 0 else gain_ns
@@ -406,7 +407,8 @@ def _findings(parts: list[_Part], span_ns: int, breakdowns: dict, observer, what
             pct = _share(parts, fs, gain_ms, span_ns)
             if len(fs) < len(parts) and not _over_the_whole(fs, gain_ms, pct, span_ns):
                 continue  # over the rules' floor only in the short span of its parts: not over the whole
-        sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
+        if not (best.fixes and whatif is not None and whatif.available):
+            sev = severity(pct) if gain_ms > 0 else max((f.severity for _, f in fs), key=("info", "warning", "critical").index)
         evidence = {**best.evidence, "part": parts[at].label, "found_in_parts": f"{len(fs)} of {len(parts)}"}
         if "profiler_cost" in evidence and observer is None and _steps_in_trace(parts):
             evidence["profiler_cost"] = _UNCORRECTED
