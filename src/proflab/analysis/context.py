@@ -223,9 +223,9 @@ class Context:
 
     @_table
     def kernel_time_by_name(self) -> pl.DataFrame:
-        """Each kernel name's summed duration (``name``, ``dur_ns``): what rules that weigh
-        kernels by name read once the kernel rows are freed (``report.assemble``)."""
-        return self.kernel_rows.group_by("name").agg(pl.col("dur_ns").sum())
+        """Each kernel name's summed duration and launches (``name``, ``dur_ns``, ``count``): what
+        rules that weigh kernels by name read once the kernel rows are freed (``report.assemble``)."""
+        return self.kernel_rows.group_by("name").agg(pl.col("dur_ns").sum(), pl.len().alias("count"))
 
     @_table
     def kernel_time_ns(self) -> int:

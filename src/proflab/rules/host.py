@@ -489,11 +489,10 @@ def unfused_elementwise(trace: Trace, ctx: Context) -> list[Finding]:
         return []
     n = max(steps_in_window(ctx), 1)
     per = (lambda ns: ms(ns / n)) if steps_in_window(ctx) else ms
-    counts = ctx.kernel_rows.select(pl.col("name").str.contains(FUSIBLE_KERNEL) & ~pl.col("name").str.contains(LIBRARY_KERNEL))
     top = k.filter(fus).sort("dur_ns", descending=True).head(5)
     evidence = {
         "fusible_kernel_ms_per_step": per(fus_ns),
-        "fusible_kernels_per_step": round(int(counts.to_series().sum()) / n, 1),
+        "fusible_kernels_per_step": round(int(k.filter(fus)["count"].sum()) / n, 1),
         "fusible_pct_of_gpu_work": pct(fus_ns, total),
         "reduction_norm_softmax_ms_per_step": per(int(k.filter(red)["dur_ns"].sum())),
         "pointwise_ms_per_step": per(int(k.filter(fus & ~red)["dur_ns"].sum())),
