@@ -67,6 +67,8 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ctx.note_missing("datasheet peaks", peaks_missing_reason(name, info.get("sm_count")), "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
+    elif trace.steps.height == 1 and trace.has_gpu:
+        _one_step(ctx)
     with phase("timeline"):  # (the tables the rules did not ask for: the summary, the FLOPs, the report's rows)
         summary = _summary(ctx)
         compiled = ctx.compiled
@@ -103,6 +105,22 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
             memory=None if memory is None else {**memory.to_dict(), "findings": [f.id for f in mem_findings]},
             perf=None if perf is None else perf.to_dict(),
         )
+
+
+def _one_step(ctx) -> None:
+    """A trace of one profiled step: its GPU-side window starts at its first kernel, so what the
+    GPU waited for before it (the batch, the host) is in no step; said where the host's step is
+    much longer than the GPU's window."""
+    g = ctx.gpu_steps
+    if g.height == 0:
+        return
+    gpu_ms, host_ms = float(g["dur_ns"].max()) / 1e6, float(g["cpu_dur_ns"].max()) / 1e6
+    if host_ms > 1.5 * gpu_ms:
+        ctx.note_missing("the wait before the step's first kernel",
+                         f"one profiled step: its GPU-side window ({gpu_ms:.3f} ms) starts at its first kernel, and the "
+                         f"host's step took {host_ms:.3f} ms; what the GPU waited for before that kernel (a batch, the "
+                         "host's own work) is in no step. Record three steps or more (proflab run --active 3)",
+                         "host-side stalls before the step")
 
 
 def _one_bare_step(summary: dict[str, Any], findings: list) -> None:
