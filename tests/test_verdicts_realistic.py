@@ -97,9 +97,10 @@ def test_per_parameter_optimizer_is_one_launch_finding(setting):
 
 def test_measured_bare_step_gives_the_measured_gain():
     """With the measured bare step, each part of the launch finding is its fix replayed: a
-    CUDA graph, which removes all the dispatch, is predicted to save nearly all the idle the
-    bare step holds over the GPU work; the fused optimizer (the finding's headline, named first)
-    saves its part of it, less. (On the gain-truth set's own per-parameter AdamW loop, fused
+    CUDA graph of the whole step, which removes all the dispatch, is predicted to save nearly all
+    the idle the bare step holds over the GPU work (the high end of its range; its point, the
+    forward and backward's capture, leaves the optimizer's launches eager and saves less); the
+    fused optimizer (the finding's headline, named first) saves its part of it, less. (On the gain-truth set's own per-parameter AdamW loop, fused
     AdamW measured 3.60 ms of 7.70, predicted 4.1: tests/test_gains_truth.py.)"""
     bare = TRUTH["mlp_foreach"]["bare"]["median_ms"]
     report = _report("mlp_foreach", "light", bare_step_ms=bare)
@@ -109,8 +110,11 @@ def test_measured_bare_step_gives_the_measured_gain():
     assert launch.severity == "critical"
     idle_share = 100 * (bare - obs["gpu_work_ms"]) / bare
     parts = {p["what"].split(" (")[0].split(",")[0]: p for p in launch.evidence["breakdown"]}
-    graph = parts["many small launches"]["predicted_gain_pct"]
-    assert graph == pytest.approx(idle_share, abs=10)
+    small = parts["many small launches"]
+    graph = small["predicted_gain_pct"]
+    whole = 100 * small["predicted_gain_range_ms"][1] / bare
+    assert whole == pytest.approx(idle_share, abs=10)
+    assert small["predicted_gain_range_ms"][0] == small["predicted_gain_ms"] and graph < whole
     assert launch.est_gain_pct == parts["the optimizer step"]["predicted_gain_pct"] < graph
     # and a GPU-bound loop stays GPU-bound with its measured time
     lm = _report("lm_bf16", "light", bare_step_ms=TRUTH["lm_bf16"]["bare"]["median_ms"])

@@ -122,7 +122,9 @@ class Fix:
             "remove_host_work": "the host work that launches nothing leaves the training loop (workers, another process)",
             "fuse_optimizer": "the optimizer updates all parameters with a few multi-tensor kernels",
             "compile": "elementwise chains fuse into one kernel each, launched from generated code",
-            "cuda_graph": "the step's launches replay from one CUDA graph",
+            "cuda_graph": ("the launches of each step's forward and backward replay from CUDA graphs (what "
+                           "mode='reduce-overhead' captures), the rest stay; at the range's high end, the whole step's"
+                           if self.target == "forward_backward" else "the step's launches replay from one CUDA graph"),
             "speed_ops": f"the selected kernels take {self.factor:.2f}x their time",
             "pin_copies": f"pageable copies run at {self.rate_gbps:.0f} GB/s and no longer hold the host",
             "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",

@@ -20,6 +20,7 @@ part names the same fix and this finding is not made.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import weakref
 
@@ -35,6 +36,7 @@ from proflab.analysis.timeline.memcpy import pageable_host_copies, reference_lin
 from proflab.analysis.timeline import observer as _observer
 from proflab.analysis.timeline.threads import ThreadClock
 from proflab.analysis.whatif.fixes import FUSIBLE_KERNEL, LIBRARY_KERNEL, REDUCTION_KERNEL
+from proflab.analysis.whatif.graph import LAUNCH
 from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
 from proflab.rules._common import MIN_GAIN_PCT, WARNING_PCT, gain_finding, keep, ms, pct, predicted, steps_in_window, us, with_try
@@ -460,7 +462,15 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
         where={"steps": _steps(g), "ops": [p["op"] for p in parts if p.get("op")], "lines": lines},
         assumption="the dispatch/launch cost of these kernels is removed (fused, batched or graph-replayed)",
     )
-    f = predicted(f, ctx, *([parts[0]["whatif"]] if parts else [Fix("cuda_graph", label="CUDA graph")]))
+    first = parts[0]["whatif"] if parts else _graph_fix(bool(ctx.compiled.compiled))
+    fwbw = ("cuda_graph", "forward_backward")
+    if w.available and any((x.kind, x.target) == fwbw for x in [first] + [p["whatif"] for p in parts]):
+        evidence["cuda_graph_capture"] = _capture_evidence(ctx)
+        f = dataclasses.replace(f, evidence=evidence, assumption=f.assumption + (
+            "; a CUDA graph is predicted as a range: at its low end (its prediction) only the launches of each "
+            "step's forward and backward replay, at its high end the whole step's ("
+            + evidence["cuda_graph_capture"]["forward_backward"] + ")"))
+    f = predicted(f, ctx, first)
     if parts and parts[0]["whatif"].kind == "fuse_optimizer":
         f = with_try(f, "fused-optimizer")
     elif parts and parts[0]["whatif"].target == "regions":
@@ -600,13 +610,16 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
          Fix("compile", label="compile the eager code" if compiled else "torch.compile")),
         (rest & ~elem & ~long, "many small launches" + outside,
          ("capture them in a CUDA graph (torch.cuda.graphs) or bring them into the compiled code" if compiled else
-          "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or torch.cuda.graphs) so it "
-          "launches once, or batch the small tensors into larger ones"),
-         Fix("cuda_graph", target="outside" if compiled else "", label="CUDA graph")),
+          "compile the model with torch.compile(model, mode='reduce-overhead'), which replays its forward and "
+          "backward from CUDA graphs (the predicted range's low end: the optimizer, the batch fetch and the code "
+          "after the backward stay eager), or capture the whole step in a CUDA graph (torch.cuda.graphs, with "
+          "static inputs and a capturable optimizer) so it launches once (the range's high end); or batch the "
+          "small tensors into larger ones"),
+         _graph_fix(compiled)),
         (rest & ~elem & long, "slow dispatch of longer work" + outside,
          "the host spends this time inside these operators before their work reaches the GPU (record with "
          "with_stack=True to see the lines): make that host work cheaper, or capture the step in a CUDA graph "
-         "so it is not repeated", Fix("cuda_graph", target="outside" if compiled else "", label="CUDA graph")),
+         "so it is not repeated", _graph_fix(compiled)),
     ):
         if mask.any():
             names = top_ops(mask)
@@ -618,6 +631,32 @@ def _launch_parts(trace: Trace, ctx: Context, g: pl.DataFrame) -> list[dict]:
                 "whatif": whatif,
             })
     return sorted(parts, key=lambda p: -p["share_pct"])
+
+
+def _graph_fix(compiled: bool) -> Fix:
+    """The CUDA graph a launch-bound step's eager launches are replayed with: a compiled
+    program's launches outside its regions; an eager one's forward and backward (what
+    mode='reduce-overhead' captures), a range up to the whole step (a manual capture)."""
+    if compiled:
+        return Fix("cuda_graph", target="outside", label="CUDA graph")
+    return Fix("cuda_graph", target="forward_backward", label="CUDA graphs of the forward and backward (to the whole step)")
+
+
+def _capture_evidence(ctx: Context) -> dict:
+    """Which launches an eager step's CUDA-graph prediction replays at its low end (the
+    forward and backward) and its high end (the whole step), per step, and how the span was
+    found."""
+    g = ctx.whatif.graph
+    if g is None:
+        return {}
+    inside = (g.call_step >= 0) & (g.call_kind == LAUNCH)
+    n = max(len(g.steps), 1)
+    fwbw = g.call_fwbw if g.call_fwbw is not None else ~g.call_optimizer
+    return {
+        "forward_backward": g.fwbw_how,
+        "launches_per_step_forward_backward": round(float((inside & fwbw).sum()) / n, 1),
+        "launches_per_step_whole_step": round(float(inside.sum()) / n, 1),
+    }
 
 
 _LOADER = r"(?i)dataloader|_next_data|__next__|collate"

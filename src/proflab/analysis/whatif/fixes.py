@@ -34,7 +34,14 @@ figures it uses are stated here, not tuned per trace:
                      work that launches nothing stay. Target ``regions``: only the launches
                      inside compiled regions (what ``mode="reduce-overhead"`` captures: the
                      compiled forward and backward), one replay per region; ``outside``: only
-                     the launches outside them.
+                     the launches outside them; ``forward_backward``: of an eager program, only
+                     the launches in each step's forward and backward (what
+                     ``mode="reduce-overhead"`` captures once the model is compiled: the
+                     optimizer, the batch fetch and the code after the backward stay eager;
+                     ``graph._forward_backward`` finds the span, and where the trace shows no
+                     backward, only the optimizer's ranges are left out), one replay per run of
+                     them. The what-if model predicts it as a range: this at the low end and the
+                     whole step's launches (a manual capture of the step) at the high end.
 ``speed_ops``        the selected kernels run ``factor`` times as long (a datasheet ratio: FP32
                      SIMT to TF32 tensor cores, TF32 to BF16).
 ``pin_copies``       pageable copies run at the pinned rate and no longer hold the host.
@@ -287,13 +294,15 @@ class _Apply:
             inside = inside & g.region
         elif fix.target == "outside":
             inside = inside & ~g.region
+        elif fix.target == "forward_backward":
+            inside = inside & (g.call_fwbw if g.call_fwbw is not None else ~g.call_optimizer)
         replayed = inside & np.isin(q.call_kind, (LAUNCH, OTHER))
         taken = q.loader + q.quiet
         q.work = np.where(replayed, np.minimum(q.work, taken), q.work)
         q.call_dur = np.where(replayed, 0.0, q.call_dur)
         # one replay a step, or one a region: a run of replayed calls that no other call breaks
         idx = np.flatnonzero(replayed)
-        if fix.target == "regions" and idx.size:
+        if fix.target in ("regions", "forward_backward") and idx.size:
             starts = idx[np.concatenate([[True], (np.diff(idx) > 1) | (np.diff(g.call_step[idx]) != 0)])]
         else:
             starts = [np.flatnonzero(replayed & (g.call_step == s))[0] for s in np.unique(g.call_step[replayed])]

@@ -16,6 +16,11 @@ launched it (CUPTI correlation), its stream, and the operation on another stream
 for where the timing shows a wait nothing else explains (an event, a stream wait: the
 operation started later than its launch and its stream allowed, right after another
 stream's operation ended).
+
+Each call also carries whether it falls in its step's forward and backward
+(:func:`_forward_backward`): what ``torch.compile(mode="reduce-overhead")`` captures in CUDA
+graphs of an eager program, the optimizer, the batch fetch and the code after the backward
+left out.
 """
 
 from __future__ import annotations
@@ -81,6 +86,10 @@ class StepGraph:
     tail: tuple = (0, 0, 0, 0)
     # bool per call: inside a compiled region (torch.compile's code: ``timeline.compiled``); None: no region
     call_region: np.ndarray | None = None
+    # bool per call: inside its step's forward and backward (``_forward_backward``); None where
+    # the trace shows no backward pass; ``fwbw_how``: how the span was found, or why it was not
+    call_fwbw: np.ndarray | None = None
+    fwbw_how: str = ""
 
     @property
     def n_calls(self) -> int:
@@ -288,6 +297,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     k = np.searchsorted(hs_start, call_start, side="right") - 1
     inside = (k >= 0) & (call_start < hs_end[np.maximum(k, 0)])
     call_step = np.where(inside, hs_step[np.maximum(k, 0)], -1)
+    call_fwbw, fwbw_how = _forward_backward(trace, hs_start, hs_end, call_tid, call_start, np.where(inside, k, -1), lo, hi)
 
     # launch latency on an idle stream, and cross-stream waits
     m = op_start.size
@@ -328,12 +338,76 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
         op_stream=op_stream, op_kind=op_kind, op_name=op_name, op_call=op_call, op_dep=op_dep,
         op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=_shared(ops["copy_kind"].cast(pl.String))[0], op_gap=op_gap, op_comm_bytes=comm_bytes,
         latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, tail=tail,
-        call_region=call_region,
+        call_region=call_region, call_fwbw=call_fwbw, fwbw_how=fwbw_how,
     )  # fmt: skip
     # the distinct names, as the fixes look them up (``fixes._distinct_names``): known already
     g.__dict__["_distinct_names"] = (["" if v is None else str(v) for v in distinct_names], name_codes)
     g.__dict__["_distinct_call_name"] = (call_names, call_codes)
     return g
+
+
+_BACKWARD = "autograd::engine::evaluate_function"
+_OPTIMIZER_RANGES = ("Optimizer.step#", "Optimizer.zero_grad#")
+
+
+def _forward_backward(trace, hs_start: np.ndarray, hs_end: np.ndarray, call_tid: np.ndarray, call_start: np.ndarray,
+                      call_k: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray | None, str]:
+    """Per call, whether it falls in its step's forward and backward, and how that span was
+    found (or why not). ``call_k``: each call's index among the steps (``hs_start``/``hs_end``,
+    ns), -1 outside them.
+
+    The backward is autograd's pass: its ``autograd::engine::evaluate_function`` ranges (on
+    its own thread for GPU work), first start to last end within the step. The forward starts
+    at the first ``nn.Module`` range before the backward where the trace records them
+    (with_stack), else at the step's start or the end of the optimizer's last range before the
+    backward (a zero_grad at the top of the loop). The optimizer's ranges are never in it.
+    Without module ranges the batch fetch and the loss, where the program makes them between
+    the step's start and the backward, count as forward: the span is then an upper bound of
+    what a compiled model captures."""
+    cpu = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
+        (pl.col("start_ns") < hi) & (pl.col("start_ns") + pl.col("dur_ns") > lo)
+    ).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+    bwd = cpu.filter((pl.col("cat") == "cpu_op") & pl.col("name").str.starts_with(_BACKWARD))
+    if bwd.height == 0:
+        return None, ("the trace records no backward pass (no autograd::engine ranges): which launches are the "
+                      "forward and backward it cannot tell, so only the optimizer's ranges are left out")
+    n = hs_start.size
+
+    def step_of(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(hs_start, t, side="right") - 1
+        return np.where((k >= 0) & (t < hs_end[np.maximum(k, 0)]), k, -1)
+
+    bs, be = bwd["start_ns"].to_numpy(), bwd["end_ns"].to_numpy()
+    kb = step_of(bs)
+    b0, b1 = np.full(n, np.iinfo(np.int64).max), np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(b0, kb[kb >= 0], bs[kb >= 0])
+    np.maximum.at(b1, kb[kb >= 0], be[kb >= 0])
+    has = b1 > b0
+    f0 = hs_start.astype(np.int64).copy()
+    opt = cpu.filter(pl.col("cat").is_in(["user_annotation", "cpu_op"])
+                     & (pl.col("name").str.starts_with(_OPTIMIZER_RANGES[0]) | pl.col("name").str.starts_with(_OPTIMIZER_RANGES[1])))
+    oe = opt["end_ns"].to_numpy()
+    ko = step_of(oe)
+    before = (ko >= 0) & (oe <= b0[np.maximum(ko, 0)])
+    np.maximum.at(f0, ko[before], oe[before])
+    mods = cpu.filter((pl.col("cat") == "python_function") & pl.col("name").str.starts_with("nn.Module: "))
+    ms = mods["start_ns"].to_numpy()
+    km = step_of(ms)
+    km = np.where((km >= 0) & (ms >= f0[np.maximum(km, 0)]) & (ms < b0[np.maximum(km, 0)]), km, -1)
+    m0 = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(m0, km[km >= 0], ms[km >= 0])
+    by_module = m0 < np.iinfo(np.int64).max
+    f0 = np.where(by_module, m0, f0)
+    at = np.maximum(call_k, 0)
+    fwbw = (call_k >= 0) & has[at] & (call_start >= f0[at]) & (call_start < b1[at])
+    fwbw &= _covered(opt.select("tid", "start_ns", "end_ns"), call_tid, call_start, call_start + 1) == 0
+    start = ("the first nn.Module range" if by_module[has].all() else
+             "the step's start (the trace records no nn.Module ranges: its batch fetch and loss count as forward)"
+             if not by_module[has].any() else "the first nn.Module range where recorded, else the step's start")
+    how = (f"forward and backward: from {start}, or the optimizer's last range before the backward, to the end of "
+           f"autograd's backward pass (its {_BACKWARD} ranges), the optimizer's ranges left out; "
+           f"{int(has.sum())} of {n} steps show a backward")
+    return fwbw, how
 
 
 def _waits(op_start: np.ndarray, op_dur: np.ndarray, op_stream: np.ndarray, late: np.ndarray) -> np.ndarray:
@@ -444,4 +518,7 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
         op_gap=cat("op_gap"), op_comm_bytes=cat("op_comm_bytes"), latency_ns=int(np.average([g.latency_ns for g in graphs], weights=weights)),
         wake_ns=int(np.average([g.wake_ns for g in graphs], weights=weights)),
         call_region=None if all(g.call_region is None for g in graphs) else np.concatenate([g.region for g in graphs]),
+        call_fwbw=None if all(g.call_fwbw is None for g in graphs) else np.concatenate(
+            [g.call_fwbw if g.call_fwbw is not None else np.zeros(g.n_calls, dtype=bool) for g in graphs]),
+        fwbw_how=next((g.fwbw_how for g in graphs if g.call_fwbw is not None), graphs[0].fwbw_how),
     )  # fmt: skip

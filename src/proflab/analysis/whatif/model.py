@@ -230,6 +230,19 @@ class WhatIf:
             return self._predict(fixes)
 
     def _predict(self, fixes: tuple[Fix, ...]) -> Prediction:
+        """The prediction of ``fixes``; a CUDA graph of the forward and backward
+        (``cuda_graph``, target ``forward_backward``) at that end, its range reaching up to what
+        capturing the whole step replays: the mode that captures the compiled model leaves the
+        rest of the step eager, and a manual capture of the step takes it too."""
+        p = self._predict_ranged(fixes)
+        whole = tuple(dataclasses.replace(f, target="") if (f.kind, f.target) == ("cuda_graph", "forward_backward") else f
+                      for f in fixes)  # fmt: skip
+        if whole == tuple(fixes):
+            return p
+        up = self._predict_ranged(whole)
+        return dataclasses.replace(p, gain_range_ms=(p.gain_range_ms[0], max(p.gain_range_ms[1], up.gain_range_ms[1])))
+
+    def _predict_ranged(self, fixes: tuple[Fix, ...]) -> Prediction:
         """The prediction at the middle of each ranged fix (``fixes.RANGED``: ``factor`` 0.5),
         its range widened to what the ranges' ends replay."""
         if not any(f.kind in RANGED for f in fixes):
