@@ -244,13 +244,14 @@ def test_the_fused_optimizers_host_time_is_measured_from_the_trace():
     fused step's host time is a range from the trace's own step, one launch at its median
     launch cost to one visit a parameter (its optimizer host time over 8), not a fixed 350 us;
     the prediction replays its middle and states the range its ends give."""
-    from proflab.analysis.whatif.fixes import _fused_host_ns, _optimizer_steps
+    from proflab.analysis.whatif.fixes import _fused_host_ns, _launches_per_parameter, _optimizer_steps
 
     ctx = Context(proflab.load(str(GAINS / "foreach_adam.base.pt.trace.json.gz")))
     w = ctx.whatif
     base, _ = w._base(w._alpha)
     calls, every = _optimizer_steps(w.graph)[0]
-    lo, hi = _fused_host_ns(w.graph, base, calls, every)
+    assert _launches_per_parameter(w.graph)[0] == 8
+    lo, hi = _fused_host_ns(w.graph, base, calls, every, _launches_per_parameter(w.graph)[0])
     host = float((base.work[calls] + base.call_dur[calls]).sum())
     # (the fused step's 350 us, timed on the fused run, lies between the ends)
     assert 1_000 < lo < 20_000 and abs(hi - host / 8) < 1.0 and lo < 350_000 < hi

@@ -67,7 +67,7 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         ctx.note_missing("datasheet peaks", peaks_missing_reason(name, info.get("sm_count")), "peak-relative figures")
     if trace.steps.height == 0:
         ctx.note_missing("profiler steps", "no ProfilerStep#N ranges (prof.step() not called)", "per-step breakdown")
-    elif trace.steps.height == 1 and trace.has_gpu:
+    elif trace.steps.height == 1 and trace.has_gpu and ctx.part_digest is None:  # (a part of a longer trace: not one step)
         _one_step(ctx)
     with phase("timeline"):  # (the tables the rules did not ask for: the summary, the FLOPs, the report's rows)
         summary = _summary(ctx)

@@ -103,10 +103,16 @@ LIBRARY_KERNEL = (
 
 
 def _names(g: StepGraph, pattern: str) -> np.ndarray:
-    """Which operations' names match ``pattern`` (once per distinct name)."""
-    uniq, inv = _distinct_names(g)
-    hit = np.array([bool(re.search(pattern, u)) for u in uniq], dtype=bool)
-    return hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
+    """Which operations' names match ``pattern`` (once per distinct name, and once a graph per
+    pattern: a report replays each fix at several profiler costs and range ends)."""
+    memo = g.__dict__.setdefault("_names_matching", {})
+    got = memo.get(pattern)
+    if got is None:
+        uniq, inv = _distinct_names(g)
+        hit = np.array([bool(re.search(pattern, u)) for u in uniq], dtype=bool)
+        got = memo[pattern] = hit[inv] if hit.size else np.zeros(inv.size, dtype=bool)
+        got.setflags(write=False)  # shared by every replay of the graph
+    return got
 
 
 def _distinct_names(g: StepGraph, column: str = "op_name") -> tuple[list[str], np.ndarray]:
@@ -161,7 +167,23 @@ def _optimizer_steps(g: StepGraph) -> list[tuple[np.ndarray, np.ndarray]]:
     return got
 
 
-def _fused_host_ns(g: StepGraph, q: Plan, calls: np.ndarray, every: np.ndarray) -> tuple[float, float]:
+def _launches_per_parameter(g: StepGraph) -> list[float]:
+    """Each optimizer step's launches per parameter (``_fused_host_ns``), from the graph alone:
+    found once a graph (the fix is replayed at each profiler cost and each end of its range)."""
+    got = g.__dict__.get("_optimizer_per_param")
+    if got is None:
+        got = []
+        for _, every in _optimizer_steps(g):
+            if every.size == 0:
+                got.append(0.0)
+                continue
+            _, counts = np.unique(g.op_name[every], return_counts=True)
+            got.append(every.size / max(float(np.median(counts)), 1.0))
+        g.__dict__["_optimizer_per_param"] = got
+    return got
+
+
+def _fused_host_ns(g: StepGraph, q: Plan, calls: np.ndarray, every: np.ndarray, per_param: float) -> tuple[float, float]:
     """A fused optimizer step's host time (ns), as a range measured from the trace's own step:
     at least one launch at the trace's median host cost of the optimizer's launches (the fused
     kernel's), at most the optimizer's host time over its launches per parameter (the fused
@@ -173,9 +195,6 @@ def _fused_host_ns(g: StepGraph, q: Plan, calls: np.ndarray, every: np.ndarray) 
     lo = float(np.median(launch)) if launch.size else float(np.median(work)) if work.size else 0.0
     if every.size == 0:
         return lo, lo
-    _, counts = np.unique(g.op_name[every], return_counts=True)
-    params = max(float(np.median(counts)), 1.0)
-    per_param = every.size / params  # launches per parameter
     return lo, max(lo, float(work.sum()) / max(per_param, 1.0))
 
 
@@ -220,9 +239,9 @@ class _Apply:
 
     @staticmethod
     def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
-        for calls, every in _optimizer_steps(g):
+        for (calls, every), per_param in zip(_optimizer_steps(g), _launches_per_parameter(g)):
             ops = every[q.op_alive[every]]
-            lo, hi = _fused_host_ns(g, q, calls, every)
+            lo, hi = _fused_host_ns(g, q, calls, every, per_param)
             q.work[calls] = 0.0
             q.call_dur[calls[1:]] = 0.0
             q.work[calls[0]] = lo + min(max(fix.factor, 0.0), 1.0) * (hi - lo)
