@@ -512,6 +512,13 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
     }
 
 
+def _less_profiler(col: str, end: int) -> pl.Expr:
+    """``col`` (ms) less the profiler's cost of each forward's recorded events at ``end`` of the
+    observer model's range (0: cheapest, 1: dearest), not below a dispatch per operator."""
+    cost = (pl.col("events") * EVENT_COST_US[end] + pl.col("py_events") * PYTHON_COST_US[end]) / 1e3
+    return pl.max_horizontal(pl.col(col) - cost, pl.col("events") * FLOOR_OP_US / 1e3)
+
+
 def _unprofiled(f: pl.DataFrame) -> dict[str, Any]:
     """The decode token's interval without the profiler (estimated, ms): the observer model's
     per-event cost (``observer.EVENT_COST_US``, ``PYTHON_COST_US``) taken off each decode
@@ -522,13 +529,12 @@ def _unprofiled(f: pl.DataFrame) -> dict[str, Any]:
     if d.height == 0:
         return {}
 
-    def at(rows: pl.DataFrame, op_us: float, py_us: float) -> float:
-        cost = (pl.col("events") * op_us + pl.col("py_events") * py_us) / 1e3
-        floor = pl.max_horizontal(pl.col("gpu_ms").fill_null(0), pl.col("events") * FLOOR_OP_US / 1e3)
-        return float(rows.select(pl.max_horizontal(pl.col("interval_ms") - cost, floor).median()).item())
+    def at(rows: pl.DataFrame, end: int) -> float:
+        less = pl.max_horizontal(_less_profiler("interval_ms", end), pl.col("gpu_ms").fill_null(0))
+        return float(rows.select(less.median()).item())
 
     def span(rows: pl.DataFrame) -> list:
-        return [_r(at(rows, EVENT_COST_US[1], PYTHON_COST_US[1])), _r(at(rows, EVENT_COST_US[0], PYTHON_COST_US[0]))]
+        return [_r(at(rows, 1)), _r(at(rows, 0))]
 
     return {"unprofiled_itl_median_ms_range": span(d),
             **({"unprofiled_ttft_ms_range": span(p)} if p.height else {}),
@@ -655,8 +661,7 @@ def _recompute_on_gpu(f: pl.DataFrame, ratio: pl.Expr, gpu_cached: pl.Expr) -> d
     a loop without one cannot show, can make the token slower)."""
 
     def host_at(end: int) -> pl.Expr:
-        cost = (pl.col("events") * EVENT_COST_US[end] + pl.col("py_events") * PYTHON_COST_US[end]) / 1e3
-        return pl.max_horizontal(pl.col("host_ms") - cost, pl.col("events") * FLOOR_OP_US / 1e3)
+        return _less_profiler("host_ms", end)
 
     gpu_now = pl.col("gpu_ms").fill_null(0)
 
