@@ -4,7 +4,8 @@ made as a user makes it (one argument or one line), the saving measured bare.
 
 The programs are user scripts under ``thirdparty/``; each takes ``--fix NAME`` and ``--steps N``:
 Hugging Face's Trainer on GPT-2 and BERT, torchvision's ResNet-50 and a timm ViT with their
-DataLoaders, Lightning's demo transformer.
+DataLoaders, Lightning's demo transformer; then (the report half) a Llama-shaped model under the
+Trainer and torchvision's ConvNeXt-Tiny under Lightning.
 For every program, on one GPU:
 
 ``bare``    each variant runs as a process of its own, alternated (base, fix1, fix2, base, fix1,
@@ -52,6 +53,8 @@ PROGRAMS = {
     # recorded after the models were set on the programs above: the gain truth's report half
     "hf_bert": ("hf_bert.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
     "timm_vit": ("timm_vit.py", ("base", "workers", "high", "amp"), ("base", "workers", "high"), 40),
+    "hf_llama": ("hf_llama.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
+    "lightning_cnn": ("lightning_cnn.py", ("base", "workers", "high", "bf16"), ("base", "workers", "high"), 40),
 }
 SKIP = 15  # steps left out of each process's bare times
 LOG = [Path(os.devnull)]  # the programs' output (--out/programs.log)
@@ -76,6 +79,7 @@ def child(script: str, out: str, args: list[str]) -> None:
 
     register_optimizer_step_post_hook(hook)
     sys.argv = [script, *args]
+    sys.path.insert(0, str(Path(script).resolve().parent))  # as ``python script.py`` puts it
     t0 = time.monotonic()
     runpy.run_path(script, run_name="__main__")
     if cuda:
@@ -150,7 +154,9 @@ def keep_run(run: Path, name: str, out: Path) -> dict:
     return {"proflab_bare_ms": kept.get("bare_ms"), "proflab_bare_n": kept.get("bare_n"), "run": dst.name}
 
 
-def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None) -> dict:
+def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None) -> dict:
+    """One program's truth; ``save`` gets it as it grows (after the bare runs, after each trace):
+    a recording cut short keeps what it measured."""
     script_name, variants, traced, steps = PROGRAMS[name]
     if only_variants:
         variants = tuple(v for v in variants if v in only_variants)
@@ -168,10 +174,14 @@ def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None) ->
         bare[v] = {"gpu_step_ms": allsteps, "median_ms": round(statistics.median(allsteps), 4),
                    "process_medians_ms": [round(statistics.median(p["gpu_step_ms"]), 4) for p in procs],
                    "process_s": [p["process_s"] for p in procs]}
-    recorded = {v: _trace(name, script, v, steps, out, tmp) for v in traced}
-    return {"script": f"thirdparty/{script_name}", "variants": list(variants), "steps_per_process": steps,
-            "skipped_steps": SKIP, "rounds": rounds, "bare": bare, "recorded": recorded,
-            "took_s": round(time.monotonic() - t0, 1)}
+    entry = {"script": f"thirdparty/{script_name}", "variants": list(variants), "steps_per_process": steps,
+             "skipped_steps": SKIP, "rounds": rounds, "bare": bare, "recorded": {}}
+    save(entry)
+    for v in traced:
+        entry["recorded"][v] = _trace(name, script, v, steps, out, tmp)
+        save(entry)
+    entry["took_s"] = round(time.monotonic() - t0, 1)
+    return entry
 
 
 def main(argv=None) -> int:
@@ -201,8 +211,12 @@ def main(argv=None) -> int:
     LOG[0] = out / "programs.log"
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.only or list(PROGRAMS):
-            truth["programs"][name] = measure(name, out, a.rounds, Path(tmp), a.variants)
-            truth_file.write_text(json.dumps(truth, indent=1))
+
+            def save(entry, name=name):
+                truth["programs"][name] = entry
+                truth_file.write_text(json.dumps(truth, indent=1))
+
+            save(measure(name, out, a.rounds, Path(tmp), a.variants, save))
     return 0
 
 

@@ -13,34 +13,14 @@ On a machine without CUDA: a 2-layer 64-wide ViT at 64 px, batch 4.
 """
 
 import argparse
-import io
 
-import numpy as np
 import timm
 import torch
 import torchvision.transforms as T
-from PIL import Image
+
+from _jpegs import JPEGs
 
 FIXES = ("base", "workers", "high", "amp")
-
-
-class JPEGs(torch.utils.data.Dataset):
-    """``n`` random 500x375 JPEGs (ImageNet's typical size), encoded once, decoded per sample."""
-
-    def __init__(self, n: int, transform, size=(500, 375)):
-        rng = np.random.default_rng(0)
-        self.blobs, self.transform = [], transform
-        for _ in range(n):
-            buf = io.BytesIO()
-            Image.fromarray(rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)).save(buf, "JPEG", quality=90)
-            self.blobs.append(buf.getvalue())
-
-    def __len__(self):
-        return 1_000_000
-
-    def __getitem__(self, i):
-        img = Image.open(io.BytesIO(self.blobs[i % len(self.blobs)])).convert("RGB")
-        return self.transform(img), i % 1000
 
 
 def main() -> None:
