@@ -7,6 +7,7 @@ from functools import cached_property
 import polars as pl
 
 from proflab._heap import release
+from proflab.analysis.timeline import event_cost as _event_cost
 from proflab.analysis.timeline import gaps as _gaps
 from proflab.analysis.timeline import kernels as _kernels
 from proflab.analysis.timeline import launch as _launch
@@ -143,12 +144,22 @@ class Context:
         return FrameIndex(self.trace)
 
     @_table
+    def event_cost(self) -> _event_cost.EventCost:
+        """The profiler's cost per recorded host event, measured from the trace where it can
+        be (see ``analysis.timeline.event_cost``)."""
+        cost = _event_cost.measure(self.trace)
+        if self.part_digest is not None:
+            self.part_digest["event_cost"] = cost
+        return cost
+
+    @_table
     def observer(self) -> _observer.Observer | None:
         """The profiler's own cost and the unprofiled step (see ``analysis.timeline.observer``)."""
-        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches, self.host_only)
+        per_step = _observer.step_figures(self.trace, self.step_table, self.blocking, self.launches, self.host_only,
+                                          self.event_cost)  # fmt: skip
         if self.part_digest is not None:
             self.part_digest["observer_steps"] = per_step
-        return _observer.from_steps(per_step, self.bare_step_ms)
+        return _observer.from_steps(per_step, self.bare_step_ms, self.event_cost)
 
     @_table
     def blocking(self) -> pl.DataFrame:
@@ -199,7 +210,8 @@ class Context:
         if self.part_digest is not None:  # a generation's forwards would be cut at the parts' seams
             return Inference(pl.DataFrame(), missing=("a trace read in parts: the generation loop is not analysed",))
         # (its kernels from the trace: the kernel rows are freed)
-        return inference_view(self.trace, self.launches, regions=self.regions[0])
+        cost = self.event_cost
+        return inference_view(self.trace, self.launches, regions=self.regions[0], event_cost_us=(cost.lo_us, cost.hi_us))
 
     @property
     def has_launch_links(self) -> bool:

@@ -62,6 +62,7 @@ import numpy as np
 import polars as pl
 
 from proflab._timings import phase
+from proflab.analysis.timeline import event_cost as _event_cost
 from proflab.analysis.timeline import kernels as _kernels
 from proflab.analysis.timeline import launch as _launch
 from proflab.analysis.timeline import memcpy as _memcpy
@@ -72,6 +73,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.perf import combined as combined_perf
 from proflab.analysis.timeline.ranges import combined_range_tables
 from proflab.analysis.whatif import WhatIf
+from proflab.analysis.whatif.model import replay_cost_us
 from proflab.analysis.whatif.graph import concat
 from proflab.analysis.timeline.breakdown import PartLevels
 from proflab.errors import UsageError
@@ -123,6 +125,7 @@ class _Part:
     events: int
     host_sums: dict | None  # what the host-side rules decide from (``rules.host.part_sums``)
     whatif_graph: Any = None  # the part's step graph, replayed with the others' (``analysis.whatif``)
+    event_cost: Any = None  # the profiler's per-event cost the part measured (``event_cost.EventCost``)
     graph_left_out: bool = False  # its graph was left out of the combined replay for the memory budget
     perf: Any = None  # the part's operator performance model (``analysis.perf``), summed with the others'
 
@@ -237,6 +240,7 @@ def _digest(ctx: Context, report: Report) -> _Part:
         kernel_modes=d.get("kernel_modes"),
         launch=d.get("launch"),
         observer_steps=d.get("observer_steps"),
+        event_cost=d.get("event_cost"),
         memcpy=ctx.memcpy_table if gpu else pl.DataFrame(),
         gaps=_gaps_of(ctx) if gpu else None,
         ranges=ctx.range_table,
@@ -304,16 +308,18 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
         steps = steps.filter(pl.col("device").is_not_null())
     memcpy = _memcpy.combined_memcpy_table([p.memcpy for p in parts])
     observer = None
+    cost = _event_cost.combined([p.event_cost for p in parts if p.event_cost is not None])
     if gpu:
         per_step = [p.observer_steps for p in parts if p.observer_steps is not None]
-        observer = _observer.from_steps(pl.concat(per_step, how="vertical_relaxed") if per_step else None, bare_step_ms)
+        observer = _observer.from_steps(pl.concat(per_step, how="vertical_relaxed") if per_step else None, bare_step_ms, cost)
     summary = _a.summary_of((lo, hi), breakdowns, memcpy, steps, sum(p.step_count for p in parts), observer)
     # the what-if model over all parts' steps: their graphs replayed as one, as a whole analysis does
     whatif = None
     if gpu:
         with phase("what-if"):
             whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts], list(range(len(parts)))), bare_step_ms,
-                                     observer.unprofiled_step_ms[0] if observer is not None else None)  # fmt: skip
+                                     observer.unprofiled_step_ms[0] if observer is not None else None,
+                                     replay_cost_us(cost, bare_step_ms))  # fmt: skip
         for p in parts:
             p.whatif_graph = None  # (concatenated: the parts' own not held beside it)
     kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),

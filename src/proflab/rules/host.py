@@ -272,7 +272,7 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     k = clock.key(ev["tid"], ev["start_ns"])
     inside = (host_only.covered_within(k, k + 1) > 0) & (windows.covered_within(k, k + 1) > 0)
     py = ev["python"].to_numpy()
-    recorded_ns = (np.count_nonzero(inside & ~py) * _observer.EVENT_COST_US[1] + np.count_nonzero(inside & py) * _observer.PYTHON_COST_US[1]) * 1e3
+    recorded_ns = (np.count_nonzero(inside & ~py) * ctx.event_cost.hi_us + np.count_nonzero(inside & py) * _observer.PYTHON_COST_US[1]) * 1e3
     sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
             "sync": _sync_sums(ctx, found[0].filter(pl.col("cause") == "sync")),
             "host_floor": max(host_obs - recorded_ns, 0.0)}

@@ -68,6 +68,7 @@ import polars as pl
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
+from proflab.analysis.timeline.event_cost import cost_at
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
@@ -110,6 +111,7 @@ class Inference:
     dtype: str | None = None
     kernel_floor_ns: float | None = None  # the least a kernel takes in this trace (its 5th percentile, at most 5 us)
     missing: tuple[str, ...] = ()
+    event_cost_us: tuple[float, float] = EVENT_COST_US  # the profiler's cost per recorded event (``event_cost``)
 
     @property
     def found(self) -> bool:
@@ -201,12 +203,14 @@ def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
 
 
 def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None,
-                   regions: pl.DataFrame | None = None) -> Inference:
+                   regions: pl.DataFrame | None = None, event_cost_us: tuple[float, float] = EVENT_COST_US) -> Inference:
     """The generation loop in ``trace`` (see the module doc). ``launches``: host launch calls by
     correlation (``gaps.launch_calls``); ``kernel_rows``: the kernels with their launch
     (``kernels.kernel_rows``), for each forward's GPU time; by default the trace's own kernels
     (the analysis frees its kernel rows once their readers have what they need); ``regions``: the
-    compiled ranges (``compiled.region_spans``) where already found."""
+    compiled ranges (``compiled.region_spans``) where already found; ``event_cost_us``: the
+    profiler's cost per recorded event, low and high (``event_cost.measure``), which the
+    unprofiled latency takes off."""
     missing: list[str] = []
     # (every report asks: a trace recorded without shapes, most of them, is told so before any copy)
     if trace.cpu.height and not trace.cpu.get_column("input_dims").is_not_null().any():
@@ -351,7 +355,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         missing.append(f"no datasheet peaks for the device ({dev.get('name') or 'unnamed'}): no MBU or MFU")
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
-    lat = _latency(frame)
+    lat = _latency(frame, event_cost_us)
     if frame.height and frame["phase"][0] == "decode":
         missing.append("the trace starts inside a generation (its first forward decodes over a context already there): "
                        "that generation's TTFT and end-to-end time are not in it")
@@ -368,6 +372,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         dtype=dtype,
         kernel_floor_ns=kernel_floor_ns,
         missing=tuple(missing),
+        event_cost_us=event_cost_us,
     )
 
 
@@ -463,7 +468,7 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
 
 
-def _latency(f: pl.DataFrame) -> dict[str, Any]:
+def _latency(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, Any]:
     """TTFT, TPOT, ITL, end-to-end and tokens/s per generation, their medians over generations."""
     gens = []
     for gen in f.partition_by("generation", maintain_order=True):  # a loop over generations, not events
@@ -495,7 +500,7 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
         return _r(float(np.median(v))) if v else None
 
     return {
-        **_unprofiled(f),
+        **_unprofiled(f, event_cost_us),
         "convention": "TPOT as NVIDIA GenAI-Perf counts it: (last token - first token) / (tokens - 1), the mean of "
         "vLLM's inter-token latencies (ITL: each gap between tokens); TTFT from the generation's first operator",
         "timing": "profiled",
@@ -512,34 +517,50 @@ def _latency(f: pl.DataFrame) -> dict[str, Any]:
     }
 
 
-def _less_profiler(col: str, end: int) -> pl.Expr:
-    """``col`` (ms) less the profiler's cost of each forward's recorded events at ``end`` of the
-    observer model's range (0: cheapest, 1: dearest), not below a dispatch per operator."""
-    cost = (pl.col("events") * EVENT_COST_US[end] + pl.col("py_events") * PYTHON_COST_US[end]) / 1e3
+def _less_profiler(col: str, at: float, event_cost_us: tuple[float, float]) -> pl.Expr:
+    """``col`` (ms) less the profiler's cost of each forward's recorded events at ``at`` of the
+    per-event cost's range (``event_cost_us``; 0: cheapest, 1: dearest, ``cost_at``), not
+    below a dispatch per operator."""
+    cost = (pl.col("events") * cost_at(event_cost_us, at) + pl.col("py_events") * cost_at(PYTHON_COST_US, at)) / 1e3
     return pl.max_horizontal(pl.col(col) - cost, pl.col("events") * FLOOR_OP_US / 1e3)
 
 
-def _unprofiled(f: pl.DataFrame) -> dict[str, Any]:
-    """The decode token's interval without the profiler (estimated, ms): the observer model's
-    per-event cost (``observer.EVENT_COST_US``, ``PYTHON_COST_US``) taken off each decode
-    forward's host time, never below its GPU time nor an unprofiled eager operator's dispatch
-    (``FLOOR_OP_US``); the median over the decode forwards, at the model's high and low cost."""
+def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, Any]:
+    """The tokens' times without the profiler (estimated, ms): the profiler's per-event cost
+    (``event_cost_us``, ``observer.PYTHON_COST_US``) taken off each forward's interval, never
+    below its GPU time nor an unprofiled eager operator's dispatch (``FLOOR_OP_US``). At the
+    cost's middle (``cost_at`` 0.5): TPOT (the decode forwards' mean), TTFT (the prefill
+    forwards' sum, per generation) and output tokens/s from them; at its high and low ends, the
+    range of the median inter-token latency and of TTFT."""
     d = f.filter(pl.col("phase") == "decode")
     p = f.filter(pl.col("phase") == "prefill")
     if d.height == 0:
         return {}
 
-    def at(rows: pl.DataFrame, end: int) -> float:
-        less = pl.max_horizontal(_less_profiler("interval_ms", end), pl.col("gpu_ms").fill_null(0))
-        return float(rows.select(less.median()).item())
+    def less(at: float) -> pl.Expr:
+        return pl.max_horizontal(_less_profiler("interval_ms", at, event_cost_us), pl.col("gpu_ms").fill_null(0))
+
+    def median(rows: pl.DataFrame, at: float) -> float:
+        return float(rows.select(less(at).median()).item())
 
     def span(rows: pl.DataFrame) -> list:
-        return [_r(at(rows, 1)), _r(at(rows, 0))]
+        return [_r(median(rows, 1)), _r(median(rows, 0))]
 
-    return {"unprofiled_itl_median_ms_range": span(d),
+    gens = max(int(f["generation"].n_unique()), 1)
+    tpot = float(d.select(less(0.5).mean()).item())
+    ttft = float(p.select(less(0.5).sum()).item()) / gens if p.height else None
+    central = {"unprofiled_tpot_ms": _r(tpot)}
+    if ttft is not None:
+        tokens = 1 + d.height / gens  # per generation: the prefill's token and each decode forward's
+        batch = f["batch"].drop_nulls().median()
+        central.update(unprofiled_ttft_ms=_r(ttft), unprofiled_e2e_ms=_r(ttft + (tokens - 1) * tpot),
+                       unprofiled_output_tokens_per_s=_r(batch * tokens / (ttft + (tokens - 1) * tpot) * 1e3)
+                       if batch else None)
+    return {**central, "unprofiled_itl_median_ms_range": span(d),
             **({"unprofiled_ttft_ms_range": span(p)} if p.height else {}),
-            "unprofiled_basis": "estimated: the profiler's per-event cost (observer model) taken off each "
-            "forward's interval, not below its GPU time or 1 us of dispatch per operator (TTFT: the prefill forwards')",
+            "unprofiled_basis": f"estimated: the profiler's per-event cost ({event_cost_us[0]:.2f}-{event_cost_us[1]:.2f} us) "
+            "taken off each forward's interval, not below its GPU time or 1 us of dispatch per operator (TTFT: the "
+            "prefill forwards')",
             "events_per_decode_forward": _r(float(d["events"].median()), 1)}
 
 
@@ -620,7 +641,7 @@ def recompute_cost(inf: Inference) -> dict[str, Any] | None:
     On a CPU every outermost operator of the forward works over the context (the GEMMs, the
     attention, the norms and activations over ``[batch, q, hidden]``), so its time shrinks by the
     FLOP ratio down to what a profiled operator costs at least: its dispatch (``FLOOR_OP_US``) and
-    the profiler's recording (``EVENT_COST_US``'s low end); the time outside operators stays. On
+    the profiler's recording (the per-event cost's low end); the time outside operators stays. On
     tests/data/inference this predicts what the cached trace's decode saves 11% low at batch 1 and
     8% low at batch 4 (scaling the GEMM and attention time alone: 16% and 24% low)."""
     f = inf.forwards.filter(pl.col("recompute") & pl.col("q_len").is_not_null()) if inf.found else None
@@ -636,10 +657,10 @@ def recompute_cost(inf: Inference) -> dict[str, Any] | None:
         floor = pl.max_horizontal((pl.col("weight_bytes") / (peak * 1e9) * 1e3) if peak else pl.lit(0.0),
                                   pl.col("kernels").fill_null(0) * (inf.kernel_floor_ns or 0.0) / 1e6)
         scaled = pl.col("gpu_ms").fill_null(0)
-        return _recompute_on_gpu(f, ratio, pl.max_horizontal(scaled * ratio, floor))
+        return _recompute_on_gpu(f, ratio, pl.max_horizontal(scaled * ratio, floor), inf.event_cost_us)
     else:
         scaled = pl.col("op_ms").clip(upper_bound=pl.col("interval_ms"))
-        floor = pl.col("top_ops") * (FLOOR_OP_US + EVENT_COST_US[0]) / 1e3
+        floor = pl.col("top_ops") * (FLOOR_OP_US + inf.event_cost_us[0]) / 1e3
         cached = pl.col("interval_ms") - scaled + pl.min_horizontal(pl.max_horizontal(scaled * ratio, floor), scaled)
     c = f.select(pl.col("interval_ms").sum().alias("measured"), cached.sum().alias("cached"), ratio.median().alias("ratio"),
                  scaled.sum().alias("scaled"))
@@ -650,18 +671,18 @@ def recompute_cost(inf: Inference) -> dict[str, Any] | None:
             "time_basis": "GPU kernel time" if gpu else "host time in the forward's outermost operators"}
 
 
-def _recompute_on_gpu(f: pl.DataFrame, ratio: pl.Expr, gpu_cached: pl.Expr) -> dict[str, Any]:
+def _recompute_on_gpu(f: pl.DataFrame, ratio: pl.Expr, gpu_cached: pl.Expr, event_cost_us: tuple[float, float]) -> dict[str, Any]:
     """A GPU's recomputing forwards, cached: the host launches while the GPU runs, so a forward
     takes the longer of its host time and its GPU time, and less GPU work gives back only what the
     GPU held the token up by. The unprofiled host time is the profiled one less the profiler's
-    per-event cost (the observer model's range, never below a dispatch per operator), so the saving
+    per-event cost (its range, ``event_cost``, never below a dispatch per operator), so the saving
     is a range: its low end at the cheapest profiler (the host slowest, hiding the most GPU work),
     its high end at the dearest. A host that outlasts the GPU at both ends hides the recomputation:
     a cache then saves nothing, whatever the FLOP ratio (and its own host work, which the trace of
     a loop without one cannot show, can make the token slower)."""
 
     def host_at(end: int) -> pl.Expr:
-        return _less_profiler("host_ms", end)
+        return _less_profiler("host_ms", float(end), event_cost_us)
 
     gpu_now = pl.col("gpu_ms").fill_null(0)
 

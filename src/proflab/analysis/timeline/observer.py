@@ -18,7 +18,10 @@ The model, per step (medians over the trace's GPU-side steps):
                later recording of the DataLoader-fed CNN (8.5 k frames of small Python
                functions per step, tests/data/realistic/rerun) cost 0.2-1.0 us per frame: its
                profiled step was 39.9 ms against 38.3 ms bare before the profiled windows and
-               31.6 ms after. The range below is wider than all of that on both ends;
+               31.6 ms after. The range below is wider than all of that on both ends. Where
+               the trace shows its own per-event cost (``event_cost``: the gaps the
+               profiler's callbacks leave between nested operators), that range replaces the
+               operators' one: this host, this PyTorch, these options (``record_shapes``);
 ``unprofiled host`` ``host_work - cost``, never below what an unprofiled eager step costs at
                least (about 1 us of dispatch per operator and 2.5 us per launch).
 
@@ -92,6 +95,7 @@ class Observer:
     unprofiled_host_ms_hi: float
     bare_step_ms: float | None
     source: str  # "measured" | "estimated"
+    event_cost: dict | None = None  # the per-event cost the estimate used (``event_cost.EventCost.to_dict``)
 
     @property
     def host_excess_ms_lo(self) -> float:
@@ -124,6 +128,8 @@ class Observer:
 
     def to_dict(self) -> dict:
         d = {k: (round(v, 3) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+        if d["event_cost"] is None:
+            del d["event_cost"]
         lo, hi = self.unprofiled_step_ms
         d["unprofiled_step_ms"] = [round(lo, 3), round(hi, 3)]
         d["host_excess_ms"] = [round(self.host_excess_ms_lo, 3), round(self.host_excess_ms_hi, 3)]
@@ -132,15 +138,16 @@ class Observer:
 
 
 def observe(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame,
-            bare_step_ms: float | None = None, host_only: pl.DataFrame | None = None) -> Observer | None:
+            bare_step_ms: float | None = None, host_only: pl.DataFrame | None = None, event_cost=None) -> Observer | None:
     """The observer model of one trace (see the module doc); None without GPU-side steps."""
-    return from_steps(step_figures(trace, step_table, blocking, launches, host_only), bare_step_ms)
+    return from_steps(step_figures(trace, step_table, blocking, launches, host_only, event_cost), bare_step_ms, event_cost)
 
 
-def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None) -> Observer | None:
+def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None, event_cost=None) -> Observer | None:
     """The observer model from :func:`step_figures`' rows (of one trace, or of the parts of
     one analysed in parts, concatenated): medians over the steps of the device with the most
-    GPU work."""
+    GPU work. ``event_cost`` (``event_cost.EventCost``) is the per-event cost they were
+    figured at, stated beside them."""
     if per_step is None or per_step.height == 0:
         return None
     dev = per_step.group_by("device").agg(pl.col("busy_ns").sum()).sort("busy_ns", "device", descending=[True, False])["device"][0]
@@ -160,15 +167,17 @@ def from_steps(per_step: pl.DataFrame | None, bare_step_ms: float | None = None)
         unprofiled_host_ms_hi=med("unprofiled_hi_ms"),
         bare_step_ms=bare_step_ms,
         source="estimated" if bare_step_ms is None else "measured",
+        event_cost=event_cost.to_dict() if event_cost is not None else None,
     )
 
 
 def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame, launches: pl.DataFrame,
-                 host_only: pl.DataFrame | None = None) -> pl.DataFrame | None:
+                 host_only: pl.DataFrame | None = None, event_cost=None) -> pl.DataFrame | None:
     """The observer model's figures per GPU-side step and device (ns, counts, ms as named;
     the host's figures are the step's, on every device's row); None without GPU-side steps.
     ``host_only`` (``host_only_spans``) bounds the profiler's cost where the host did work
-    that launches nothing (see the module doc)."""
+    that launches nothing (see the module doc). ``event_cost`` (``event_cost.EventCost``):
+    the per-event cost measured from the trace; EVENT_COST_US without one."""
     gs = step_table.filter(pl.col("side") == "gpu") if step_table.height else step_table
     if gs.height == 0:
         return None
@@ -194,8 +203,10 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
     events_r, python_r = events - events_q, python - python_q
     floor = (events_r * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
 
+    per_event = EVENT_COST_US if event_cost is None else (event_cost.lo_us, event_cost.hi_us)
+
     def cost(ev, pyf, end: int) -> np.ndarray:
-        return (ev * EVENT_COST_US[end] + pyf * PYTHON_COST_US[end]) / 1e3
+        return (ev * per_event[end] + pyf * PYTHON_COST_US[end]) / 1e3
 
     def unprofiled(end: int) -> np.ndarray:
         # each part gives back at most its own events' cost: the quiet part down to nothing,

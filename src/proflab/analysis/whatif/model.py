@@ -10,7 +10,9 @@ step meets it (within ``observer``'s range; where the measured step is longer th
 replays, the trace lacks time the bare loop spends: the cost stays at the middle of the range
 and that time, ``unplaced_ms``, is added as host work at each step's start, which no fix
 removes);
-otherwise the middle of the range, and the prediction carries the range the two ends give.
+otherwise the middle of the per-event cost the trace itself shows (``event_cost``: the gaps the
+profiler's callbacks leave between nested operators; the model's range where it shows none),
+and the prediction carries the range the two ends give.
 
 A prediction replays that bare plan before and after the fix (``fixes``), and takes the
 difference of the median replayed steps: the critical path decides, so a fix that does not
@@ -27,12 +29,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from proflab._timings import phase
+from proflab.analysis.timeline.event_cost import cost_at
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_LAUNCH_US, PYTHON_COST_US
 from proflab.analysis.whatif.fixes import RANGED, Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
-__all__ = ["WhatIf", "Prediction", "StepSaving"]
+__all__ = ["WhatIf", "Prediction", "StepSaving", "replay_cost_us"]
 
 # fixes of host time whose size is what the profiler's cost leaves of it: dispatch, and the
 # program's own Python (whose frames with_stack records)
@@ -98,6 +101,7 @@ class WhatIf:
     bare_step_ms: float | None
     why_not: str | None = None
     observed_bare_lo_ms: float | None = None  # the observer's fastest plausible unprofiled step (estimated)
+    event_cost_us: tuple[float, float] = EVENT_COST_US  # the profiler's cost per event, low and high (``ctx.event_cost``)
     _alpha: float = 0.5
     _calibration: dict = field(default_factory=dict)
     _unplaced_ns: float = 0.0
@@ -115,15 +119,17 @@ class WhatIf:
                    else "fewer than two GPU-side profiler steps")  # fmt: skip
             return cls(None, ctx.bare_step_ms, why_not=why)
         obs = ctx.observer
-        return cls.of_graph(g, ctx.bare_step_ms, obs.unprofiled_step_ms[0] if obs is not None else None)
+        return cls.of_graph(g, ctx.bare_step_ms, obs.unprofiled_step_ms[0] if obs is not None else None,
+                            replay_cost_us(ctx.event_cost, ctx.bare_step_ms))  # fmt: skip
 
     @classmethod
-    def of_graph(cls, g: StepGraph | None, bare_step_ms: float | None, observed_bare_lo_ms: float | None = None) -> WhatIf:
+    def of_graph(cls, g: StepGraph | None, bare_step_ms: float | None, observed_bare_lo_ms: float | None = None,
+                 event_cost_us: tuple[float, float] = EVENT_COST_US) -> WhatIf:
         """The model of a step graph already built (a trace analysed in parts: their graphs
         concatenated, ``graph.concat``)."""
         if g is None:
             return cls(None, bare_step_ms, why_not="no part holds a GPU-side profiler step")
-        w = cls(g, bare_step_ms, observed_bare_lo_ms=observed_bare_lo_ms)
+        w = cls(g, bare_step_ms, observed_bare_lo_ms=observed_bare_lo_ms, event_cost_us=event_cost_us)
         w._calibrate()
         return w
 
@@ -137,7 +143,7 @@ class WhatIf:
         per-event cost off, 1 the high end."""
         g = self.graph
         a = self._alpha if alpha is None else alpha
-        ev_us, py_us = _cost_us(EVENT_COST_US, a), _cost_us(PYTHON_COST_US, a)
+        ev_us, py_us = cost_at(self.event_cost_us, a), cost_at(PYTHON_COST_US, a)
         cost = g.work_events * ev_us * 1e3 + g.work_python * py_us * 1e3
         loader = g.work_loader.astype(np.float64)
         quiet = g.work_quiet.astype(np.float64)
@@ -213,7 +219,7 @@ class WhatIf:
                 else:
                     b = mid
             self._alpha = (a + b) / 2
-        self._calibration["per_event_cost_us"] = round(_cost_us(EVENT_COST_US, self._alpha), 2)
+        self._calibration["per_event_cost_us"] = round(cost_at(self.event_cost_us, self._alpha), 2)
 
     @property
     def calibration(self) -> dict:
@@ -299,13 +305,13 @@ class WhatIf:
         )  # fmt: skip
 
 
-def _cost_us(bounds: tuple[float, float], alpha: float) -> float:
-    """The per-event cost at ``alpha`` of its range, on a log scale: the range spans 25x for
-    Python frames (0.2-5 us), and its middle, 1 us, is what a rerun measured (0.2-1 us a
-    frame, tests/data/realistic/rerun); operators' middle is 4.2 us, about where the
-    launch-heavy loops of the gain-truth set calibrate (3.7-4.3 us)."""
-    lo, hi = bounds
-    return lo * (hi / lo) ** alpha
+def replay_cost_us(cost, bare_step_ms: float | None) -> tuple[float, float]:
+    """The per-event cost range the bare plan is replayed over: the trace's own (``cost``,
+    ``event_cost.EventCost``) where no unprofiled step was measured; where one was, the model's
+    wide range (``observer.EVENT_COST_US``), in which the calibration finds the cost that meets
+    it: a measured step is this run's own word, the gaps an estimate (on the per-parameter
+    optimizer's trace they put 0.9-2.3 us on an event, where its measured step put 3.3)."""
+    return EVENT_COST_US if bare_step_ms is not None else (cost.lo_us, cost.hi_us)
 
 
 def _median_of(d: dict) -> float | None:

@@ -1,0 +1,159 @@
+"""What one recorded event cost the profiled host, measured from the trace itself.
+
+torch.profiler's cost is its callbacks: one as an operator (or runtime call) starts, one as it
+ends. Each callback's work falls partly outside the event's recorded span and partly inside it,
+and the trace shows both parts where nothing else runs:
+
+``gap``     between two operators one C++ operator calls in turn (``aten::linear``'s
+            ``aten::t`` ending and its ``aten::addmm`` starting) no Python runs and the C++
+            between two calls is tens of nanoseconds: the gap is the first event's end callback
+            and the second's start callback, the part outside.
+``inside``  an operator that does no work of its own (a view: ``aten::view``,
+            ``aten::as_strided``, ... with no child) lasts what its callbacks spend between its
+            two timestamps, the part inside.
+
+One event's cost is then its gap plus its inside. The gaps spread (a callback that records more
+inputs' shapes, or allocates, takes longer), so the measurement is a range: the gaps' lower
+quartile plus the inside median, to their upper quartile plus it. Measured on the H100
+generate() truth set (``tests/data/inference/h100``): gaps 0.8-1.6 us (median 1.1-1.25), views
+0.5-0.6 us, where the bare runs put 1.5-1.9 us on each event (the profiled inter-token time less
+the bare one, over the events of a token). The observer model's fixed range
+(``observer.EVENT_COST_US``: 2-9 us, from loops recorded on other machines and PyTorch versions)
+stays where the trace cannot say: fewer than ``MIN_PAIRS`` gaps (a trace without nested
+operators, an nsys export).
+
+Only the thread that records the most operators is read, its first ``MAX_EVENTS`` host
+events: quartiles of thousands of gaps do not move with more, and a 10 M event trace costs
+the same as a small one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from proflab.analysis.timeline.observer import EVENT_COST_US
+from proflab.model import Trace
+
+__all__ = ["EventCost", "measure", "combined", "cost_at", "DEFAULT"]
+
+MIN_PAIRS = 200  # gaps below which the trace's measurement is not used
+MAX_EVENTS = 100_000  # host events of the hot thread read
+_GAP_CAP_NS = 50_000  # a gap this long is work between the calls (an allocation, a sync), not callbacks
+_EVENTS = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation")
+# operators that only make a tensor view or an empty tensor: their recorded time is the profiler's
+_NO_WORK = ("aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::alias", "aten::unsqueeze",
+            "aten::squeeze", "aten::slice", "aten::select", "aten::expand", "aten::detach",
+            "aten::_unsafe_view", "aten::resolve_conj", "aten::resolve_neg", "aten::empty")
+
+
+@dataclass(frozen=True)
+class EventCost:
+    """The profiler's cost per recorded host event (us): ``lo_us`` to ``hi_us``. ``source`` is
+    ``measured`` (from this trace: ``gap_us`` and ``inside_us`` are the medians it read, over
+    ``pairs`` gaps) or ``default`` (the observer model's range)."""
+
+    lo_us: float
+    hi_us: float
+    source: str
+    gap_us: float | None = None
+    inside_us: float | None = None
+    pairs: int = 0
+
+    def at(self, end: int) -> float:
+        """The cost at the range's low (0) or high (1) end."""
+        return self.hi_us if end else self.lo_us
+
+    def to_dict(self) -> dict:
+        d = {"per_event_cost_us": [round(self.lo_us, 2), round(self.hi_us, 2)], "source": self.source}
+        if self.source == "measured":
+            d.update(gap_median_us=round(self.gap_us, 2), no_work_operator_median_us=round(self.inside_us, 2),
+                     gaps=self.pairs)
+        return d
+
+
+DEFAULT = EventCost(*EVENT_COST_US, source="default")
+
+
+def measure(trace: Trace) -> EventCost:
+    """The per-event cost this trace's profiler spent (see the module doc); ``DEFAULT`` where
+    the trace holds too few gaps to say."""
+    cpu = trace.cpu
+    if cpu.height == 0 or "tid" not in cpu.columns:
+        return DEFAULT
+    hosts = cpu.lazy().filter(pl.col("cat").is_in(_EVENTS) & pl.col("tid").is_not_null())
+    ops = hosts.filter(pl.col("cat") == "cpu_op").group_by("tid").len().sort("len", "tid", descending=[True, False]).collect()
+    if ops.height == 0:
+        return DEFAULT
+    hot = ops["tid"][0]
+    ev = (hosts.filter(pl.col("tid") == hot).head(MAX_EVENTS)
+          .select("start_ns", "dur_ns", (pl.col("cat") == "cpu_op").alias("op"), pl.col("name").is_in(_NO_WORK).alias("view"))
+          .collect())  # fmt: skip
+    s = ev["start_ns"].to_numpy()
+    order = np.argsort(s, kind="stable")  # (the host table is in start order: a no-op there)
+    s = s[order]
+    e = s + ev["dur_ns"].to_numpy()[order]
+    op, view = ev["op"].to_numpy()[order], ev["view"].to_numpy()[order]
+    if s.size < 3:
+        return DEFAULT
+    pairs = _sibling_gaps(s, e, op)
+    childless = np.append(s[1:] >= e[:-1], True)  # the next event starts after it ends
+    inside = (e - s)[view & childless & op]
+    if pairs.size < MIN_PAIRS or inside.size == 0:
+        return DEFAULT
+    q25, q50, q75 = np.percentile(pairs, (25, 50, 75)) / 1e3
+    mid = float(np.median(inside)) / 1e3
+    return EventCost(lo_us=float(q25) + mid, hi_us=float(q75) + mid, source="measured", gap_us=float(q50), inside_us=mid,
+                     pairs=int(pairs.size))
+
+
+def _sibling_gaps(s: np.ndarray, e: np.ndarray, op: np.ndarray) -> np.ndarray:
+    """The gaps (ns) between each event and the sibling before it (the event at its depth that
+    ended last before it started), where their parent is an operator (no Python runs between
+    two calls of C++) and the gap is below _GAP_CAP_NS. Events of one thread in start order,
+    nested as a thread's are: an event's depth is the events started before it less those
+    ended by its start; it has a sibling before it where the event just before it in start order
+    is at its depth or deeper (else that event is its parent); that sibling is the event at its
+    depth just before it. A loop over depths, not events."""
+    k = np.arange(s.size)
+    depth = np.maximum(k - np.searchsorted(np.sort(e), s, side="right"), 0)
+    has_sibling = np.zeros(s.size, dtype=bool)
+    has_sibling[1:] = (depth[:-1] >= depth[1:]) & (depth[1:] >= 1)
+    by_depth = np.lexsort((k, depth))  # each depth's events in start order
+    prev = np.empty(s.size, dtype=np.int64)
+    prev[by_depth[1:]] = by_depth[:-1]
+    prev[by_depth[0]] = -1
+    in_op = np.zeros(s.size, dtype=bool)  # the parent is an operator
+    for d in range(1, int(depth.max()) + 1):
+        at_d = np.flatnonzero(depth == d)
+        parents = np.flatnonzero(depth == d - 1)
+        if at_d.size and parents.size:
+            p = parents[np.maximum(np.searchsorted(parents, at_d) - 1, 0)]
+            in_op[at_d] = op[p] & (p < at_d)
+    ok = has_sibling & in_op & (prev >= 0) & (depth[np.maximum(prev, 0)] == depth)
+    gaps = s[ok] - e[prev[ok]]
+    return gaps[(gaps >= 0) & (gaps < _GAP_CAP_NS)]
+
+
+def combined(costs: list[EventCost]) -> EventCost:
+    """One trace's cost from its parts' (a trace analysed in parts): the median of the ends the
+    parts measured, their gaps summed; ``DEFAULT`` where none measured."""
+    got = [c for c in costs if c.source == "measured"]
+    if not got:
+        return DEFAULT
+    med = lambda xs: float(np.median(xs))  # noqa: E731
+    return EventCost(lo_us=med([c.lo_us for c in got]), hi_us=med([c.hi_us for c in got]), source="measured",
+                     gap_us=med([c.gap_us for c in got]), inside_us=med([c.inside_us for c in got]),
+                     pairs=sum(c.pairs for c in got))
+
+
+def cost_at(bounds: tuple[float, float], alpha: float) -> float:
+    """The per-event cost at ``alpha`` of its range (0: the low end, 1: the high end), on a log
+    scale: the range spans 25x for Python frames (0.2-5 us), and its middle, 1 us, is what a
+    rerun measured (0.2-1 us a frame, tests/data/realistic/rerun). A measured operator range's
+    middle sits by its gaps' median plus the part inside (1.63 us for 1.29-2.07 on the H100's
+    generate() at batch 1, where they sum to 1.66 and the bare tokens put 1.78 us on an event)."""
+    lo, hi = bounds
+    return lo * (hi / lo) ** alpha

@@ -1,0 +1,121 @@
+"""The profiler's per-event cost, measured from the trace (``analysis.timeline.event_cost``), on
+traces recorded on an H100 beside bare timings of the same program (tests/data/inference/h100)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+import proflab
+from proflab.analysis.timeline.event_cost import DEFAULT, EventCost, combined, cost_at, measure
+
+H100 = Path(__file__).parent / "data" / "inference" / "h100"
+TRUTH = {c["case"]: c for c in json.loads((H100 / "truth.json").read_text())["cases"]}
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return {}
+
+
+def _report(reports, case: str):
+    if case not in reports:
+        reports[case] = proflab.analyze(proflab.load(H100 / f"{case}.pt.trace.json.gz"))
+    return reports[case]
+
+
+def _bare_itl_ms(case: str) -> float:
+    return statistics.median(x for r in TRUTH[case]["bare_runs"] for x in r["itl_ms"])
+
+
+def test_the_cost_the_bare_tokens_put_on_an_event_lies_in_the_measured_range(reports):
+    """generate() with the dynamic cache at batch 1: the profiled inter-token time less the bare
+    one, over the events of a token, is what each recorded event cost (1.78 us); the range the
+    trace's own gaps give holds it, and its middle is within 10% of it (the gaps' median plus the
+inside, 1.66 us, too). The model's fixed range
+    (2-9 us) does not hold it."""
+    cost = measure(proflab.load(H100 / "cache-b1.pt.trace.json.gz"))
+    assert cost.source == "measured" and cost.pairs > 5000
+    lat = _report(reports, "cache-b1").summary["inference"]["latency"]
+    per_event_us = (lat["itl_median_ms"] - _bare_itl_ms("cache-b1")) / lat["events_per_decode_forward"] * 1e3
+    assert per_event_us == pytest.approx(1.78, abs=0.02)
+    assert cost.lo_us < per_event_us < cost.hi_us
+    assert cost_at((cost.lo_us, cost.hi_us), 0.5) == pytest.approx(per_event_us, rel=0.10)
+    assert not DEFAULT.lo_us <= per_event_us <= DEFAULT.hi_us
+    assert cost.lo_us < cost.gap_us + cost.inside_us < cost.hi_us and 0 < cost.inside_us < cost.gap_us
+
+
+@pytest.mark.parametrize("case", ["cache-b8", "cache-b32", "static-compile-b1"])
+def test_the_unprofiled_latency_is_within_10_percent_of_the_bare_run(reports, case):
+    """TTFT, TPOT and tokens/s with the measured per-event cost taken off each forward, against
+    the same generate() timed bare with CUDA events (issue 57's bar), on three of the nine
+    156 M-parameter cases; the report states the cost it took off."""
+    lat = _report(reports, case).summary["inference"]["latency"]
+    bare = TRUTH[case]["bare_median"]
+    assert lat["unprofiled_tpot_ms"] == pytest.approx(bare["tpot_ms"], rel=0.10)
+    assert lat["unprofiled_ttft_ms"] == pytest.approx(bare["ttft_ms"], rel=0.10)
+    assert lat["unprofiled_output_tokens_per_s"] == pytest.approx(bare["output_tokens_per_s"], rel=0.10)
+    assert lat["tpot_ms"] > 1.2 * bare["tpot_ms"]  # (the profiled figure is not: the profiler's cost is in it)
+    assert "us) taken off each forward's interval" in lat["unprofiled_basis"]
+
+
+@pytest.mark.xfail(strict=True, reason="a known miss: bare, this batch-1 run's tokens were 1.2 ms faster than batch 8's "
+                   "(5.31 against 6.69 ms) with the same events a token; the estimate, 7.77 ms, is near batch 8's (7.09); "
+                   "and without a cache TTFT is 18-26% high at every batch (benchmarks/inference_truth.py)")
+def test_the_unprofiled_tpot_of_generate_without_a_cache_at_batch_1(reports):
+    lat = _report(reports, "nocache-b1").summary["inference"]["latency"]
+    assert lat["unprofiled_tpot_ms"] == pytest.approx(TRUTH["nocache-b1"]["bare_median"]["tpot_ms"], rel=0.10)
+
+
+def test_the_observer_states_the_cost_it_used(reports):
+    obs = _report(reports, "cache-b1").summary["observer"]
+    assert obs["event_cost"]["source"] == "measured"
+    lo, hi = obs["event_cost"]["per_event_cost_us"]
+    # the profiler's cost per step is the step's events at the range's ends
+    assert obs["profiler_cost_ms_lo"] == pytest.approx(obs["events_per_step"] * lo / 1e3, rel=0.02)
+    assert obs["profiler_cost_ms_hi"] == pytest.approx(obs["events_per_step"] * hi / 1e3, rel=0.02)
+
+
+def test_without_nested_operators_the_model_range_stays(tmp_path):
+    """Operators one after another, none inside another (no C++ operator calls another): the
+    gaps between them hold the program's Python, not the profiler's callbacks alone, so the
+    trace says nothing and the model's range (observer.EVENT_COST_US) is used."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10.0 * i, "dur": 2.0}
+              for i in range(1000)]
+    f = tmp_path / "flat.pt.trace.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    assert measure(proflab.load(f)) == DEFAULT
+
+
+def test_nested_operators_give_the_gaps_between_siblings(tmp_path):
+    """``aten::linear`` calling ``aten::t`` (which calls ``aten::view``) then ``aten::addmm``, 400
+    times: the gap between ``aten::t``'s end and ``aten::addmm``'s start (1.0 or 3.0 us in turn)
+    is the measurement, not the one from the view's end (inside ``aten::t``); the views' 0.4 us are
+    the part inside; the 20 us between two linears (the program's Python) are not counted."""
+    events, t = [], 0.0
+    for i in range(400):
+        gap = 1.0 if i % 2 else 3.0
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": "aten::linear", "pid": 1, "tid": 7, "ts": t, "dur": 10.0},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::t", "pid": 1, "tid": 7, "ts": t + 0.5, "dur": 1.0},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::view", "pid": 1, "tid": 7, "ts": t + 0.6, "dur": 0.4},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::addmm", "pid": 1, "tid": 7, "ts": t + 1.5 + gap, "dur": 5.0},
+        ]
+        t += 30.0
+    f = tmp_path / "nested.pt.trace.json"
+    f.write_text(json.dumps({"traceEvents": events}))
+    cost = measure(proflab.load(f))
+    assert cost.source == "measured" and cost.pairs == 400
+    assert cost.inside_us == pytest.approx(0.4)
+    assert (cost.lo_us, cost.hi_us) == pytest.approx((1.0 + 0.4, 3.0 + 0.4))
+
+
+def test_parts_combine_to_the_median_of_their_ends():
+    a = EventCost(1.0, 2.0, "measured", gap_us=0.8, inside_us=0.4, pairs=300)
+    b = EventCost(1.4, 3.0, "measured", gap_us=1.0, inside_us=0.5, pairs=500)
+    c = combined([a, b, DEFAULT])
+    assert (c.lo_us, c.hi_us, c.pairs, c.source) == (1.2, 2.5, 800, "measured")
+    assert combined([DEFAULT]) == DEFAULT == combined([])
