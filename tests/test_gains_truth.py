@@ -49,19 +49,10 @@ def test_the_predicted_gain_meets_the_measured_one(row):
     assert r["within"], r
 
 
-# Without the measured step, the per-event cost is the trace's own (analysis.timeline.event_cost);
-# where the trace's gaps put it below what the run spent, a host fix is over-predicted.
-ESTIMATED_MISSES = {
-    "foreach_adam / fused": "the per-parameter optimizer's gaps put 1.4-2.5 us on an event where its measured step "
-    "put 3.3 us: the unprofiled host is over-estimated and the fused optimizer's gain with it (5.96 ms predicted, "
-    "3.60 measured)",
-}
-
-
-@pytest.mark.parametrize("row", _marked(ROWS, ESTIMATED_MISSES), ids=lambda r: r.label.replace(" / ", "-"))
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.label.replace(" / ", "-"))
 def test_without_the_measured_step_a_prediction_is_a_lower_bound_whose_range_holds_the_truth(row):
     """A plain trace, the bare step estimated: the gain must survive the profiler's largest
-    plausible cost (the high end of the range the trace's own gaps give), so it is a lower bound
+    plausible cost, so it is a lower bound
     (never more than the tolerance above the measured saving), and where a finding names the
     fix, its range over that cost reaches the measured saving (or the bound is already within
     the tolerance)."""
@@ -107,6 +98,12 @@ THIRD_PARTY_MISSES = {
     "claimed (the replay leaves the launch-bound step as it is), 0.2 points past the 3-point tolerance",
     "generate l-b1 / nocache -> cache": "at TinyLlama's shape the cache made each token 16.8 ms slower, bare (its own "
     "host work); nothing is claimed, which is right, but a loss is not predicted",
+    # the report half's second set (recorded and analysed once, after the per-event cost was measured from traces)
+    "hf_llama / tf32 -> bf16": "bf16 saved 4.23 ms of 42.31 (10%); the datasheet ratio's range without shapes (0-15.43 ms) "
+    "holds it, its middle (8.09) 9.1 points over, past the 3-point tolerance of a small saving",
+    "generate l2-b1 / cache -> static-compile": "TinyLlama's shape at batch 1: the unprofiled token is estimated at "
+    "18.4 ms where bare it took 12.6 (the trace's gaps under-state this run's per-event cost), so the launch gain "
+    "(13.66 ms) is over the measured 9.62; at batch 8 the same estimate holds (12.80 against 13.27)",
 }
 
 

@@ -203,7 +203,8 @@ def step_figures(trace: Trace, step_table: pl.DataFrame, blocking: pl.DataFrame,
     events_r, python_r = events - events_q, python - python_q
     floor = (events_r * FLOOR_OP_US + launch_n * FLOOR_LAUNCH_US) / 1e3
 
-    per_event = EVENT_COST_US if event_cost is None else (event_cost.lo_us, event_cost.hi_us)
+    measured = event_cost is not None and event_cost.source == "measured"
+    per_event = (event_cost.lo_us, event_cost.hi_us) if measured else EVENT_COST_US
 
     def cost(ev, pyf, end: int) -> np.ndarray:
         return (ev * per_event[end] + pyf * PYTHON_COST_US[end]) / 1e3
