@@ -143,10 +143,6 @@ class Context:
         """The trace's Python frames, indexed for source-line lookups (empty without stacks)."""
         return FrameIndex(self.trace)
 
-    @cached_property
-    def _measured_event_cost(self) -> _event_cost.EventCost:
-        return _event_cost.measure(self.trace)
-
     @_table
     def event_cost(self) -> _event_cost.EventCost:
         """The profiler's cost per recorded host event (see ``analysis.timeline.event_cost``):
@@ -156,7 +152,7 @@ class Context:
         H200, another PyTorch) the gaps put 2.3-4.9 us on an event where those loops' measured
         host time says less, and a measured step's calibration found 3.3 us where a
         per-parameter optimizer's gaps said 1.4-2.5."""
-        cost = self._measured_event_cost if self.inference.found else _event_cost.DEFAULT
+        cost = _event_cost.measure(self.trace) if self.inference.found else _event_cost.DEFAULT
         if self.part_digest is not None:
             self.part_digest["event_cost"] = cost
         return cost
@@ -219,8 +215,7 @@ class Context:
         if self.part_digest is not None:  # a generation's forwards would be cut at the parts' seams
             return Inference(pl.DataFrame(), missing=("a trace read in parts: the generation loop is not analysed",))
         # (its kernels from the trace: the kernel rows are freed)
-        cost = self._measured_event_cost
-        return inference_view(self.trace, self.launches, regions=self.regions[0], event_cost_us=(cost.lo_us, cost.hi_us))
+        return inference_view(self.trace, self.launches, regions=self.regions[0])
 
     @property
     def has_launch_links(self) -> bool:

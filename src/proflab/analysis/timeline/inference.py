@@ -69,6 +69,7 @@ from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
 from proflab.analysis.timeline.event_cost import cost_at
+from proflab.analysis.timeline.event_cost import measure as measure_event_cost
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
@@ -203,14 +204,14 @@ def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
 
 
 def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None,
-                   regions: pl.DataFrame | None = None, event_cost_us: tuple[float, float] = EVENT_COST_US) -> Inference:
+                   regions: pl.DataFrame | None = None, event_cost_us: tuple[float, float] | None = None) -> Inference:
     """The generation loop in ``trace`` (see the module doc). ``launches``: host launch calls by
     correlation (``gaps.launch_calls``); ``kernel_rows``: the kernels with their launch
     (``kernels.kernel_rows``), for each forward's GPU time; by default the trace's own kernels
     (the analysis frees its kernel rows once their readers have what they need); ``regions``: the
     compiled ranges (``compiled.region_spans``) where already found; ``event_cost_us``: the
-    profiler's cost per recorded event, low and high (``event_cost.measure``), which the
-    unprofiled latency takes off."""
+    profiler's cost per recorded event, low and high, which the unprofiled latency takes off (by
+    default measured from the trace, ``event_cost.measure``, once a generation loop is found)."""
     missing: list[str] = []
     # (every report asks: a trace recorded without shapes, most of them, is told so before any copy)
     if trace.cpu.height and not trace.cpu.get_column("input_dims").is_not_null().any():
@@ -355,6 +356,9 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         missing.append(f"no datasheet peaks for the device ({dev.get('name') or 'unnamed'}): no MBU or MFU")
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
+    if event_cost_us is None:
+        cost = measure_event_cost(trace)
+        event_cost_us = (cost.lo_us, cost.hi_us)
     lat = _latency(frame, event_cost_us)
     if frame.height and frame["phase"][0] == "decode":
         missing.append("the trace starts inside a generation (its first forward decodes over a context already there): "
