@@ -32,6 +32,7 @@ import argparse
 import compileall
 import gzip
 import json
+import lzma
 import shutil
 import statistics
 import sys
@@ -47,20 +48,21 @@ TARGET_X = 2.0
 
 
 def real_traces(under: list[Path]) -> list[Path]:
-    """The Kineto traces (``*.pt.trace.json``, ``.gz`` or not) under these folders."""
+    """The Kineto traces (``*.pt.trace.json``, plain, ``.gz`` or ``.xz``) under these folders."""
     found = []
     for d in under:
-        found += [p for p in d.rglob("*.json*") if p.name.endswith((".trace.json", ".trace.json.gz"))]
+        found += [p for p in d.rglob("*.json*") if p.name.endswith((".trace.json", ".trace.json.gz", ".trace.json.xz"))]
     return sorted(set(found))
 
 
 def plain(trace: Path, work: Path) -> Path:
     """The trace as plain JSON in ``work`` (decompressed once; kept for the next run)."""
     rel = trace.resolve().relative_to(ROOT) if trace.resolve().is_relative_to(ROOT) else Path(trace.name)
-    out = work / "plain" / str(rel).removesuffix(".gz").replace("/", "__")
+    out = work / "plain" / str(rel).removesuffix(".gz").removesuffix(".xz").replace("/", "__")
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        with (gzip.open if trace.name.endswith(".gz") else open)(trace, "rb") as src, open(out, "wb") as dst:
+        opener = gzip.open if trace.name.endswith(".gz") else lzma.open if trace.name.endswith(".xz") else open
+        with opener(trace, "rb") as src, open(out, "wb") as dst:
             shutil.copyfileobj(src, dst)
     return out
 

@@ -238,10 +238,17 @@ def predict(row: Row, *, measured_bare: bool = True) -> dict:
     t = truth()[row.program]
     base = t["bare"]["base"]["median_ms"]
     m = t["measured"][row.fix]
-    report = proflab.analyze(proflab.load(GAINS / f"{row.program}.base.pt.trace.json.gz"),
+    report = proflab.analyze(proflab.load(_committed(GAINS, f"{row.program}.base")),
                              bare_step_ms=base if measured_bare else None)  # fmt: skip
     gain, source, rng = _finding_gain(report, row.finding, row.part)
     return _row(row.label, "tune", source, base, m["gain_ms"], tuple(m["ci95_ms"]), gain, rng)
+
+
+def _committed(folder: Path, stem: str) -> Path:
+    """A committed trace: ``<stem>.pt.trace.json.xz`` where the large ones were recompressed,
+    else ``.pt.trace.json.gz``."""
+    xz = folder / f"{stem}.pt.trace.json.xz"
+    return xz if xz.is_file() else folder / f"{stem}.pt.trace.json.gz"
 
 
 def _saving(a: list[float], b: list[float], n: int = 2000) -> tuple[float, tuple[float, float]]:
@@ -268,7 +275,7 @@ def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
     measured, ci = _saving(before, after)
     base = bare[row.base]["median_ms"]
     run = THIRD / f"{row.program}.{row.base}"
-    report = proflab.analyze(proflab.load(run / "traces" / f"{row.program}.{row.base}.pt.trace.json.gz"),
+    report = proflab.analyze(proflab.load(run / "traces" / f"{row.program}.{row.base}.pt.trace.json.xz"),
                              bare_step_ms=base if measured_bare else None)  # fmt: skip
     gain, source, rng = _finding_gain(report, row.finding, row.part)
     return _row(row.label, row.half, source, base, measured, ci, gain, rng)
@@ -287,7 +294,7 @@ def predict_gen(row: GenRow) -> dict:
     itl = [[x for r in case["bare_runs"] for x in r["itl_ms"]] for case in (before, after)]
     measured, ci = _saving(*itl)
     base = statistics.median(itl[0])
-    report = proflab.analyze(proflab.load(INFERENCE / f"{row.case}{row.base}-b{row.batch}.pt.trace.json.gz"))
+    report = proflab.analyze(proflab.load(INFERENCE / f"{row.case}{row.base}-b{row.batch}.pt.trace.json.xz"))
     gain, source, rng = _finding_gain(report, row.finding)
     f = next((f for f in report.findings if f.id == row.finding), None)
     if f is not None and (f.prediction or {}).get("per") == "generation":

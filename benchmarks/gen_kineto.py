@@ -81,10 +81,14 @@ def is_id(value: Any) -> bool:
 
 
 def read_trace(path: Path) -> dict[str, Any]:
-    """Load a ``.json`` or ``.json.gz`` trace."""
+    """Load a ``.json``, ``.json.gz`` or ``.json.xz`` trace."""
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
+    elif raw[:6] == b"\xfd7zXZ\x00":
+        import lzma
+
+        raw = lzma.decompress(raw)
     return orjson.loads(raw)
 
 
@@ -409,7 +413,7 @@ def generate(src: Path, out: Path, size_mb: float | None = None, steps: int | No
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("src", type=Path, help="recorded Kineto trace (.json or .json.gz)")
+    ap.add_argument("src", type=Path, help="recorded Kineto trace (.json, .json.gz or .json.xz)")
     ap.add_argument("out", type=Path, help="output trace (.json, or .json.gz to compress)")
     size = ap.add_mutually_exclusive_group(required=True)
     size.add_argument("--size-mb", type=float, help="approximate uncompressed size in MB (10^6 bytes)")

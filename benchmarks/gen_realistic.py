@@ -57,6 +57,10 @@ def read_trace(path: Path) -> dict[str, Any]:
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
+    elif raw[:6] == b"\xfd7zXZ\x00":
+        import lzma
+
+        raw = lzma.decompress(raw)
     return msgspec.json.decode(raw)
 
 

@@ -28,10 +28,11 @@ def rows(data: Path) -> list[dict]:
     out = []
     for case in json.loads((data / "truth.json").read_text())["cases"]:
         name, bare = case["case"], case["bare_median"]
-        if not (data / f"{name}.pt.trace.json.gz").exists():
+        trace = next((t for t in (data / f"{name}.pt.trace.json.xz", data / f"{name}.pt.trace.json.gz") if t.exists()), None)
+        if trace is None:
             print(f"{name}: bare timings only (its trace is not kept in the repository)", file=sys.stderr)
             continue
-        rep = proflab.analyze(proflab.load(data / f"{name}.pt.trace.json.gz"))
+        rep = proflab.analyze(proflab.load(trace))
         lat = (rep.summary.get("inference") or {}).get("latency") or {}
         lo, hi = lat.get("unprofiled_itl_median_ms_range") or (None, None)
         out.append({"case": name, "bare_ttft_ms": bare["ttft_ms"], "bare_tpot_ms": bare["tpot_ms"],

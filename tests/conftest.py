@@ -18,14 +18,14 @@ KINETO_DIR = DATA_DIR / "kineto"
 
 # CPU-only traces (activities=[CPU]): no kernel, memcpy or memset events at all.
 CPU_TRACE_NAMES = ("cpu_only_train", "cpu_tiny")
-_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
+_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json.xz", ".pt.trace.json", ".json.gz", ".json.xz", ".json")
 
 
 def kineto_traces() -> list[Path]:
     """Every recorded Kineto trace file, sorted by name."""
     if not KINETO_DIR.is_dir():
         return []
-    return sorted(p for p in KINETO_DIR.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    return sorted(p for p in KINETO_DIR.iterdir() if p.is_file() and p.name.endswith((".json", ".json.gz", ".json.xz")))
 
 
 def trace_name(path: Path) -> str:

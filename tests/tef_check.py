@@ -39,6 +39,10 @@ def load(path) -> dict:
     raw = Path(path).read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
+    elif raw[:6] == b"\xfd7zXZ\x00":
+        import lzma
+
+        raw = lzma.decompress(raw)
     return json.loads(raw, parse_constant=_bad_constant)
 
 

@@ -277,7 +277,7 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(subprocess.call([sys.executable, "-m", "pytest", "-q", __file__]))
 
 
-REALISTIC = sorted((HERE / "data" / "realistic").glob("*.pt.trace.json.gz"))
+REALISTIC = sorted((HERE / "data" / "realistic").glob("*.pt.trace.json.[gx]z"))
 
 
 @pytest.mark.parametrize("path", REALISTIC, ids=[p.name.split(".pt.")[0] for p in REALISTIC])
@@ -330,7 +330,7 @@ def test_recorded_loops_of_24_steps_in_parts_keep_their_verdicts(name, share, co
     whole trace does: from each thread's last event in the parts before it (the autograd
     thread's idle since the step before) to the next part's first launch (the next batch's
     DataLoader fetch, at the next step's start)."""
-    path = LONG / f"{name}.light.pt.trace.json.gz"
+    path = LONG / f"{name}.light.pt.trace.json.xz"
     bare = json.loads((LONG / "ground_truth.json").read_text())["loops"][name]["bare"]["median_ms"]
     parts = proflab.analyze(path, all_parts=True, memory_budget=_kineto_budget(path, share), cache=False, bare_step_ms=bare).to_dict()
     whole = proflab.analyze(load(path, cache=False, budget=None), bare_step_ms=bare).to_dict()
@@ -346,7 +346,7 @@ def test_parts_shorter_than_a_step_say_the_profilers_cost_is_not_corrected():
     host-side gains are the observed idle (the launch-bound loop's 242 ms against 141 ms
     without the profiler), and the report says so where the gains are given, not that the
     trace has no steps."""
-    path = LONG / "mlp_foreach.light.pt.trace.json.gz"
+    path = LONG / "mlp_foreach.light.pt.trace.json.xz"
     bare = json.loads((LONG / "ground_truth.json").read_text())["loops"]["mlp_foreach"]["bare"]["median_ms"]
     parts = proflab.analyze(path, all_parts=True, memory_budget=_kineto_budget(path, 0.04), cache=False, bare_step_ms=bare).to_dict()
     assert parts["summary"]["step_count"] == 0 and parts["summary"]["observer"] is None
@@ -362,7 +362,7 @@ def test_a_part_holds_the_next_parts_host_events_up_to_its_first_launch(tmp_path
     nothing else; none after the last part (a Kineto trace's parts read from disk, an
     export's from SQLite)."""
     stepped = with_steps(_nsys("mfu_2gpu_before"), tmp_path / "s.sqlite", n=20, first=0)
-    path = LONG / "cnn_loader.light.pt.trace.json.gz"
+    path = LONG / "cnn_loader.light.pt.trace.json.xz"
     for got in (list(load_parts(path, budget=_kineto_budget(path, 0.15))), list(load_parts(stepped, budget=_export_budget(stepped)))):
         assert len(got) >= 3 and got[-1].next_part_host is None
         for a, b in zip(got, got[1:]):
@@ -397,7 +397,7 @@ def test_two_traces_compared_in_parts_compare_as_their_whole_analyses():
     comparison tables summed over them (``report.compare.combined_part``): the step times,
     their interval, the verdict, where the time moved, kernels, operators and ranges are the
     whole traces' comparison's (the DataLoader-fed loop against the per-parameter one)."""
-    a, b = LONG / "cnn_loader.light.pt.trace.json.gz", LONG / "mlp_foreach.light.pt.trace.json.gz"
+    a, b = LONG / "cnn_loader.light.pt.trace.json.xz", LONG / "mlp_foreach.light.pt.trace.json.xz"
     budget = min(_kineto_budget(a, 0.4), _kineto_budget(b, 0.4))
     parts = proflab.compare(a, b, all_parts=True, memory_budget=budget, cache=False)
     whole = proflab.compare(load(a, cache=False, budget=None), load(b, cache=False, budget=None))
@@ -416,9 +416,9 @@ def test_the_cli_compares_in_parts_from_the_report_cache_and_refuses_a_part(tmp_
     from proflab.cli import main
 
     monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
-    a, b = tmp_path / "a.pt.trace.json.gz", tmp_path / "b.pt.trace.json.gz"
-    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.gz", a)
-    shutil.copyfile(LONG / "mlp_foreach.light.pt.trace.json.gz", b)
+    a, b = tmp_path / "a.pt.trace.json.xz", tmp_path / "b.pt.trace.json.xz"
+    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.xz", a)
+    shutil.copyfile(LONG / "mlp_foreach.light.pt.trace.json.xz", b)
     budget = str(min(_kineto_budget(a, 0.4), _kineto_budget(b, 0.4)))
     got = []
     for flags in (["--all-parts"], [], ["--all-parts"]):
@@ -473,7 +473,7 @@ def test_the_timeline_combined_from_the_parts_is_the_whole_traces(name, share):
     from proflab.report.assemble import report_for
     from proflab.report.combine import report_in_parts
 
-    path = LONG / f"{name}.light.pt.trace.json.gz"
+    path = LONG / f"{name}.light.pt.trace.json.xz"
     ctx = Context(load(path, cache=False, budget=None))
     report_for(ctx)
     whole = overview(ctx)
@@ -500,8 +500,8 @@ def test_the_html_report_of_every_event(tmp_path, monkeypatch, capsys):
     from proflab.cli import main
 
     monkeypatch.setenv("PROFLAB_CACHE_DIR", str(tmp_path / "cache"))
-    path = tmp_path / "cnn.pt.trace.json.gz"
-    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.gz", path)
+    path = tmp_path / "cnn.pt.trace.json.xz"
+    shutil.copyfile(LONG / "cnn_loader.light.pt.trace.json.xz", path)
     budget = str(_kineto_budget(path, 0.15))
     pages = {}
     for name, argv in (("parts", ["report", str(path), "--all-parts", "--memory-budget", budget]),
@@ -517,7 +517,7 @@ def test_the_html_report_of_every_event(tmp_path, monkeypatch, capsys):
     for a, b in zip(charts["parts"], charts["whole"], strict=True):
         assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True) or _close_specs(a, b)
     capsys.readouterr()
-    for more, extra in (([], ["--steps", "5:9"]), ([str(LONG / "mlp_foreach.light.pt.trace.json.gz")], [])):
+    for more, extra in (([], ["--steps", "5:9"]), ([str(LONG / "mlp_foreach.light.pt.trace.json.xz")], [])):
         assert main(["report", str(path), *more, "--all-parts", *extra, "-o", str(tmp_path / "x.html")]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "--all-parts" in err and "Traceback" not in err

@@ -51,6 +51,21 @@ def _corrupt_gz(d: Path, trace: Path) -> Path:
     return p
 
 
+def _truncated_xz(d: Path, trace: Path) -> Path:
+    import lzma
+
+    raw = lzma.compress(_gz_payload(trace), preset=0)
+    p = d / "cut.pt.trace.json.xz"
+    p.write_bytes(raw[: len(raw) // 2])
+    return p
+
+
+def _corrupt_xz(d: Path, trace: Path) -> Path:
+    p = d / "corrupt.pt.trace.json.xz"
+    p.write_bytes(b"\xfd7zXZ\x00" + bytes(range(7, 250)) * 4)
+    return p
+
+
 def _json_middle_cut(d: Path, trace: Path) -> Path:
     data = _gz_payload(trace)
     mid = len(data) // 2
@@ -154,6 +169,8 @@ def _odd_value_then_malformed(d, trace):
 CASES = {
     "truncated-gz": (_truncated_gz, r"truncat|ends early|incomplete"),
     "corrupt-gzip": (_corrupt_gz, r"gzip|compress"),
+    "truncated-xz": (_truncated_xz, r"truncat|ends early|incomplete"),
+    "corrupt-xz": (_corrupt_xz, r"xz|compress"),
     "json-bytes-cut-from-middle": (_json_middle_cut, r"JSON|malformed"),
     "json-truncated": (_json_truncated, r"truncat|ends early"),
     "json-object-not-trace": (_not_a_trace_object, r"traceEvents|not a (profiler )?trace"),

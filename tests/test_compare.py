@@ -24,12 +24,13 @@ from proflab.cli import main
 DATA = Path(__file__).parent / "data"
 R = DATA / "realistic"
 RUNS = DATA / "runs"
+from committed import committed  # noqa: E402
 from shared_fixtures import NSYS  # noqa: E402
 GROUND = json.loads((R / "ground_truth.json").read_text())["loops"]
 
 
 def trace(loop: str, kind: str = "light") -> str:
-    return str(R / f"{loop}.{kind}.pt.trace.json.gz")
+    return str(committed(R, f"{loop}.{kind}"))
 
 
 _cache: dict = {}
@@ -294,7 +295,7 @@ REP = DATA / "repeats"
 
 
 def rep(run: int, loop: str) -> str:
-    return str(REP / f"run{run}" / f"{loop}.light.pt.trace.json.gz")
+    return str(committed(REP / f"run{run}", f"{loop}.light"))
 
 
 def rep_bare(run: int, loop: str) -> list[float]:
@@ -386,7 +387,7 @@ GAINS = DATA / "gains"
 
 
 def gains(name: str) -> str:
-    return str(GAINS / f"{name}.pt.trace.json.gz")
+    return str(committed(GAINS, name))
 
 
 def test_a_real_91_percent_change_is_improved():

@@ -19,7 +19,7 @@ TRUTH = json.loads((DATA / "compiled.json").read_text())["variants"]
 
 
 def _trace(variant: str) -> Path:
-    (t,) = (DATA / f"nanogpt-{variant}" / "traces").glob("*.pt.trace.json.gz")
+    (t,) = (DATA / f"nanogpt-{variant}" / "traces").glob("*.pt.trace.json.[gx]z")
     return t
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import proflab
 from proflab.analysis.timeline.event_cost import DEFAULT, EventCost, combined, cost_at, measure
+from committed import committed  # noqa: E402  (tests/, on the path)
 
 H100 = Path(__file__).parent / "data" / "inference" / "h100"
 TRUTH = {c["case"]: c for c in json.loads((H100 / "truth.json").read_text())["cases"]}
@@ -23,7 +24,7 @@ def reports():
 
 def _report(reports, case: str):
     if case not in reports:
-        reports[case] = proflab.analyze(proflab.load(H100 / f"{case}.pt.trace.json.gz"))
+        reports[case] = proflab.analyze(proflab.load(committed(H100, case)))
     return reports[case]
 
 
@@ -37,7 +38,7 @@ def test_the_cost_the_bare_tokens_put_on_an_event_lies_in_the_measured_range(rep
     trace's own gaps give holds it, and its middle is within 10% of it (the gaps' median plus the
 inside, 1.66 us, too). The model's fixed range
     (2-9 us) does not hold it."""
-    cost = measure(proflab.load(H100 / "cache-b1.pt.trace.json.gz"))
+    cost = measure(proflab.load(committed(H100, "cache-b1")))
     assert cost.source == "measured" and cost.pairs > 5000
     lat = _report(reports, "cache-b1").summary["inference"]["latency"]
     per_event_us = (lat["itl_median_ms"] - _bare_itl_ms("cache-b1")) / lat["events_per_decode_forward"] * 1e3

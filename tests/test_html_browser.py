@@ -107,7 +107,7 @@ def test_job_report_renders(chromium, tmp_path):
 
 
 def test_compare_report_renders(chromium, tmp_path):
-    page = _report(tmp_path, str(REALISTIC / "lm_fp32.light.pt.trace.json.gz"), str(REALISTIC / "lm_bf16.light.pt.trace.json.gz"),
+    page = _report(tmp_path, str(REALISTIC / "lm_fp32.light.pt.trace.json.xz"), str(REALISTIC / "lm_bf16.light.pt.trace.json.xz"),
                    command="compare")
     v = _open(chromium, page, "compare_fp32_bf16")
     assert v["verdict"].startswith("Verdict: improved")

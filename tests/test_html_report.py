@@ -239,7 +239,7 @@ def test_deep_dive_page_has_verdicts_and_roofline(data_dir):
 
 def test_compare_writes_html(tmp_path):
     out = tmp_path / "cmp.html"
-    rc = main(["compare", str(REALISTIC / "lm_fp32.light.pt.trace.json.gz"), str(REALISTIC / "lm_bf16.light.pt.trace.json.gz"),
+    rc = main(["compare", str(REALISTIC / "lm_fp32.light.pt.trace.json.xz"), str(REALISTIC / "lm_bf16.light.pt.trace.json.xz"),
                "-o", str(out)])
     assert rc == 0
     page = out.read_text(encoding="utf-8")

@@ -337,7 +337,7 @@ def test_on_an_h100_a_host_that_outlasts_the_gpu_hides_the_recomputation():
     the note says the host hides the work and gives the range."""
     h100 = Path(__file__).parent / "data" / "inference" / "h100"
     for b in (1, 8, 32):
-        rep = proflab.analyze(proflab.load(h100 / f"nocache-b{b}.pt.trace.json.gz"))
+        rep = proflab.analyze(proflab.load(h100 / f"nocache-b{b}.pt.trace.json.xz"))
         assert not [f for f in rep.findings if f.category == "kv_cache_recompute"], b
         (note,) = [m for m in rep.to_dict()["missing"] if m["signal"] == "recompute cost"]
         assert "outlasts the GPU" in note["reason"], note

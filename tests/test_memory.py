@@ -116,7 +116,7 @@ def test_report_contract(reports, report_schema):
 
 
 def test_no_memory_events_no_section():
-    rep = proflab.analyze(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.gz")
+    rep = proflab.analyze(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.xz")
     assert rep.memory is None and "memory" not in rep.to_dict()
     assert not _mem_findings(rep)
 
@@ -155,7 +155,7 @@ def test_cli_memory_section_and_plots(tmp_path, capsys):
 
 
 def test_cli_memory_without_events_is_one_line(tmp_path, capsys):
-    rc = main(["memory", str(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.gz")])
+    rc = main(["memory", str(Path(__file__).parent / "data" / "realistic" / "lm_bf16.light.pt.trace.json.xz")])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "no GPU memory" in err
 

@@ -12,7 +12,7 @@ THIRD = Path(__file__).parent / "data" / "thirdparty"
 
 
 def _missing(run: str) -> dict:
-    report = proflab.analyze(proflab.load(THIRD / run / "traces" / f"{run}.pt.trace.json.gz"))
+    report = proflab.analyze(proflab.load(THIRD / run / "traces" / f"{run}.pt.trace.json.xz"))
     return {m["signal"]: m["reason"] for m in report.to_dict()["missing"]}
 
 

@@ -11,7 +11,7 @@ import proflab
 from proflab.analysis.context import Context
 from proflab.analysis.overview import _longest, overview
 
-REAL = Path(__file__).parent / "data" / "realistic" / "lm_bf16.heavy.pt.trace.json.gz"
+REAL = Path(__file__).parent / "data" / "realistic" / "lm_bf16.heavy.pt.trace.json.xz"
 
 
 def test_longest_keeps_the_longest_rows_ties_to_the_earliest():

@@ -27,6 +27,7 @@ import pytest
 import proflab
 from proflab.analysis.context import Context
 from proflab.analysis.perf import causal_fraction, cost, counted_from, perf_for
+from committed import committed
 
 GAINS = Path(__file__).parent / "data" / "gains"
 TRUTH = json.loads((GAINS / "truth.json").read_text())
@@ -34,7 +35,7 @@ TRUTH = json.loads((GAINS / "truth.json").read_text())
 
 @pytest.fixture(scope="module")
 def perfs():
-    return {name: perf_for(Context(proflab.load(GAINS / f"{name}.base.shapes.pt.trace.json.gz")))
+    return {name: perf_for(Context(proflab.load(committed(GAINS, f"{name}.base.shapes"))))
             for name in ("gpt_char", "cnn_loader", "tf32_mlp")}
 
 
@@ -123,7 +124,7 @@ def test_gemm_achieved_tflops_against_nsight_compute():
     kernel: its operator's FLOPs are over its GEMM kernel alone, in both.)"""
     from proflab.analysis.perf.table import operator_table
 
-    tr = proflab.load(GAINS / "gpt_char.base.shapes.pt.trace.json.gz")
+    tr = proflab.load(GAINS / "gpt_char.base.shapes.pt.trace.json.xz")
     ctx = Context(tr)
     calls = operator_table(tr, ctx.launches).ops.filter(pl.col("cls") == "gemm")
     k = (tr.kernels.join(ctx.launches.select("correlation", "tid", "launch_start_ns"), on="correlation")
@@ -434,7 +435,7 @@ HOSTILE = "[bold red]x[/] <script>alert(1)</script> a|b `tick`\nINJECTED"
 def _hostile_report():
     import dataclasses
 
-    r = proflab.analyze(GAINS / "gpt_char.base.shapes.pt.trace.json.gz")
+    r = proflab.analyze(GAINS / "gpt_char.base.shapes.pt.trace.json.xz")
     p = json.loads(json.dumps(r.perf))
     p["top_ops"][0]["signature"] = HOSTILE
     p["unmodelled"][0]["op"] = HOSTILE

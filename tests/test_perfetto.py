@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import os
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ from proflab.report.assemble import report_for
 DATA_DIR = Path(__file__).resolve().parent / "data"
 KINETO_DIR = DATA_DIR / "kineto"
 REALISTIC = DATA_DIR / "realistic"
-SYNC = REALISTIC / "lm_sync_drain.light.pt.trace.json.gz"
+SYNC = REALISTIC / "lm_sync_drain.light.pt.trace.json.xz"
 RUN_DIR = DATA_DIR / "runs" / "20261122-074634-h100_cuda_train"
 
 
@@ -115,7 +116,7 @@ def test_sync_bound_slices_lie_over_the_sync_gaps_it_names(tmp_path):
 
 
 def test_the_original_events_are_kept_verbatim(tmp_path):
-    original = json.loads(gzip.decompress(SYNC.read_bytes()))
+    original = json.loads(lzma.decompress(SYNC.read_bytes()))
     _, _, doc = _marked(SYNC, tmp_path)
     n = len(original["traceEvents"])
     assert doc["traceEvents"][:n] == original["traceEvents"]
@@ -143,7 +144,7 @@ def test_gaps_steps_and_busy_counter_match_the_report(tmp_path):
     assert sum(busy[:-1]) / len(busy[:-1]) == pytest.approx(report.summary["gpu_busy_pct"], abs=1.5)
 
 
-_TRACES = sorted(REALISTIC.glob("*.light.pt.trace.json.gz")) + sorted(p for p in KINETO_DIR.glob("*.json.gz"))
+_TRACES = sorted(REALISTIC.glob("*.light.pt.trace.json.[gx]z")) + sorted(p for p in KINETO_DIR.glob("*.json.gz"))
 
 
 @pytest.mark.parametrize("path", _TRACES, ids=lambda p: p.name.split(".")[0])
@@ -197,9 +198,11 @@ def test_cli_sliced_read_writes_the_model_events(tmp_path, capsys):
 
 def test_report_and_html_output_write_the_marked_trace_beside_the_page(tmp_path, capsys):
     for argv in (["report", str(SYNC), "-o", str(tmp_path / "a.html"), "--perfetto", str(tmp_path / "a.json")],
-                 ["analyze", str(SYNC), "-o", str(tmp_path / "b.html"), "--perfetto", str(tmp_path / "b.json.gz")]):
+                 ["analyze", str(SYNC), "-o", str(tmp_path / "b.html"), "--perfetto", str(tmp_path / "b.json.gz")],
+                 ["analyze", str(SYNC), "-o", str(tmp_path / "d.html"), "--perfetto", str(tmp_path / "d.json.xz")]):
         assert main(argv) == 0
-    for name in ("a.json", "b.json.gz"):
+    assert (tmp_path / "b.json.gz").read_bytes()[:2] == b"\x1f\x8b" and (tmp_path / "d.json.xz").read_bytes()[:6] == b"\xfd7zXZ\x00"
+    for name in ("a.json", "b.json.gz", "d.json.xz"):
         doc = tef_check.load(tmp_path / name)
         assert tef_check.check(doc) == []
         assert any(str(e.get("name", "")).startswith("sync_bound") for e in doc["traceEvents"])
@@ -209,7 +212,7 @@ def test_report_and_html_output_write_the_marked_trace_beside_the_page(tmp_path,
 
 
 def test_cli_refuses_to_overwrite_the_input_and_keeps_old_output_on_failure(tmp_path, capsys):
-    src = tmp_path / "t.pt.trace.json.gz"
+    src = tmp_path / "t.pt.trace.json.xz"
     shutil.copy(SYNC, src)
     before = src.read_bytes()
     assert main(["analyze", str(src), "--perfetto", str(src)]) == 2
@@ -285,7 +288,7 @@ def test_the_marked_trace_written_on_the_h100_is_valid_and_marked():
 def test_bare_array_input_is_copied_and_a_mistyped_one_is_not(tmp_path):
     """The Chrome "JSON array" form is copied verbatim; an input with an event a viewer would
     reject (a string dur, which proflab's tolerant reader reads anyway) gets the model's events."""
-    events = json.loads(gzip.decompress(SYNC.read_bytes()))["traceEvents"]
+    events = json.loads(lzma.decompress(SYNC.read_bytes()))["traceEvents"]
     bare = tmp_path / "bare.pt.trace.json"
     bare.write_text(json.dumps(events))
     _, _, doc = _marked(bare, tmp_path)
@@ -309,17 +312,21 @@ def test_model_events_name_their_processes_and_streams(tmp_path):
         assert (pid, 0, f"host process {pid}") in names
 
 
-@pytest.mark.parametrize("plain", [False, True], ids=["gzip", "plain"])
-def test_the_original_is_checked_and_copied_a_slice_at_a_time(tmp_path, plain, monkeypatch):
+_PACKED = {"gzip": (".gz", gzip.compress), "xz": (".xz", lambda b: lzma.compress(b, preset=0)), "plain": ("", lambda b: b)}
+
+
+@pytest.mark.parametrize("form", list(_PACKED))
+def test_the_original_is_checked_and_copied_a_slice_at_a_time(tmp_path, form, monkeypatch):
     """A trace in Kineto's layout is checked slice by slice and its events copied from the
     file when written (``_streamed``): the same fields and the same bytes between the
     brackets as the whole document gives, here with slices small enough to be many."""
     from proflab.render import perfetto
 
     monkeypatch.setattr(perfetto, "_COPY_BYTES", 64 * 1024)
-    data = gzip.decompress(SYNC.read_bytes())
-    path = tmp_path / ("t.pt.trace.json" if plain else "t.pt.trace.json.gz")
-    path.write_bytes(data if plain else SYNC.read_bytes())
+    suffix, pack = _PACKED[form]
+    data = lzma.decompress(SYNC.read_bytes())
+    path = tmp_path / f"t.pt.trace.json{suffix}"
+    path.write_bytes(pack(data))
     got = perfetto._streamed(path)
     assert got is not None
     whole = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
@@ -329,5 +336,5 @@ def test_the_original_is_checked_and_copied_a_slice_at_a_time(tmp_path, plain, m
     # an event a viewer would reject: not streamed, so the whole-document path says which
     bad = data.replace(b'"ph": "X"', b'"ph": "?"', 1)
     assert bad != data
-    path.write_bytes(bad if plain else gzip.compress(bad))
+    path.write_bytes(pack(bad))
     assert perfetto._streamed(path) is None

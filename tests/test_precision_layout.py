@@ -23,7 +23,7 @@ THIRD = Path(__file__).parent / "data" / "thirdparty"
 
 def _trace(run: str):
     program = run.split(".")[0]
-    return proflab.load(THIRD / run / "traces" / f"{run}.pt.trace.json.gz"), program
+    return proflab.load(THIRD / run / "traces" / f"{run}.pt.trace.json.xz"), program
 
 
 @pytest.fixture(scope="module")

@@ -254,6 +254,99 @@ def test_gzip_is_decompressed_a_read_at_a_time(monkeypatch, tmp_path, inflater):
 
 
 
+def test_xz_is_decompressed_a_read_at_a_time(monkeypatch, tmp_path):
+    """An .xz file as a .gz one: in pieces of at most one read, nothing lost at the end of
+    one stream or of several (with the null padding xz allows between them), and corrupt or
+    truncated data the one-line error naming the file."""
+    import lzma
+
+    from proflab.errors import CorruptInput, TruncatedInput
+    from proflab.readers import _slices
+
+    monkeypatch.setattr(_slices, "_READ_BYTES", 1 << 20)
+    data = b'{"traceEvents": [' + b" " * (6 << 20) + b"]}"
+    for streams in (1, 3):
+        path = tmp_path / f"t{streams}.json.xz"
+        path.write_bytes(b"\0\0\0\0".join(lzma.compress(data, preset=0) for _ in range(streams)))
+        chunks = list(_slices.byte_chunks(path))
+        assert max(map(len, chunks)) <= 1 << 20
+        assert b"".join(chunks) == data * streams
+    whole = lzma.compress(b'{"traceEvents": [' + bytes(range(256)) * 4096 + b"]}", preset=0)
+    bad = bytearray(whole)
+    bad[len(bad) // 2 : len(bad) // 2 + 64] = b"\xff" * 64
+    (tmp_path / "bad.json.xz").write_bytes(bytes(bad))
+    with pytest.raises(CorruptInput, match=r"bad\.json\.xz.*corrupt xz data"):
+        list(_slices.byte_chunks(tmp_path / "bad.json.xz"))
+    (tmp_path / "cut.json.xz").write_bytes(whole[:-8])
+    with pytest.raises(TruncatedInput, match=r"cut\.json\.xz.*truncated"):
+        list(_slices.byte_chunks(tmp_path / "cut.json.xz"))
+
+
+def test_xz_size_is_read_from_its_index(tmp_path):
+    """An xz file's JSON bytes come from its streams' indexes, exactly: empty to several MiB,
+    one stream or several with padding between them, one block or many (``xz`` itself with
+    ``--block-size``, where the tool is installed); a file whose index does not add up is
+    estimated instead, on the large side."""
+    import lzma
+    import random
+    import shutil
+    import subprocess
+
+    from proflab.readers._kineto_size import _XZ_RATIO, json_bytes
+
+    rng = random.Random(0)
+    words = [bytes(rng.choices(b"abcdefghij{}:,\" 0123456789", k=rng.randrange(1, 12))) for _ in range(500)]
+    for n in (0, 1, 4095, 300_000, 2_000_000):
+        data = b" ".join(rng.choices(words, k=n // 6 + 1))[:n]
+        one = lzma.compress(data, preset=0)
+        several = lzma.compress(data[:7], preset=0) + bytes(8) + one + bytes(4)
+        for name, blob, raw in (("one", one, n), ("several", several, min(n, 7) + n)):
+            path = tmp_path / f"{n}.{name}.json.xz"
+            path.write_bytes(blob)
+            assert json_bytes(path) == (raw, True), (n, name)
+        if shutil.which("xz") and n:
+            plain = tmp_path / f"{n}.json"
+            plain.write_bytes(data)
+            subprocess.run(["xz", "-0", "--block-size=65536", str(plain)], check=True)
+            assert json_bytes(plain.with_name(plain.name + ".xz")) == (n, True)
+    cut = tmp_path / "cut.json.xz"
+    cut.write_bytes((tmp_path / "300000.one.json.xz").read_bytes()[:-20])
+    assert json_bytes(cut) == (_XZ_RATIO * cut.stat().st_size, True)
+
+
+def test_xz_trace_reads_as_its_gzip_twin(tmp_path, capsys):
+    """A trace recompressed to xz is the same trace: the same report, named by the file, found
+    in a folder of traces beside its gzip twin, and in a run directory, whose process record
+    names it."""
+    import lzma
+    import shutil
+
+    from proflab.cli import main
+    from proflab.readers import expand_paths
+    from proflab.readers.rundir import step_times_of
+
+    gz = tmp_path / "h2d.pt.trace.json.gz"
+    gz.write_bytes((KINETO / "pageable_h2d.pt.trace.json.gz").read_bytes())
+    xz = tmp_path / "h2d.pt.trace.json.xz"
+    xz.write_bytes(lzma.compress(gzip.decompress(gz.read_bytes()), preset=0))
+    assert kineto.sniff(xz)
+    reports = []
+    for path in (gz, xz):
+        assert main(["analyze", str(path), "-f", "json", "--no-cache"]) == 0
+        reports.append(capsys.readouterr().out.replace(str(path), "TRACE"))
+    assert reports[0] == reports[1] and json.loads(reports[0])["findings"]
+    assert expand_paths([tmp_path]) == [gz, xz]
+    run = tmp_path / "run"
+    (run / "traces").mkdir(parents=True)
+    (run / "processes").mkdir()
+    (run / "meta.json").write_text("{}")
+    shutil.copy(xz, run / "traces" / xz.name)
+    steps = {"bare_n": 20, "bare_ms": 5.0}
+    (run / "processes" / "1.json").write_text(json.dumps({"traces": [f"traces/{xz.name}"], "step_times": steps}))
+    assert expand_paths([run]) == [run / "traces" / xz.name]
+    assert step_times_of(run / "traces" / xz.name) == steps
+
+
 def test_gzip_falls_back_on_zlib_without_isal(monkeypatch):
     """Where ISA-L is not installed (no wheel for the machine) zlib inflates. (The missing
     package is made by hiding it from the import system: it is installed here.)"""

@@ -53,7 +53,7 @@ _FIXES = (
 
 @pytest.mark.parametrize(
     "path",
-    sorted(glob.glob(str(DATA / "gains" / "*.base.pt.trace.json.gz"))) + sorted(glob.glob(str(DATA / "realistic" / "*.light.pt.trace.json.gz"))),
+    sorted(glob.glob(str(DATA / "gains" / "*.base.pt.trace.json.[gx]z"))) + sorted(glob.glob(str(DATA / "realistic" / "*.light.pt.trace.json.[gx]z"))),
     ids=lambda p: Path(p).name.split(".pt.")[0],
 )
 def test_a_recorded_trace_replays_the_same_under_every_fix(path, monkeypatch):

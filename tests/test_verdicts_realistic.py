@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import proflab
+from committed import committed
 
 DATA = Path(__file__).parent / "data" / "realistic"
 TRUTH = json.loads((DATA / "ground_truth.json").read_text())["loops"]
@@ -25,7 +26,7 @@ HOST_SIDE = {"host_bound", "launch_bound"}
 
 
 def _report(loop: str, setting: str, **kw):
-    return proflab.analyze(DATA / f"{loop}.{setting}.pt.trace.json.gz", **kw)
+    return proflab.analyze(committed(DATA, f"{loop}.{setting}"), **kw)
 
 
 def _serious(report, categories=None) -> list:
@@ -186,7 +187,7 @@ def test_a_rerun_whose_profiler_cost_was_small_keeps_the_truth_in_range():
     truth = json.loads((RERUN / "ground_truth.json").read_text())["loops"]["cnn_loader"]
     measured = sorted([truth["bare"]["median_ms"], truth["bare_after"]["median_ms"]])
     for setting in SETTINGS:
-        path = RERUN / f"cnn_loader.{setting}.pt.trace.json.gz"
+        path = committed(RERUN, f"cnn_loader.{setting}")
         report = proflab.analyze(path)
         serious = _serious(report)
         if not (serious and serious[0].category == "host_bound"):

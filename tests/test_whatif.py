@@ -111,8 +111,8 @@ def test_speeding_kernels_off_the_critical_path_gains_nothing():
 
 
 def _committed():
-    return sorted(str(p) for p in GAINS.glob("*.pt.trace.json.gz") if ".shapes." not in p.name and ".nosteps." not in p.name) + sorted(
-        glob.glob(str(DATA / "realistic" / "*.light.pt.trace.json.gz")))  # fmt: skip
+    return sorted(str(p) for p in GAINS.glob("*.pt.trace.json.[gx]z") if ".shapes." not in p.name and ".nosteps." not in p.name) + sorted(
+        glob.glob(str(DATA / "realistic" / "*.light.pt.trace.json.[gx]z")))  # fmt: skip
 
 
 @pytest.mark.parametrize("path", _committed(), ids=lambda p: Path(p).name.split(".pt.")[0])
@@ -271,7 +271,7 @@ def test_what_compile_fuses_is_a_range():
     assert one((Fix("compile", factor=0.0),)).gain_ms > one((Fix("compile", factor=1.0),)).gain_ms
 
 
-HF_GPT2_BF16 = DATA / "thirdparty" / "hf_gpt2.bf16" / "traces" / "hf_gpt2.bf16.pt.trace.json.gz"
+HF_GPT2_BF16 = DATA / "thirdparty" / "hf_gpt2.bf16" / "traces" / "hf_gpt2.bf16.pt.trace.json.xz"
 
 
 def test_what_compile_fuses_follows_each_kernel_s_class():

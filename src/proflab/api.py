@@ -38,7 +38,7 @@ JobReport.html_view = _notebook_html
 
 def load(path: str | Path, *, cache: bool | None = None, steps: str | None = None, window: str | None = None,
          memory_budget: int | None = DEFAULT_BUDGET) -> Trace:
-    """Read a trace file (Kineto JSON or JSON.gz, Nsight Systems export) into the columnar model.
+    """Read a trace file (Kineto JSON, JSON.gz or JSON.xz, Nsight Systems export) into the columnar model.
 
     ``cache``: keep/reuse the normalized tables in the columnar cache (default: for files of
     16 MB and more; False: never). ``steps="10:20"`` keeps profiler steps 10 to 19,

@@ -6,7 +6,7 @@
     ├── InputError               a file the user handed us cannot be used
     │   ├── InputNotFound        the path does not exist or holds no trace
     │   ├── TruncatedInput       compressed or JSON data ends early
-    │   ├── CorruptInput         bytes that do not decode (bad gzip, broken JSON)
+    │   ├── CorruptInput         bytes that do not decode (bad gzip or xz, broken JSON)
     │   ├── UnsupportedFormat    valid data, but not a format proflab reads
     │   ├── SchemaError          a known format with a missing or mistyped field
     │   └── EmptyTrace           a trace with no events to analyse

@@ -131,7 +131,7 @@ def _run_energy(paths: list[str], traces: list | None, skipped: str | None = Non
 def perfetto_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--perfetto", metavar="OUT.json", help=(
         "also write the trace with the findings marked on it (idle gaps by cause, findings, GPU-side steps, "
-        "GPU busy and monitor power counters) for ui.perfetto.dev or chrome://tracing; gzip when OUT ends .gz"))
+        "GPU busy and monitor power counters) for ui.perfetto.dev or chrome://tracing; gzip when OUT ends .gz, xz when .xz"))
 
 
 def check_perfetto(args: argparse.Namespace, paths: list) -> None:
@@ -140,8 +140,8 @@ def check_perfetto(args: argparse.Namespace, paths: list) -> None:
         return
     if len(paths) != 1:
         raise UsageError(f"--perfetto marks one trace; {len(paths)} were given")
-    if not args.perfetto.endswith((".json", ".json.gz")):
-        raise UsageError(f"{args.perfetto}: --perfetto writes Trace Event Format JSON: name it .json or .json.gz")
+    if not args.perfetto.endswith((".json", ".json.gz", ".json.xz")):
+        raise UsageError(f"{args.perfetto}: --perfetto writes Trace Event Format JSON: name it .json, .json.gz or .json.xz")
     out = Path(args.perfetto).resolve()
     if any(out == Path(p).resolve() for p in [*paths, *args.paths]):
         raise UsageError(f"{args.perfetto}: refusing to overwrite an input trace")

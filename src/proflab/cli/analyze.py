@@ -28,7 +28,7 @@ __all__ = ["add_parsers", "cmd_analyze"]
 def add_parsers(sub) -> None:
     a = sub.add_parser(
         "analyze",
-        help="diagnose traces: torch.profiler/Kineto (.json, .json.gz), Nsight Systems (.sqlite, .nsys-rep), or folders of them",
+        help="diagnose traces: torch.profiler/Kineto (.json, .json.gz, .json.xz), Nsight Systems (.sqlite, .nsys-rep), or folders of them",
         description="Read traces, break GPU time down, find why the GPU idles, rank fixes by estimated gain.",
     )
     a.add_argument("paths", nargs="+", metavar="TRACE", help="trace file(s) or tensorboard_trace_handler folder(s)")

@@ -401,7 +401,7 @@ def trace_files(run_dir: Path) -> list[Path]:
     t = run_dir / "traces"
     if not t.is_dir():
         return []
-    kineto = sorted(p for p in t.iterdir() if p.is_file() and p.name.endswith(".pt.trace.json.gz"))
+    kineto = sorted(p for p in t.iterdir() if p.is_file() and p.name.endswith((".pt.trace.json.gz", ".pt.trace.json.xz")))
     return kineto or sorted(t.glob("*.sqlite"))
 
 

@@ -1,6 +1,6 @@
 """Readers: one module per input format. Each sniffs its format and raises on bad input.
 
-``load(path)`` picks the reader: Kineto (torch.profiler) JSON, plain or gzip; Nsight Systems
+``load(path)`` picks the reader: Kineto (torch.profiler) JSON, plain, gzip or xz; Nsight Systems
 SQLite exports, and ``.nsys-rep`` reports through ``nsys export``.
 """
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = ["load", "load_trace", "load_parts", "expand_paths"]
 
-_TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+_TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz", ".sqlite", ".nsys-rep")
 # budget.DEFAULT_BUDGET, not imported: the package loads without polars (tests keep them equal)
 _DEFAULT_BUDGET = 1_500_000_000
 
@@ -35,7 +35,7 @@ def expand_paths(paths: list[str | Path]) -> list[Path]:
                 p = p / "traces"
             found = sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith(_TRACE_SUFFIXES) and not _companion(f))
             if not found:
-                raise InputNotFound(p, "directory holds no trace files (*.json, *.json.gz)")
+                raise InputNotFound(p, "directory holds no trace files (*.json, *.json.gz, *.json.xz)")
             out.extend(found)
         elif p.exists():
             out.append(p)
@@ -53,15 +53,21 @@ def _companion(f: Path) -> bool:
     notes written beside the traces): a JSON object with none of a trace's keys in its first
     64 KiB. Only for files found in a folder; a file named on the command line is read (and
     refused with the reason if it is not a trace)."""
-    if not f.name.endswith((".json", ".json.gz")):
+    if not f.name.endswith((".json", ".json.gz", ".json.xz")):
         return False
     import gzip
     import zlib
 
+    if f.name.endswith(".xz"):
+        import lzma
+
+        opener, damaged = lzma.open, (lzma.LZMAError,)
+    else:
+        opener, damaged = gzip.open if f.name.endswith(".gz") else open, (zlib.error,)
     try:
-        with (gzip.open if f.name.endswith(".gz") else open)(f, "rb") as fh:
+        with opener(f, "rb") as fh:
             head = fh.read(1 << 16)
-    except (OSError, EOFError, zlib.error):
+    except (OSError, EOFError, *damaged):
         return False  # unreadable or damaged: the reader says why
     head = head.lstrip()
     return head.startswith(b"{") and not any(k in head for k in _TRACE_KEYS)
@@ -194,6 +200,6 @@ def _read(p: Path, budget: int | None = None):
         return kineto.read(p)
     raise UnsupportedFormat(
         p,
-        "not a format proflab reads (expected a torch.profiler/Kineto trace: JSON or JSON.gz; "
+        "not a format proflab reads (expected a torch.profiler/Kineto trace: JSON, JSON.gz or JSON.xz; "
         "or an Nsight Systems export: .sqlite or .nsys-rep)",
     )

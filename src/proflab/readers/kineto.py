@@ -83,6 +83,7 @@ from proflab.readers._kineto_size import HELPER_FROM_SLICES, SLICE_BYTES, WIDE_F
 from proflab.readers._merge import merge_by_start
 from proflab.readers._slices import (
     GZIP_MAGIC,
+    XZ_MAGIC,
     MappedSlicer,
     NotSliceable,
     Slicer,
@@ -140,7 +141,7 @@ _LOOSE_DECODER = msgspec.json.Decoder(_LooseDoc | list[_tolerant.LooseEvent])
 
 
 def sniff(path: Path) -> bool:
-    """True when the file looks like JSON (plain or gzip): Kineto is then the reader to try."""
+    """True when the file looks like JSON (plain, gzip or xz): Kineto is then the reader to try."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -151,11 +152,18 @@ def sniff(path: Path) -> bool:
             head = zlib.decompressobj(wbits=31).decompress(head, 256)
         except zlib.error:
             return True  # gzip magic but corrupt: let read() say so precisely
+    elif head.startswith(XZ_MAGIC):
+        import lzma
+
+        try:
+            head = lzma.LZMADecompressor(lzma.FORMAT_XZ).decompress(head, 256)
+        except lzma.LZMAError:
+            return True  # as for gzip
     return head.lstrip()[:1] in (b"{", b"[") or head.strip() == b""
 
 
 def read_bytes(path: Path) -> bytes:
-    """The file's JSON bytes, gunzipped when compressed; truncation and corruption raise."""
+    """The file's JSON bytes, decompressed when gzip or xz; truncation and corruption raise."""
     return b"".join(byte_chunks(path))
 
 

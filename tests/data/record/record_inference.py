@@ -18,7 +18,7 @@ GPU (its elapsed times read after a synchronize at the end), ``time.perf_counter
 it makes anyway, its EOS check.) From those: TTFT (the prompt's ``put`` to the first token's), the time per output token as
 NVIDIA's TPOT counts it ((end - first token) / (tokens - 1)), each inter-token gap (vLLM's ITL
 list) and the end-to-end time. The case is then run once more under torch.profiler
-(``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.gz`` (on the CPU the quickest of three profiled
+(``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.xz`` (on the CPU the quickest of three profiled
 runs: a shared machine preempts a token now and then). ``truth.json``
 holds each case's bare figures (median over ``--repeats`` runs) and its model's shape, written
 after each case.
@@ -38,8 +38,8 @@ The GPU set defaults to a larger model (``--gpu-shape``: 8 layers, 1024 wide, bf
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
+import lzma
 import statistics
 import time
 from pathlib import Path
@@ -178,7 +178,7 @@ def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, dev
         dist = data.get("distributedInfo")
         if isinstance(dist, dict):
             dist.pop("hostname", None)
-        with gzip.open(out / f"{name}.pt.trace.json.gz", "wt", compresslevel=9) as f:
+        with lzma.open(out / f"{name}.pt.trace.json.xz", "wt", preset=9 | lzma.PRESET_EXTREME) as f:
             json.dump(data, f, separators=(",", ":"))
         raw.unlink()
     return {"case": name, "variant": variant, "batch": batch, "prompt_tokens": prompt, "new_tokens": new_tokens,
