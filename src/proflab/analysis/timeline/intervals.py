@@ -66,15 +66,35 @@ class IntervalSet:
         )
 
     def covered_before(self, t) -> np.ndarray:
-        """Covered time in ``(-inf, t)`` for each t (vectorised)."""
+        """Covered time in ``(-inf, t)`` for each t (vectorised): the time covered before the
+        last span starting at or before t, and what of that span lies before t, looked up in
+        the set's prefix (``_prefix``) with one search and no temporary beyond one gather (the
+        514 MB trace's rules ask it of a million host events at once)."""
         t = np.asarray(t, dtype=np.int64)
         if self.starts.size == 0:
             return np.zeros(t.shape, dtype=np.int64)
-        lengths = self.ends - self.starts
-        before = np.concatenate([[0], np.cumsum(lengths)])
-        i = np.searchsorted(self.starts, t, side="right") - 1
-        inside = np.clip(t - self.starts[np.maximum(i, 0)], 0, lengths[np.maximum(i, 0)])
-        return np.where(i >= 0, before[np.maximum(i, 0)] + inside, 0)
+        if t.ndim == 0:
+            return self.covered_before(t.reshape(1)).reshape(())
+        starts, ends, before = self._prefix()
+        j = np.searchsorted(self.starts, t, side="right")  # (row j of the prefix: span j - 1, or none before the first)
+        out = np.take(ends, j)
+        np.minimum(out, t, out=out)
+        out -= np.take(starts, j)
+        out += np.take(before, j)
+        return out
+
+    def _prefix(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The starts and ends with a span ``[min, min)`` put first (row 0: no span at or before
+        an instant, which then covers ``min(t, min) - min = 0``), and the time covered before each
+        row's span: built once a set, however often it is asked."""
+        got = self.__dict__.get("_prefixed")
+        if got is None:
+            lowest = np.full(1, np.iinfo(np.int64).min, dtype=np.int64)
+            before = np.zeros(self.starts.size + 1, dtype=np.int64)
+            np.cumsum((self.ends - self.starts)[:-1], out=before[2:])
+            got = (np.concatenate([lowest, self.starts]), np.concatenate([lowest, self.ends]), before)
+            object.__setattr__(self, "_prefixed", got)
+        return got
 
     def contains(self, t) -> np.ndarray:
         """Whether each instant ``t`` (ns) lies in a span: ``covered_within(t, t + 1) > 0``, in
@@ -91,8 +111,9 @@ class IntervalSet:
     def covered_within(self, a, b) -> np.ndarray:
         """Covered time in each window ``[a, b)`` (arrays of equal shape, ns)."""
         a = np.asarray(a, dtype=np.int64)
-        b = np.maximum(np.asarray(b, dtype=np.int64), a)
-        return self.covered_before(b) - self.covered_before(a)
+        out = self.covered_before(np.maximum(np.asarray(b, dtype=np.int64), a))
+        out -= self.covered_before(a)
+        return out
 
     def clip(self, lo: int, hi: int) -> IntervalSet:
         return IntervalSet.from_spans(np.clip(self.starts, lo, hi), np.clip(self.ends, lo, hi))
