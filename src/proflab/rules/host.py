@@ -270,7 +270,8 @@ def _split_host_idle(trace: Trace, ctx: Context) -> dict | None:
     held = np.flatnonzero(f < 1.0)
     windows = IntervalSet.from_spans(w0[held], w1[held])
     k = clock.key(ev["tid"], ev["start_ns"])
-    inside = (host_only.covered_within(k, k + 1) > 0) & (windows.covered_within(k, k + 1) > 0)
+    inside = host_only.contains(k)
+    inside &= windows.contains(k)
     py = ev["python"].to_numpy()
     recorded_ns = (np.count_nonzero(inside & ~py) * ctx.event_cost.hi_us + np.count_nonzero(inside & py) * _observer.PYTHON_COST_US[1]) * 1e3
     sums = {"host": host_obs, "launch": launch_obs, "steps": set(g["step"].drop_nulls().to_list()),
