@@ -18,10 +18,10 @@ The model, per step (medians over the trace's GPU-side steps):
                later recording of the DataLoader-fed CNN (8.5 k frames of small Python
                functions per step, tests/data/realistic/rerun) cost 0.2-1.0 us per frame: its
                profiled step was 39.9 ms against 38.3 ms bare before the profiled windows and
-               31.6 ms after. The range below is wider than all of that on both ends. Where
-               the trace shows its own per-event cost (``event_cost``: the gaps the
-               profiler's callbacks leave between nested operators), that range replaces the
-               operators' one: this host, this PyTorch, these options (``record_shapes``);
+               31.6 ms after. The range below is wider than all of that on both ends. For a
+               generation loop the trace's own per-event cost (``event_cost``: the gaps
+               the profiler's callbacks leave between nested operators) replaces the
+               operators' range: this host, this PyTorch, these options (``record_shapes``);
 ``unprofiled host`` ``host_work - cost``, never below what an unprofiled eager step costs at
                least (about 1 us of dispatch per operator and 2.5 us per launch).
 

@@ -10,9 +10,9 @@ step meets it (within ``observer``'s range; where the measured step is longer th
 replays, the trace lacks time the bare loop spends: the cost stays at the middle of the range
 and that time, ``unplaced_ms``, is added as host work at each step's start, which no fix
 removes);
-otherwise the middle of the per-event cost the trace itself shows (``event_cost``: the gaps the
-profiler's callbacks leave between nested operators; the model's range where it shows none),
-and the prediction carries the range the two ends give.
+otherwise the middle of the per-event cost's range (for a generation loop the one its trace shows,
+``event_cost``: the gaps the profiler's callbacks leave between nested operators; elsewhere the
+model's), and the prediction carries the range the two ends give.
 
 A prediction replays that bare plan before and after the fix (``fixes``), and takes the
 difference of the median replayed steps: the critical path decides, so a fix that does not
