@@ -38,11 +38,13 @@ def _gz_payload(trace: Path) -> bytes:
     return gzip.decompress(trace.read_bytes())
 
 
-def _truncated_gz(d: Path, trace: Path) -> Path:
-    raw = trace.read_bytes()
-    p = d / "cut.pt.trace.json.gz"
+def _first_half(p: Path, raw: bytes) -> Path:
     p.write_bytes(raw[: len(raw) // 2])
     return p
+
+
+def _truncated_gz(d: Path, trace: Path) -> Path:
+    return _first_half(d / "cut.pt.trace.json.gz", trace.read_bytes())
 
 
 def _corrupt_gz(d: Path, trace: Path) -> Path:
@@ -54,10 +56,7 @@ def _corrupt_gz(d: Path, trace: Path) -> Path:
 def _truncated_xz(d: Path, trace: Path) -> Path:
     import lzma
 
-    raw = lzma.compress(_gz_payload(trace), preset=0)
-    p = d / "cut.pt.trace.json.xz"
-    p.write_bytes(raw[: len(raw) // 2])
-    return p
+    return _first_half(d / "cut.pt.trace.json.xz", lzma.compress(_gz_payload(trace), preset=0))
 
 
 def _corrupt_xz(d: Path, trace: Path) -> Path:

@@ -390,6 +390,7 @@ def _original(path: Path, notes: list[str]) -> _Original | None:
     copy costs about the file's size in memory). None (and a note) where it cannot be copied."""
     from proflab.readers._kineto_size import json_bytes
     from proflab.readers._slices import XZ_MAGIC
+    from proflab.readers.kineto import read_bytes
 
     size = path.stat().st_size
     raw_size = size
@@ -409,13 +410,7 @@ def _original(path: Path, notes: list[str]) -> _Original | None:
     streamed = _streamed(path)
     if streamed is not None:
         return streamed
-    data = path.read_bytes()
-    if gz:
-        data = gzip.decompress(data)
-    elif xz:
-        import lzma
-
-        data = lzma.decompress(data)
+    data = read_bytes(path)  # (the reader's: gunzipped or unxz'd)
     bare = data[:4096].lstrip()[:1] == b"["
     try:
         doc = msgspec.json.decode(data, type=msgspec.Raw if bare else dict[str, msgspec.Raw])
