@@ -28,7 +28,7 @@ NEW_TOKENS = 32
 def recorded(tmp_path_factory):
     out = tmp_path_factory.mktemp("inference")
     subprocess.run([sys.executable, str(RECORDER), "--device", "cuda", "--out", str(out), "--batch", "1", "8",
-                    "--new-tokens", str(NEW_TOKENS), "--repeats", "5"], check=True, timeout=1800)
+                    "--new-tokens", str(NEW_TOKENS), "--repeats", "5", "--compress", "gz"], check=True, timeout=1800)
     truth = {c["case"]: c for c in json.loads((out / "truth.json").read_text())["cases"]}
     reports = {name: proflab.analyze(out / f"{name}.pt.trace.json.gz") for name in truth}
     return truth, reports

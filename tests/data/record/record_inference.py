@@ -10,18 +10,26 @@ fixed number of new tokens (``min_new_tokens == max_new_tokens``: no early EOS),
                    ``CompileConfig`` default: CUDA graphs of the decode step); on the CPU it is asked
                    to compile (mode "default": the trace's shape of a compiled decode, batch 1)
 
-and batches (``--batch``; 1 and 4 on the CPU, 1, 8 and 32 on the GPU). Each case is first timed
-bare, without the profiler: a streamer's ``put`` (which ``generate`` calls with the prompt before
+and batches (``--batch``; 1 and 4 on the CPU, 1, 8 and 32 on the GPU). Each case is timed bare,
+without the profiler: a streamer's ``put`` (which ``generate`` calls with the prompt before
 the first forward, then with each new token) records a CUDA event on the current stream on the
 GPU (its elapsed times read after a synchronize at the end), ``time.perf_counter_ns`` on the CPU.
 (``generate`` copies each token to the host for a streamer: a small copy beside the per-token sync
 it makes anyway, its EOS check.) From those: TTFT (the prompt's ``put`` to the first token's), the time per output token as
 NVIDIA's TPOT counts it ((end - first token) / (tokens - 1)), each inter-token gap (vLLM's ITL
-list) and the end-to-end time. The case is then run once more under torch.profiler
-(``record_shapes=True``) and its trace written as ``<case>.pt.trace.json.xz`` (on the CPU the quickest of three profiled
-runs: a shared machine preempts a token now and then). ``truth.json``
-holds each case's bare figures (median over ``--repeats`` runs) and its model's shape, written
-after each case.
+list) and the end-to-end time.
+
+The variants of one batch size are timed in turn (``interleaved``): each of ``--repeats`` rounds
+runs every variant once, so a drift of the host's speed falls on all of them alike (a host-bound
+decode is as fast as the host: recorded one case after another, TinyLlama's cached batch-1 decode
+once took 32.8 ms a token beside 16.2 without a cache, and 12.6 in a later recording). In the
+middle round each variant also runs once under torch.profiler (``record_shapes=True``, the same
+streamer), its trace written as ``<case>.pt.trace.json.xz`` (``--compress gz`` where the recording
+machine's time counts; on the CPU the quickest of three profiled runs: a shared machine preempts a
+token now and then). ``truth.json`` holds each case's bare figures (median over the rounds), the
+profiled run's own figures and the median of the bare runs just before and after it, and its
+model's shape, written after each batch. (The CPU set in ``tests/data/inference`` was recorded
+before the rounds were interleaved, one case after another.)
 
 Usage::
 
@@ -38,6 +46,7 @@ The GPU set defaults to a larger model (``--gpu-shape``: 8 layers, 1024 wide, bf
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import lzma
 import statistics
@@ -137,52 +146,82 @@ def _generate(model, variant: str, inputs: dict, new_tokens: int, streamer=None)
     return model.generate(**inputs, **kw, streamer=streamer)
 
 
-def case(model, cfg, variant: str, batch: int, prompt: int, new_tokens: int, device: str, repeats: int,
-         out: Path | None, prefix: str = "") -> dict:
+def _profiled(model, variant: str, inputs: dict, new_tokens: int, device: str, batch: int):
+    """One generation under torch.profiler (shapes recorded), stamped by the same streamer as the
+    bare runs (the program profiled is the program timed): its figures and the profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    clock = _Clock(device)
+    with profile(activities=acts, record_shapes=True) as prof, torch.inference_mode():
+        _generate(model, variant, inputs, new_tokens, clock)
+    return _figures(clock.ms(), batch), prof
+
+
+def _write_trace(prof, out: Path, name: str, device: str, compress: str) -> None:
+    raw = out / f"{name}.pt.trace.json"
+    prof.export_chrome_trace(str(raw))
+    data = json.loads(raw.read_text())
+    # what a committed trace should not carry: the recording machine's names and paths
+    data.pop("deviceProperties", None) if device != "cuda" else None
+    data["traceName"] = raw.name  # (the export path, as given)
+    for key in ("hostname", "host_name"):
+        data.pop(key, None)
+    dist = data.get("distributedInfo")
+    if isinstance(dist, dict):
+        dist.pop("hostname", None)
+    # xz for the repository; gzip where the recording machine's time counts (xz it later)
+    opener = (lambda f: gzip.open(f, "wt", compresslevel=6)) if compress == "gz" else (
+        lambda f: lzma.open(f, "wt", preset=9 | lzma.PRESET_EXTREME))
+    with opener(out / f"{name}.pt.trace.json.{compress}") as f:
+        json.dump(data, f, separators=(",", ":"))
+    raw.unlink()
+
+
+def interleaved(models: dict, cfg, batch: int, prompt: int, new_tokens: int, device: str, repeats: int,
+                out: Path | None, prefix: str = "", compress: str = "xz") -> list[dict]:
+    """The variants at one batch size, timed in turn: each round runs every variant once bare, so
+    a drift of the host's speed (another tenant, a clock) falls on every variant alike and a fix's
+    saving is measured between neighbours. The middle round also runs each variant once under the
+    profiler, between its bare runs of that round and the next (``bare_around_profiled``): the
+    estimate of the unprofiled program is checked against bare runs of the same minutes."""
     import torch
 
     inputs = _inputs(cfg, batch, prompt, device)
-    for _ in range(2 if variant != "static-compile" else 4):  # warm-up (and generate's compile, capture)
-        _generate(model, variant, inputs, new_tokens)
-    runs = []
-    for _ in range(repeats):
-        clock = _Clock(device)
-        with torch.inference_mode():
-            _generate(model, variant, inputs, new_tokens, clock)
-        runs.append(_figures(clock.ms(), batch))
-    med = {k: statistics.median(r[k] for r in runs) for k in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s")}
-    name = f"{prefix}{variant}-b{batch}"
-    if out is not None:
-        from torch.profiler import ProfilerActivity, profile
-
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-        best = None
-        # on a CPU shared with other work a token is now and then preempted for a scheduler slice:
-        # the quickest of three profiled runs is kept (on the GPU one run)
-        for _ in range(1 if device == "cuda" else 3):
-            with profile(activities=acts, record_shapes=True) as prof, torch.inference_mode():
-                t0 = time.perf_counter_ns()
-                _generate(model, variant, inputs, new_tokens)
-                took = time.perf_counter_ns() - t0
-            if best is None or took < best[0]:
-                best = (took, prof)
-        prof = best[1]
-        raw = out / f"{name}.pt.trace.json"
-        prof.export_chrome_trace(str(raw))
-        data = json.loads(raw.read_text())
-        # what a committed trace should not carry: the recording machine's names and paths
-        data.pop("deviceProperties", None) if device != "cuda" else None
-        data["traceName"] = raw.name  # (the export path, as given)
-        for key in ("hostname", "host_name"):
-            data.pop(key, None)
-        dist = data.get("distributedInfo")
-        if isinstance(dist, dict):
-            dist.pop("hostname", None)
-        with lzma.open(out / f"{name}.pt.trace.json.xz", "wt", preset=9 | lzma.PRESET_EXTREME) as f:
-            json.dump(data, f, separators=(",", ":"))
-        raw.unlink()
-    return {"case": name, "variant": variant, "batch": batch, "prompt_tokens": prompt, "new_tokens": new_tokens,
-            "bare_median": med, "bare_runs": runs}
+    for variant, model in models.items():
+        for _ in range(2 if variant != "static-compile" else 4):  # warm-up (and generate's compile, capture)
+            _generate(model, variant, inputs, new_tokens)
+    runs: dict[str, list[dict]] = {v: [] for v in models}
+    profiled: dict[str, dict] = {}
+    at = repeats // 2
+    for r in range(repeats):
+        for variant, model in models.items():
+            clock = _Clock(device)
+            with torch.inference_mode():
+                _generate(model, variant, inputs, new_tokens, clock)
+            runs[variant].append(_figures(clock.ms(), batch))
+            if r == at and out is not None:
+                best = None
+                # on a CPU shared with other work a token is now and then preempted for a scheduler
+                # slice: the quickest of three profiled runs is kept (on the GPU one run)
+                for _ in range(1 if device == "cuda" else 3):
+                    fig, prof = _profiled(model, variant, inputs, new_tokens, device, batch)
+                    if best is None or fig["e2e_ms"] < best[0]["e2e_ms"]:
+                        best = (fig, prof)
+                profiled[variant] = best[0]
+                _write_trace(best[1], out, f"{prefix}{variant}-b{batch}", device, compress)
+    cases = []
+    for variant, rs in runs.items():
+        med = {k: statistics.median(x[k] for x in rs) for k in ("ttft_ms", "tpot_ms", "e2e_ms", "output_tokens_per_s")}
+        c = {"case": f"{prefix}{variant}-b{batch}", "variant": variant, "batch": batch, "prompt_tokens": prompt,
+             "new_tokens": new_tokens, "bare_median": med, "bare_runs": rs}
+        if variant in profiled:
+            near = rs[at:at + 2]
+            c.update(profiled=profiled[variant], profiled_round=at,
+                     bare_around_profiled={k: statistics.median(x[k] for x in near) for k in med})
+        cases.append(c)
+    return cases
 
 
 def main(argv=None) -> int:
@@ -197,6 +236,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", choices=tuple(SHAPES))
     ap.add_argument("--merge", action="store_true", help="add these cases to the truth.json already in --out")
     ap.add_argument("--prefix", default="", help="before each case's name (another shape's cases beside the first)")
+    ap.add_argument("--compress", choices=("xz", "gz"), default="xz",
+                    help="the traces' compression: xz for the repository, gz where the recording machine's time counts")
     a = ap.parse_args(argv)
     import torch
 
@@ -213,20 +254,25 @@ def main(argv=None) -> int:
     torch.set_num_threads(1) if not gpu else None
     old = json.loads((out / "truth.json").read_text())["cases"] if a.merge and (out / "truth.json").exists() else []
     cases = []
-    for variant in variants:
-        for batch in batches:
-            model, cfg = build(shape, a.device)  # a fresh model per case: compile state never carries over
-            cases.append(case(model, cfg, variant, batch, prompt, new_tokens, a.device, a.repeats, out, a.prefix))
-            cases[-1].update(shape=shape, config=SHAPES[shape], parameters=sum(p.numel() for p in model.parameters()))
-            print(json.dumps({k: cases[-1][k] for k in ("case", "bare_median")}), flush=True)
-            # written after each case: a recording cut short keeps what it measured
-            mine = {c["case"] for c in cases}
-            truth = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
-                     "shape": shape, "config": SHAPES[shape], "parameters": cases[-1]["parameters"],
-                     "dtype": "bfloat16" if gpu else "float32",
-                     "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
-                     "cases": [c for c in old if c["case"] not in mine] + cases}
-            (out / "truth.json").write_text(json.dumps(truth, indent=1))
+    for batch in batches:
+        # a fresh model per variant and batch: compile state never carries over
+        models = {v: build(shape, a.device)[0] for v in variants}
+        cfg = next(iter(models.values())).config
+        params = sum(p.numel() for p in next(iter(models.values())).parameters())
+        for c in interleaved(models, cfg, batch, prompt, new_tokens, a.device, a.repeats, out, a.prefix, a.compress):
+            cases.append({**c, "shape": shape, "config": SHAPES[shape], "parameters": params})
+            print(json.dumps({k: c[k] for k in ("case", "bare_median", "bare_around_profiled") if k in c}), flush=True)
+        del models
+        torch.cuda.empty_cache() if gpu else None
+        # written after each batch: a recording cut short keeps what it measured
+        mine = {c["case"] for c in cases}
+        truth = {"device": torch.cuda.get_device_name() if gpu else "cpu", "torch": torch.__version__,
+                 "shape": shape, "config": SHAPES[shape], "parameters": params,
+                 "dtype": "bfloat16" if gpu else "float32",
+                 "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
+                 "protocol": "interleaved: each round times every variant once; the middle round profiles each",
+                 "cases": [c for c in old if c["case"] not in mine] + cases}
+        (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0
 
 
