@@ -47,8 +47,10 @@ _READ_BYTES = 16 << 20
 _INFLATED_BYTES = 4 << 20
 # The structure scan's read (``_Structure.feed``): its temporaries are ~9 bytes a byte read
 # (the structural characters' and quotes' offsets, their parities and depths, as int64), so a
-# read of 16 MiB held ~150 MiB at once; one of 4 MiB, as a gzip stream is inflated, ~40.
-_SCAN_BYTES = 4 << 20
+# read of 16 MiB held ~150 MiB at once, one of 4 MiB ~40: a gzipped trace in another layout
+# than Kineto's (the 185 MB realistic one) then peaked 12-15 % over a 200M budget. A gzip
+# stream's inflated pieces are scanned this much at a time too.
+_SCAN_BYTES = 1 << 20
 _MAX_HEAD_BYTES = 64 << 20
 _MAX_TAIL_BYTES = 4 << 20
 
@@ -378,12 +380,14 @@ class Slicer:
     def _feed_general(self, chunk: bytes) -> Iterator[bytearray]:
         """Any layout: ``buf`` holds the stream from ``_base`` on, once the array opened from
         its ``[`` or the comma of the last cut; a slice is cut at the first comma of the array
-        a slice's worth past that, copied out (``_copy_out``)."""
+        a slice's worth past that, the buffer itself becoming the slice (``_take``)."""
         scan = self._scan
         at = self.size
         self.size += len(chunk)
         self.buf += chunk
-        seps = scan.feed(chunk, at)
+        view = memoryview(chunk)
+        parts = [scan.feed(view[i : i + _SCAN_BYTES], at + i) for i in range(0, len(chunk), _SCAN_BYTES)]
+        seps = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros(0, dtype=np.int64)
         if scan.open_at is None:
             if len(self.buf) > _MAX_HEAD_BYTES:
                 raise NotSliceable
@@ -399,15 +403,18 @@ class Slicer:
             if j >= seps.size:
                 break
             cut = int(seps[j])
-            yield self._copy_out(cut - self._base)
-            del self.buf[: cut - self._base]
+            # the buffer from its separator to the cut's comma is the slice (``_take``: its
+            # separators become the brackets); the next starts at that comma. (A copy yielded
+            # before the buffer let go of its bytes held the slice twice while it was decoded.)
+            piece = self._take(cut - self._base, cut - self._base)
             self._base, seps = cut, seps[j + 1 :]
+            yield piece
 
-    def _copy_out(self, stop: int) -> bytearray:
-        """``buf[1:stop]`` (between two separators) as an array of its own."""
-        out = bytearray(stop + 1)
-        out[1:-1] = self.buf[1:stop]
-        out[0], out[-1] = _OPEN, _CLOSE
+    def _last(self, stop: int) -> bytearray:
+        """The buffer up to ``stop`` (the array's ``]`` or its trailing comma) as the last slice."""
+        out, self.buf = self.buf, bytearray()
+        del out[stop + 1 :]
+        out[0], out[stop] = _OPEN, _CLOSE
         return out
 
     def _finish_general(self) -> Iterator[bytearray]:
@@ -418,9 +425,9 @@ class Slicer:
         if 0 <= last and not self.buf[last + 1 : close].strip():
             # a comma right before the ']' (as Kineto once wrote): it ends the last slice
             if last > 0 or self._base == scan.open_at:
-                yield self._copy_out(last)
+                yield self._last(last)
             return
-        yield self._copy_out(close)
+        yield self._last(close)
 
     def finish(self) -> Iterator[bytearray]:
         if self._scan is not None:
