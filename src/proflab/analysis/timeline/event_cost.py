@@ -39,7 +39,7 @@ import polars as pl
 from proflab.analysis.timeline.observer import EVENT_COST_US
 from proflab.model import Trace
 
-__all__ = ["EventCost", "measure", "combined", "cost_at", "DEFAULT"]
+__all__ = ["EventCost", "Startup", "measure", "startup", "combined", "cost_at", "DEFAULT"]
 
 MIN_PAIRS = 200  # gaps below which the trace's measurement is not used
 MAX_EVENTS = 100_000  # host events of the hot thread read
@@ -109,6 +109,59 @@ def measure(trace: Trace) -> EventCost:
     mid = float(np.median(inside)) / 1e3
     return EventCost(lo_us=float(q25) + mid, hi_us=float(q75) + mid, source="measured", gap_us=float(q50), inside_us=mid,
                      pairs=int(pairs.size))
+
+
+@dataclass(frozen=True)
+class Startup:
+    """The profiler's one-off cost on the first CUDA call it traced: the operator around that call
+    (``op``, starting at ``at_ns``) took ``excess_ns`` longer than the median of its later calls of
+    the same shapes (``later``)."""
+
+    at_ns: int
+    excess_ns: int
+    op: str
+    later: int
+
+    def to_dict(self) -> dict:
+        return {"operator": self.op, "excess_us": round(self.excess_ns / 1e3, 1), "compared_with": self.later}
+
+
+MIN_LATER = 3  # later calls of the operator below which its first call's excess is not measured
+
+
+def startup(trace: Trace) -> Startup | None:
+    """The profiler's start-up cost, measured where the trace shows it: CUPTI sets itself up on the
+    first CUDA API call it traces, inside the operator that makes it. On the H100 generate() set
+    (``tests/data/inference/h100``) ``generate``'s first operator, a scalar's host-to-device copy
+    (``aten::copy_``, ~20-60 us later in the same trace), took 0.63-1.73 ms, its
+    ``cudaMemcpyAsync`` 20-300 us of it: the profiled prefill took 1.2-1.7 ms longer than a decode
+    forward of as many events, where the bare runs' first token took as long as the next ones.
+    The excess is the innermost operator around the trace's first runtime call less the median
+    of that operator's later calls with the same input shapes (of the same name where fewer than
+    ``MIN_LATER`` share them). None where the trace has no such call or the first call was not
+    slower."""
+    cpu = trace.cpu
+    if cpu.height == 0 or "tid" not in cpu.columns:
+        return None
+    rt = cpu.lazy().filter(pl.col("cat") == "cuda_runtime").select("tid", "start_ns").head(1).collect()
+    if rt.height == 0:
+        return None
+    tid, t = rt["tid"][0], rt["start_ns"][0]
+    dims = "input_dims" in cpu.columns
+    ops = (cpu.lazy().filter((pl.col("cat") == "cpu_op") & (pl.col("tid") == tid))
+           .select("name", "start_ns", "dur_ns", pl.col("input_dims") if dims else pl.lit(None, pl.String).alias("input_dims"))
+           .collect())  # fmt: skip
+    around = ops.filter((pl.col("start_ns") <= t) & (pl.col("start_ns") + pl.col("dur_ns") >= t))
+    if around.height == 0:
+        return None
+    first = around.sort("start_ns").row(-1, named=True)  # the innermost: the last to start
+    later = ops.filter((pl.col("name") == first["name"]) & (pl.col("start_ns") > first["start_ns"]))
+    same = later.filter(pl.col("input_dims") == first["input_dims"]) if first["input_dims"] is not None else later.clear()
+    pool = same if same.height >= MIN_LATER else later
+    if pool.height < MIN_LATER:
+        return None
+    excess = int(first["dur_ns"] - float(pool["dur_ns"].median()))
+    return Startup(at_ns=int(first["start_ns"]), excess_ns=excess, op=first["name"], later=pool.height) if excess > 0 else None
 
 
 def _sibling_gaps(s: np.ndarray, e: np.ndarray, op: np.ndarray) -> np.ndarray:

@@ -70,6 +70,7 @@ from proflab.analysis.timeline.compiled import region_spans
 from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
 from proflab.analysis.timeline.event_cost import cost_at
 from proflab.analysis.timeline.event_cost import measure as measure_event_cost
+from proflab.analysis.timeline.event_cost import startup as measure_startup
 from proflab.analysis.timeline.observer import EVENT_COST_US, FLOOR_OP_US, PYTHON_COST_US
 from proflab.model import Trace
 
@@ -98,7 +99,8 @@ class Inference:
     launched), ``interval_ms`` (since the token before), ``weight_bytes``, ``kv_bytes``, ``flops``,
     ``gemm_flops``, ``att_flops``, ``shaped_ms`` (host time in its GEMMs and attention), ``op_ms`` and
     ``top_ops`` (its outermost operators' host time and count), ``events`` and ``py_events`` (host
-    events the profiler recorded in it), ``kernels``, ``att_mask`` (its attention took a mask
+    events the profiler recorded in it), ``startup_ms`` (the profiler's start-up cost in it,
+    ``event_cost.startup``: on the forward that made the trace's first CUDA call), ``kernels``, ``att_mask`` (its attention took a mask
     tensor: null where the attention operator's inputs do not say)). ``latency``, ``utilisation`` and
     ``memory`` are the report's figures (units in their names); ``missing`` what the trace lacks."""
 
@@ -330,6 +332,11 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     fw = forward_of(ev["start_ns"])
     frame = frame.with_columns(pl.Series("events", np.bincount(fw[(fw < n) & ~py], minlength=n + 1)[:n]),
                                pl.Series("py_events", np.bincount(fw[(fw < n) & py], minlength=n + 1)[:n]))
+    # the profiler's one-off start-up cost, on the forward whose interval holds the first CUDA call
+    startup = measure_startup(trace)
+    at = int(forward_of(pl.Series([startup.at_ns]))[0]) if startup is not None else n
+    frame = frame.with_columns(pl.when(pl.col("index") == (frame["index"][at] if at < n else -1))
+                               .then(startup.excess_ns / 1e6 if startup is not None else 0.0).otherwise(0.0).alias("startup_ms"))
     # the host time inside each forward's outermost operators, and how many (what a CPU forward's work is)
     ops = host.lazy().filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").collect()
     if not _rising(ops.get_column("start_ns")):  # (a reader's host table is in start order already: no copy)
@@ -348,7 +355,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         ((pl.col("end_ns") - pl.col("end_ns").shift(1).over("generation").fill_null(pl.col("start_ns").first().over("generation")))
          / 1e6).alias("interval_ms"),
         "weight_bytes", "kv_bytes", "flops", "gemm_flops", "att_flops", (pl.col("shaped_ns") / 1e6).alias("shaped_ms"),
-        "events", "py_events", "op_ms", "top_ops", "kernels", "att_mask",
+        "events", "py_events", "startup_ms", "op_ms", "top_ops", "kernels", "att_mask",
     )
     dev = trace.devices.head(1).to_dicts()[0] if trace.devices.height else {}
     peaks = datasheet_peaks(dev.get("name"), dev.get("sm_count")) if dev.get("name") else None
@@ -523,10 +530,10 @@ def _latency(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, A
 
 def _less_profiler(col: str, at: float, event_cost_us: tuple[float, float]) -> pl.Expr:
     """``col`` (ms) less the profiler's cost of each forward's recorded events at ``at`` of the
-    per-event cost's range (``event_cost_us``; 0: cheapest, 1: dearest, ``cost_at``), not
-    below a dispatch per operator."""
+    per-event cost's range (``event_cost_us``; 0: cheapest, 1: dearest, ``cost_at``) and its
+    start-up cost (``startup_ms``), not below a dispatch per operator."""
     cost = (pl.col("events") * cost_at(event_cost_us, at) + pl.col("py_events") * cost_at(PYTHON_COST_US, at)) / 1e3
-    return pl.max_horizontal(pl.col(col) - cost, pl.col("events") * FLOOR_OP_US / 1e3)
+    return pl.max_horizontal(pl.col(col) - cost - pl.col("startup_ms"), pl.col("events") * FLOOR_OP_US / 1e3)
 
 
 def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, Any]:
@@ -563,6 +570,7 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str
     return {**central, "unprofiled_itl_median_ms_range": span(d),
             **({"unprofiled_ttft_ms_range": span(p)} if p.height else {}),
             "unprofiled_basis": f"estimated: the profiler's per-event cost ({event_cost_us[0]:.2f}-{event_cost_us[1]:.2f} us) "
+            "and its start-up cost on the first CUDA call (measured against that operator's later calls) "
             "taken off each forward's interval, not below its GPU time or 1 us of dispatch per operator (TTFT: the "
             "prefill forwards')",
             "events_per_decode_forward": _r(float(d["events"].median()), 1)}
