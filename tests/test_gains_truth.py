@@ -17,10 +17,6 @@ from gains_truth import GEN_ROWS, JOB_ROWS, ROWS, THIRD_ROWS, predict, predict_g
 
 # Known misses, said in benchmarks/README.md: each fails strictly, so a fix that makes it hold shows.
 KNOWN_MISSES = {
-    # torch.compile(mode="reduce-overhead") on eager nanoGPT: the replay captures the launches
-    # (1.81 ms) but its model of compile's fusion leaves the GPU work at 7.66 ms a step, where
-    # Inductor's code ran 5.38 ms (tests/data/compiled): 4.14 ms measured (issue 55)
-    "nanogpt / graphs": "the what-if's fusion model under-predicts Inductor's GPU work saving",
     # bf16 autocast on an FP32 LM on TF32, recorded without shapes: each kernel's achieved rate
     # against its roof is unknown, and the datasheet ratio alone is a range from nothing to the
     # roofs' ratio (0-18.3 ms, within 0.4 ms of the 18.68 ms measured); its middle is replayed
