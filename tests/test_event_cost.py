@@ -104,8 +104,23 @@ def test_the_profilers_start_up_is_measured_on_the_first_cuda_call(reports):
     assert f.summary["inference"]["latency"]["unprofiled_ttft_ms"] < f.summary["inference"]["latency"]["ttft_ms"]
 
 
+def test_tokens_on_a_slowed_host_count_at_the_usual_tokens_time(reports):
+    """generate() with a cache at batch 1: 6 of its 31 profiled decode tokens ran 1.3-2.4x the
+    median token with the same events (each operator slower alike: the host's speed), where its
+    bare runs met 5 in 155. Counted at the usual token's time, the unprofiled TPOT and tokens/s
+    are within 10% of bare (with them: 8.34 ms against 7.10, 17% high); at batch 8, where no
+    token ran slowed, nothing is set aside."""
+    lat = _report(reports, "cache-b1").summary["inference"]["latency"]
+    bare = TRUTH["cache-b1"]["bare_median"]
+    assert lat["host_slowed_tokens"] == 6 and "6 decode tokens ran on a slowed host" in lat["unprofiled_basis"]
+    assert lat["unprofiled_tpot_ms"] == pytest.approx(bare["tpot_ms"], rel=0.10)
+    assert lat["unprofiled_output_tokens_per_s"] == pytest.approx(bare["output_tokens_per_s"], rel=0.10)
+    assert lat["tpot_ms"] > 1.5 * bare["tpot_ms"]
+    assert "host_slowed_tokens" not in _report(reports, "cache-b8").summary["inference"]["latency"]
+
+
 @pytest.mark.xfail(strict=True, reason="a known miss: bare, this batch-1 run's tokens were 1.2 ms faster than batch 8's "
-                   "(5.31 against 6.69 ms) with the same events a token; the estimate, 7.77 ms, is near batch 8's (7.09)")
+                   "(5.31 against 6.69 ms) with the same events a token; the estimate, 7.07 ms, is near batch 8's (6.99)")
 def test_the_unprofiled_tpot_of_generate_without_a_cache_at_batch_1(reports):
     lat = _report(reports, "nocache-b1").summary["inference"]["latency"]
     assert lat["unprofiled_tpot_ms"] == pytest.approx(TRUTH["nocache-b1"]["bare_median"]["tpot_ms"], rel=0.10)
