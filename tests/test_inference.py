@@ -278,7 +278,12 @@ def test_each_figure_is_said_once_in_the_terminal(traces):
     from proflab.render.terminal import render_terminal
 
     text = render_terminal(_report(traces, "nocache-b1"), width=200)
-    assert text.count("unprofiled (estimated): inter-token") == 1 and text.count("Inference: ") == 1
+    assert text.count("unprofiled (estimated): ") == 1 and text.count("Inference: ") == 1
+    # the central estimates beside the ranges: TTFT, TPOT and tokens/s, each once
+    line = next(x for x in text.splitlines() if "unprofiled (estimated): " in x)
+    lat = _report(traces, "nocache-b1").summary["inference"]["latency"]
+    assert f"TPOT {lat['unprofiled_tpot_ms']:g} ms" in line.replace(",", "") and "inter-token" in line
+    assert text.count("output tokens/s") == 2  # the profiled run's and the estimate's
 
 
 def test_a_trace_that_starts_mid_generation_says_so(traces):

@@ -367,8 +367,16 @@ def inference_lines(summary: dict) -> list[str]:
     rng = lat.get("unprofiled_itl_median_ms_range")
     if rng:
         ttft = lat.get("unprofiled_ttft_ms_range")
-        lines.append(f"  unprofiled (estimated): inter-token {fmt_num(rng[0])}-{fmt_num(rng[1])} ms"
-                     + (f", TTFT {fmt_num(ttft[0])}-{fmt_num(ttft[1])} ms" if ttft else ""))
+        central = ", ".join(text for key, text in (
+            ("unprofiled_ttft_ms", f"TTFT {n(lat.get('unprofiled_ttft_ms'), ' ms')}"),
+            ("unprofiled_tpot_ms", f"TPOT {n(lat.get('unprofiled_tpot_ms'), ' ms')}"),
+            ("unprofiled_output_tokens_per_s", f"{n(lat.get('unprofiled_output_tokens_per_s'))} output tokens/s"))
+            if lat.get(key) is not None)
+        lines.append("  unprofiled (estimated): " + (f"{central}; " if central else "")
+                     + f"inter-token {fmt_num(rng[0])}-{fmt_num(rng[1])} ms"
+                     + (f", TTFT {fmt_num(ttft[0])}-{fmt_num(ttft[1])} ms" if ttft else "")
+                     + (f"; {fmt_num(lat['host_slowed_tokens'])} tokens on a slowed host counted at the usual token's time"
+                        if lat.get("host_slowed_tokens") else ""))
     dec, pre = util.get("decode") or {}, util.get("prefill") or {}
     if dec:
         b = (dec.get("weight_bytes_per_forward") or 0) + (dec.get("kv_bytes_per_forward") or 0)
