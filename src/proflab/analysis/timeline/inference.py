@@ -118,14 +118,8 @@ class Inference:
 
     @property
     def found(self) -> bool:
-        """The trace shows a generation loop: a decode forward after a prefill (a training or
-        scoring loop runs full-length forwards only: each its own prefill)."""
-        f = self.forwards
-        if f.height < 2 or not (f["phase"] == "decode").any():
-            return False
-        # forwards of one row per row produced and no context that grows: a model called in a loop
-        # (an MLP's training step), not a model generating
-        return bool((f["q_len"] > 1).any() or (f["kv_len"].diff() > 0).any())
+        """The trace shows a generation loop (``_generating``)."""
+        return _generating(self.forwards)
 
     def phase(self, name: str) -> pl.DataFrame:
         return self.forwards.filter(pl.col("phase") == name)
@@ -203,6 +197,16 @@ def _rising(s: pl.Series) -> bool:
 def _elem_bytes(types: pl.Expr, i: int) -> pl.Expr:
     t = types.str.split(",").list.get(i, null_on_oob=True)
     return t.replace_strict(_BYTES, default=None, return_dtype=pl.Int64)
+
+
+def _generating(f: pl.DataFrame) -> bool:
+    """Forwards of a generation loop: a decode forward after a prefill (a training or scoring
+    loop runs full-length forwards only: each its own prefill)."""
+    if f.height < 2 or "phase" not in f.columns or not (f["phase"] == "decode").any():
+        return False
+    # forwards of one row per row produced and no context that grows: a model called in a loop
+    # (an MLP's training step), not a model generating
+    return bool((f["q_len"] > 1).any() or (f["kv_len"].diff() > 0).any())
 
 
 def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None,
@@ -332,11 +336,6 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     fw = forward_of(ev["start_ns"])
     frame = frame.with_columns(pl.Series("events", np.bincount(fw[(fw < n) & ~py], minlength=n + 1)[:n]),
                                pl.Series("py_events", np.bincount(fw[(fw < n) & py], minlength=n + 1)[:n]))
-    # the profiler's one-off start-up cost, on the forward whose interval holds the first CUDA call
-    startup = measure_startup(trace)
-    at = int(forward_of(pl.Series([startup.at_ns]))[0]) if startup is not None else n
-    frame = frame.with_columns(pl.when(pl.col("index") == (frame["index"][at] if at < n else -1))
-                               .then(startup.excess_ns / 1e6 if startup is not None else 0.0).otherwise(0.0).alias("startup_ms"))
     # the host time inside each forward's outermost operators, and how many (what a CPU forward's work is)
     ops = host.lazy().filter((pl.col("tid") == tid) & (pl.col("cat") == "cpu_op")).select("start_ns", "dur_ns").collect()
     if not _rising(ops.get_column("start_ns")):  # (a reader's host table is in start order already: no copy)
@@ -348,6 +347,13 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         pl.Series("op_ms", np.bincount(ofw[keep], weights=ops["dur_ns"].fill_null(0).to_numpy()[keep], minlength=n)[:n] / 1e6),
         pl.Series("top_ops", np.bincount(ofw[keep], minlength=n)[:n]))
     frame, phases_from = _phases(frame, host)
+    # the profiler's costs are measured for a generation loop only (what they correct is its latency):
+    # its one-off start-up cost, on the forward whose interval holds the first CUDA call
+    generating = _generating(frame)
+    startup = measure_startup(trace) if generating else None
+    at = int(forward_of(pl.Series([startup.at_ns]))[0]) if startup is not None else n
+    frame = frame.with_columns(pl.when(pl.col("index") == (frame["index"][at] if at < n else -1))
+                               .then(startup.excess_ns / 1e6 if startup is not None else 0.0).otherwise(0.0).alias("startup_ms"))
     frame = frame.select(
         "index", "generation", "phase", "recompute", "batch", "q_len", "kv_len", "layers", "start_ns", "end_ns",
         ((pl.col("end_host_ns") - pl.col("start_ns")) / 1e6).alias("host_ms"), (pl.col("gpu_ns") / 1e6).alias("gpu_ms"),
@@ -364,8 +370,8 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
     if event_cost_us is None:
-        cost = measure_event_cost(trace)
-        event_cost_us = (cost.lo_us, cost.hi_us)
+        cost = measure_event_cost(trace) if generating else None
+        event_cost_us = (cost.lo_us, cost.hi_us) if cost is not None else EVENT_COST_US
     lat = _latency(frame, event_cost_us)
     if frame.height and frame["phase"][0] == "decode":
         missing.append("the trace starts inside a generation (its first forward decodes over a context already there): "
