@@ -562,6 +562,8 @@ def _host_slowed(d: pl.DataFrame) -> pl.Series:
     usual = d["events"].mode().sort()[0]
     same = d.filter(pl.col("events") == usual)
     ref = same["op_ms"].median()
+    if not ref or ref <= 0:  # (no operator time to compare: nothing to say)
+        return pl.Series([False] * d.height)
     return ((d["events"] == usual) & (d["op_ms"] >= HOST_SLOWED * ref)).fill_null(False)
 
 
@@ -589,7 +591,9 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str
 
     gens = max(int(f["generation"].n_unique()), 1)
     slowed = _host_slowed(d)
-    typical = float(d.filter(~slowed).select(less(0.5).median()).item())
+    typical = d.filter(~slowed).select(less(0.5).median()).item() if slowed.any() else None
+    if typical is None:
+        slowed = pl.Series([False] * d.height)
     tpot = float(d.select(pl.when(slowed).then(typical).otherwise(less(0.5)).mean()).item())
     ttft = float(p.select(less(0.5).sum()).item()) / gens if p.height else None
     central = {"unprofiled_tpot_ms": _r(tpot)}
