@@ -18,7 +18,7 @@ GPT-2, torchvision's ResNet-50 with its DataLoader, Lightning's demo transformer
 at batch 1, 8 and 32), whose first-sight results are kept in benchmarks/README.md. ``report``:
 programs nobody on the team wrote, recorded after the models were set and analysed once, never
 tuned on. Third-party programs are installed from the package index and run unmodified
-(``tests/data/thirdparty``, ``tests/data/inference/h100``), each fix one argument as a user makes
+(``tests/data/thirdparty``, ``tests/data/inference/h100`` and ``h100-rounds``), each fix one argument as a user makes
 it, recorded by ``tests/data/record/record_thirdparty.py`` and ``record_inference.py``.
 
 A ``generate()`` row is per output token: the bare saving is the difference of the median
@@ -44,6 +44,7 @@ GAINS = ROOT / "tests" / "data" / "gains"
 NCCL = ROOT / "tests" / "data" / "kineto" / "nccl"
 THIRD = ROOT / "tests" / "data" / "thirdparty"
 INFERENCE = ROOT / "tests" / "data" / "inference" / "h100"
+ROUNDS = ROOT / "tests" / "data" / "inference" / "h100-rounds"  # the variants timed in turn (rounds)
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ THIRD_ROWS = (
 
 @dataclass(frozen=True)
 class GenRow:
-    """A ``generate()`` fix at one batch size (``tests/data/inference/h100/truth.json``)."""
+    """A ``generate()`` fix at one batch size (``folder``'s ``truth.json``)."""
 
     batch: int
     base: str
@@ -129,6 +130,7 @@ class GenRow:
     finding: str
     half: str = "tune"
     case: str = ""  # the case names' prefix in truth.json ("" for the first set)
+    folder: Path = INFERENCE
 
     @property
     def label(self) -> str:
@@ -140,12 +142,13 @@ _GEN_FIXES = (
     ("cache", "static-compile", "decode_launch_bound"),  # cache_implementation="static" (generate compiles it)
 )
 GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in _GEN_FIXES for b in (1, 8, 32))
-# the report half: TinyLlama's shape (1.1 B parameters), batch 1 (the trace kept in the repository: the
-# recording's time limit cut its static-compile cases short, and its other traces are not kept for size)
-GEN_ROWS += (GenRow(1, "nocache", "cache", "kv_cache_recompute", half="report", case="l-"),)
-# and its static cache (cache_implementation="static", compiled by generate), batch 1 and 8, recorded in a
-# later session (their own dynamic-cache baselines beside them: "l2-")
-GEN_ROWS += tuple(GenRow(b, "cache", "static-compile", "decode_launch_bound", half="report", case="l2-") for b in (1, 8))
+# the report half: TinyLlama's shape (1.1 B parameters) at batch 1 and 8, each fix, its variants timed in
+# turn (tests/data/inference/h100-rounds, "l3-"). Its first recordings ran one case after another and
+# drifted with the host: the same cached batch-1 decode took 32.8 ms a token in one ("l-") and 12.6 in
+# the next session's ("l2-"); their rows (l-b1 nocache -> cache, l2-b1 and l2-b8 cache -> static) and
+# traces were replaced by these
+GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", case="l3-", folder=ROUNDS)
+                  for base, fix, finding in _GEN_FIXES for b in (1, 8))
 
 
 # two-GPU jobs (tests/data/kineto/nccl): the job before the fix, and the same job recorded with it
@@ -285,20 +288,20 @@ def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
     return _row(row.label, row.half, source, base, measured, ci, gain, rng)
 
 
-def gen_truth() -> dict:
-    return {c["case"]: c for c in json.loads((INFERENCE / "truth.json").read_text())["cases"]}
+def gen_truth(folder: Path = INFERENCE) -> dict:
+    return {c["case"]: c for c in json.loads((folder / "truth.json").read_text())["cases"]}
 
 
 def predict_gen(row: GenRow) -> dict:
     """A ``generate()`` row, per output token: the finding's gain against the bare TPOT saving."""
     import proflab
 
-    t = gen_truth()
+    t = gen_truth(row.folder)
     before, after = (t[f"{row.case}{v}-b{row.batch}"] for v in (row.base, row.fix))
     itl = [[x for r in case["bare_runs"] for x in r["itl_ms"]] for case in (before, after)]
     measured, ci = _saving(*itl)
     base = statistics.median(itl[0])
-    report = proflab.analyze(proflab.load(INFERENCE / f"{row.case}{row.base}-b{row.batch}.pt.trace.json.xz"))
+    report = proflab.analyze(proflab.load(_committed(row.folder, f"{row.case}{row.base}-b{row.batch}")))
     gain, source, rng = _finding_gain(report, row.finding)
     f = next((f for f in report.findings if f.id == row.finding), None)
     if f is not None and (f.prediction or {}).get("per") == "generation":

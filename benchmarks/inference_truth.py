@@ -1,6 +1,6 @@
 """What ``proflab analyze`` reports of a ``generate()`` loop, against the same loop timed bare.
 
-    python benchmarks/inference_truth.py [--data tests/data/inference/h100]
+    python benchmarks/inference_truth.py [--data tests/data/inference/h100 tests/data/inference/h100-rounds]
 
 Each case of ``truth.json`` (recorded by ``tests/data/record/record_inference.py``: Hugging Face
 ``generate()`` from config, timed bare with CUDA events on a streamer's tokens, then once under
@@ -52,12 +52,21 @@ def _f(x, spec=".2f") -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", default=str(ROOT / "tests" / "data" / "inference" / "h100"))
+    here = ROOT / "tests" / "data" / "inference"
+    ap.add_argument("--data", nargs="*", default=[str(here / "h100"), str(here / "h100-rounds")],
+                    help="folders of traces and their truth.json (default: both H100 sets)")
     a = ap.parse_args(argv)
+    for data in a.data:
+        _table(Path(data))
+    return 0
+
+
+def _table(data: Path) -> None:
+    print(f"\n{data.name}\n")
     print("| case | TTFT ms: bare / profiled / unprofiled est. | TPOT ms: bare / profiled / unprofiled est. (ITL range) "
           "| tokens/s: bare / profiled / unprofiled est. | within 10%: TTFT, TPOT, tokens/s |")
     print("|---|---|---|---|---|")
-    table = rows(Path(a.data))
+    table = rows(data)
     for r in table:
         ilo, ihi = r["unprofiled_itl_ms"]
         print(f"| {r['case']} | {_f(r['bare_ttft_ms'])} / {_f(r['ttft_ms'])} / {_f(r['est_ttft_ms'])} | "
@@ -66,7 +75,6 @@ def main(argv=None) -> int:
               f"{_f(r['est_tokens_per_s'], '.0f')} | {', '.join('yes' if v else 'NO' for v in r['within'].values())} |")
     for k in ("ttft_ms", "tpot_ms", "tokens_per_s"):
         print(f"{k}: {sum(r['within'][k] for r in table)} of {len(table)} within 10% of the bare figure")
-    return 0
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ def test_the_profilers_start_up_is_measured_on_the_first_cuda_call(reports):
 
     fw = Context(trace).inference.forwards
     assert fw["startup_ms"][0] == pytest.approx(s.excess_ns / 1e6) and fw["startup_ms"][1:].sum() == 0
+    said = f.summary["inference"]["latency"]["profiler_startup"]  # (the report says what it took off)
+    assert said == {"operator": "aten::copy_", "excess_us": round(s.excess_ns / 1e3, 1), "compared_with": s.later}
     assert f.summary["inference"]["latency"]["unprofiled_ttft_ms"] < f.summary["inference"]["latency"]["ttft_ms"]
 
 

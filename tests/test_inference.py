@@ -435,3 +435,29 @@ def test_a_padded_batch_is_told_padded_and_no_waste_is_claimed(traces):
     # the same model unpadded (every mask position 1): the attention takes no mask
     (plain,) = [m for m in _report(traces, "cache-b4").to_dict()["missing"] if m["signal"] == "pad tokens"]
     assert "took no mask in any of 20 forwards" in plain["reason"]
+
+
+def test_the_recorder_times_the_variants_in_turn_and_profiles_each_between_its_bare_runs(tmp_path):
+    """record_inference.py on the CPU, two variants, three rounds: each variant's bare runs are
+    one per round (so a drift of the host falls on both alike), the middle round profiles each
+    once with the same streamer (its own figures kept beside the bare runs just before and after
+    it), and the trace it wrote is read as a generation loop of as many tokens."""
+    pytest.importorskip("transformers", reason="the recorder runs Hugging Face generate()")
+    import subprocess
+    import sys
+
+    recorder = Path(__file__).resolve().parent / "data" / "record" / "record_inference.py"
+    done = subprocess.run([sys.executable, str(recorder), "--out", str(tmp_path), "--batch", "1", "--variants", "nocache",
+                           "cache", "--new-tokens", "4", "--prompt", "16", "--repeats", "3", "--compress", "gz"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["protocol"].startswith("interleaved")
+    cases = {c["case"]: c for c in truth["cases"]}
+    assert set(cases) == {"nocache-b1", "cache-b1"}
+    for name, c in cases.items():
+        assert len(c["bare_runs"]) == 3 and c["profiled_round"] == 1 and c["profiled"]["new_tokens"] == 4
+        near = sorted(r["tpot_ms"] for r in c["bare_runs"][1:3])
+        assert near[0] <= c["bare_around_profiled"]["tpot_ms"] <= near[1]
+        lat = proflab.analyze(tmp_path / f"{name}.pt.trace.json.gz").summary["inference"]["latency"]
+        assert lat["tokens_per_sequence"] == 4

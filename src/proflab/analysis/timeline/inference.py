@@ -100,8 +100,9 @@ class Inference:
     ``gemm_flops``, ``att_flops``, ``shaped_ms`` (host time in its GEMMs and attention), ``op_ms`` and
     ``top_ops`` (its outermost operators' host time and count), ``events`` and ``py_events`` (host
     events the profiler recorded in it), ``startup_ms`` (the profiler's start-up cost in it,
-    ``event_cost.startup``: on the forward that made the trace's first CUDA call), ``kernels``, ``att_mask`` (its attention took a mask
-    tensor: null where the attention operator's inputs do not say)). ``latency``, ``utilisation`` and
+    ``event_cost.startup``: on the forward that made the trace's first CUDA call), ``kernels``,
+    ``att_mask`` (its attention took a mask tensor: null where the attention operator's inputs
+    do not say)). ``latency``, ``utilisation`` and
     ``memory`` are the report's figures (units in their names); ``missing`` what the trace lacks."""
 
     forwards: pl.DataFrame
@@ -373,6 +374,8 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         cost = measure_event_cost(trace) if generating else None
         event_cost_us = (cost.lo_us, cost.hi_us) if cost is not None else EVENT_COST_US
     lat = _latency(frame, event_cost_us)
+    if startup is not None and "unprofiled_tpot_ms" in lat:  # what the unprofiled TTFT took off, said
+        lat["profiler_startup"] = startup.to_dict()
     if frame.height and frame["phase"][0] == "decode":
         missing.append("the trace starts inside a generation (its first forward decodes over a context already there): "
                        "that generation's TTFT and end-to-end time are not in it")
