@@ -450,9 +450,15 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
             p["predicted_gain_ms"], p["predicted_gain_pct"] = round(pred.gain_ms, 3), pred.gain_pct
             p["predicted_gain_range_ms"] = [round(x, 3) for x in pred.gain_range_ms]
             if as_named:
-                named = w.predict(*as_named[1])
-                p["as_named"] = {"fix": as_named[0], "predicted_gain_ms": round(named.gain_ms, 3),
-                                 "predicted_gain_range_ms": [round(x, 3) for x in named.gain_range_ms]}
+                # its middle (the fusion's middle with the forward and backward graphed) and its top (the
+                # fusion at its most, the whole step graphed): two replays where predict's span takes six;
+                # its low end no lower than the graphs' own (the fusion only adds to them)
+                label, (fuse, graph) = as_named
+                mid = w.predict_at(dataclasses.replace(fuse, factor=0.5), graph)
+                top = w.predict_at(dataclasses.replace(fuse, factor=0.0), dataclasses.replace(graph, target=""))
+                p["as_named"] = {"fix": label, "predicted_gain_ms": round(mid.gain_ms, 3), "predicted_gain_range_ms": [
+                    round(min(pred.gain_range_ms[0], mid.gain_range_ms[0]), 3),
+                    round(max(top.gain_range_ms[1], mid.gain_ms), 3)]}
     evidence["breakdown"] = [{k: v for k, v in p.items() if k not in ("fix", "whatif")} for p in parts]
     f = gain_finding(
         "launch_bound",

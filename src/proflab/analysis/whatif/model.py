@@ -235,6 +235,16 @@ class WhatIf:
         with phase("what-if"):
             return self._predict(fixes)
 
+    def predict_at(self, *fixes: Fix) -> Prediction | None:
+        """The bare step saved by ``fixes`` exactly as given: a ranged fix at the factor it carries,
+        a CUDA graph over its own target (``predict`` spans a ranged fix's factors and widens a
+        forward-and-backward graph to the whole step; a caller that builds a range of its own
+        from a few points asks for each here). None without a step graph."""
+        if self.graph is None:
+            return None
+        with phase("what-if"):
+            return self._predict_one(tuple(fixes))
+
     def _predict(self, fixes: tuple[Fix, ...]) -> Prediction:
         """The prediction of ``fixes``; a CUDA graph of the forward and backward
         (``cuda_graph``, target ``forward_backward``) at that end, its range reaching up to what
