@@ -47,9 +47,8 @@ _READ_BYTES = 16 << 20
 _INFLATED_BYTES = 4 << 20
 # The structure scan's read (``_Structure.feed``): its temporaries are ~9 bytes a byte read
 # (the structural characters' and quotes' offsets, their parities and depths, as int64), so a
-# read of 16 MiB held ~150 MiB at once, one of 4 MiB ~40: a gzipped trace in another layout
-# than Kineto's (the 185 MB realistic one) then peaked 12-15 % over a 200M budget. A gzip
-# stream's inflated pieces are scanned this much at a time too.
+# read of 16 MiB held ~150 MiB at once, one of 4 MiB ~40, one of 1 MiB ~10. A gzip stream's
+# inflated pieces (``_INFLATED_BYTES``) are scanned this much at a time too.
 _SCAN_BYTES = 1 << 20
 _MAX_HEAD_BYTES = 64 << 20
 _MAX_TAIL_BYTES = 4 << 20
