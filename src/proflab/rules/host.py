@@ -455,10 +455,10 @@ def launch_bound(trace: Trace, ctx: Context) -> list[Finding]:
                 # its low end no lower than the graphs' own (the fusion only adds to them)
                 label, (fuse, graph) = as_named
                 mid = w.predict_at(dataclasses.replace(fuse, factor=0.5), graph)
-                top = w.predict_at(dataclasses.replace(fuse, factor=0.0), dataclasses.replace(graph, target=""))
+                whole = w.predict_at(dataclasses.replace(fuse, factor=0.0), dataclasses.replace(graph, target=""))
                 p["as_named"] = {"fix": label, "predicted_gain_ms": round(mid.gain_ms, 3), "predicted_gain_range_ms": [
                     round(min(pred.gain_range_ms[0], mid.gain_range_ms[0]), 3),
-                    round(max(top.gain_range_ms[1], mid.gain_ms), 3)]}
+                    round(max(whole.gain_range_ms[1], mid.gain_ms), 3)]}
     evidence["breakdown"] = [{k: v for k, v in p.items() if k not in ("fix", "whatif")} for p in parts]
     f = gain_finding(
         "launch_bound",
