@@ -8,6 +8,7 @@ save past the GPU work that is left, and overlapping findings say so."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import re
 from pathlib import Path
@@ -269,6 +270,34 @@ def test_what_compile_fuses_is_a_range():
     assert lo < p.gain_ms < hi
     one = ctx.whatif._predict_one  # (predict replays the range itself, whatever factor a fix carries)
     assert one((Fix("compile", factor=0.0),)).gain_ms > one((Fix("compile", factor=1.0),)).gain_ms
+
+
+@pytest.mark.parametrize("name, fixes", [
+    ("gpt_char.base", (Fix("compile", factor=0.5), Fix("cuda_graph"))),
+    ("foreach_adam.base", (Fix("fuse_optimizer", factor=0.0), Fix("compile", factor=1.0))),
+])  # fmt: skip
+def test_a_fix_replayed_again_gives_what_a_fresh_graph_gives(name, fixes):
+    """A report replays each fix at every profiler cost and each end of its range, and what a
+    fix works out from the parts of a plan it reads is kept on the graph for the next plan
+    with the same parts (``fixes._once``): a plan edited after it was handed out changes
+    nothing of what the next one gets, and a graph that kept its work predicts as one that
+    kept none."""
+    path = str(GAINS / f"{name}.pt.trace.json.gz")
+    kept, fresh = Context(proflab.load(path)).whatif, Context(proflab.load(path)).whatif
+    base, _ = kept._base(kept._alpha)
+    first = apply(kept.graph, base, *fixes)
+    for a in (first.op_dur, first.work, first.call_dur):
+        a *= 3.0  # (in place: what the graph kept must not be these arrays)
+    first.op_alive[:] = False
+    again = apply(kept.graph, base, *fixes)
+    alone = apply(fresh.graph, fresh._base(fresh._alpha)[0], *fixes)
+    for field in Plan.__dataclass_fields__:
+        assert np.array_equal(getattr(again, field), getattr(alone, field)), field
+    assert replay(kept.graph, again).step_ms == replay(fresh.graph, alone).step_ms
+    for x in (0.5, 0.0, 1.0, 0.5):  # (a prediction asked again is the one made first)
+        at = tuple(dataclasses.replace(f, factor=x) for f in fixes)
+        fresh._predicted.clear()
+        assert kept._predict_one(at) == fresh._predict_one(at)
 
 
 HF_GPT2_BF16 = DATA / "thirdparty" / "hf_gpt2.bf16" / "traces" / "hf_gpt2.bf16.pt.trace.json.xz"

@@ -58,6 +58,8 @@ figures it uses are stated here, not tuned per trace:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -65,6 +67,8 @@ from proflab.analysis.whatif.graph import COPY, FREE, LAUNCH, OTHER, SYNC, StepG
 from proflab.analysis.whatif.replay import SYNC_OVERHEAD_NS, Plan
 from proflab.model.findings import FIX_KINDS as KINDS
 from proflab.model.findings import Fix
+
+T = TypeVar("T")
 
 __all__ = ["Fix", "apply", "LIBRARY_KERNEL", "FUSIBLE_KERNEL", "POINTWISE_KERNEL", "REDUCTION_KERNEL", "KINDS", "RANGED"]
 
@@ -151,6 +155,24 @@ def _sums(d: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return out
 
 
+_ONCE_KEPT = 4
+
+
+def _once(g: StepGraph, name: str, inputs: tuple[np.ndarray, ...], make: Callable[[], T]) -> T:
+    """``make()``, made once for the plans whose ``inputs`` (the parts of a plan it reads) are
+    equal, kept on the graph: a report replays a fix at each profiler cost and each end of its
+    range, and most of a fix's work sees the same parts each time (the few latest kept)."""
+    seen = g.__dict__.setdefault(name, [])
+    for key, value in seen:
+        if all(np.array_equal(a, b) for a, b in zip(key, inputs)):
+            return value
+    value = make()
+    seen.append((tuple(a.copy() for a in inputs), value))
+    del seen[:-_ONCE_KEPT]
+    return value
+
+
+
 def _optimizer_steps(g: StepGraph) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per step, the optimizer's calls and their operations in call order (the fused kernel is
     the first of the longest in that order), found once a graph: a report asks for the fix
@@ -198,15 +220,114 @@ def _fused_host_ns(g: StepGraph, q: Plan, calls: np.ndarray, every: np.ndarray, 
     return lo, max(lo, float(work.sum()) / max(per_param, 1.0))
 
 
+def _fused_kernels(q: Plan, steps: list[tuple[np.ndarray, np.ndarray]], ops: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which of the optimizer's operations (``ops``) run fused and for how long (ns): per step,
+    its longest kernel alone, for its own time and a quarter of the others'."""
+    alive, dur = q.op_alive.copy(), q.op_dur.copy()
+    for _, every in steps:
+        mine = every[alive[every]]
+        if mine.size:
+            d = dur[mine]
+            keep = mine[int(np.argmax(d))]
+            alive[mine] = False
+            alive[keep] = True
+            dur[keep] = d.max() + 0.25 * (d.sum() - d.max())
+    return alive[ops], dur[ops]
+
+
 def _library(g: StepGraph) -> np.ndarray:
     lib = _names(g, LIBRARY_KERNEL)
     return lib | (g.op_kind != "kernel") | g.op_comm
 
 
-def apply(g: StepGraph, p: Plan, fix: Fix) -> Plan:
-    """``p`` with ``fix`` made (a new plan; ``p`` is left as it was)."""
+class _Chains(NamedTuple):
+    """What compile's chains are made of that no plan changes, found once a graph (a report
+    replays the fix at each profiler cost and each end of its range: 60 times on a
+    generation trace): the calls it compiles, its operations in launch order, which of them
+    it may fuse and which are reductions (in that order), and where a neighbour is of the
+    same step and stream."""
+
+    inside: np.ndarray  # per call
+    order: np.ndarray  # the operations in launch order
+    fusible: np.ndarray  # per operation, in launch order
+    reduction: np.ndarray  # per operation, in launch order
+    neighbours: np.ndarray  # [i]: operations i and i + 1 (launch order) of one step and stream
+
+
+def _chains(g: StepGraph) -> _Chains:
+    got = g.__dict__.get("_compile_chains")
+    if got is None:
+        inside = (g.call_step >= 0) & ~g.call_optimizer & ~g.region  # compiled code is not compiled again
+        fusible = _names(g, FUSIBLE_KERNEL) & ~_library(g) & inside[g.op_call]
+        order = np.lexsort((g.op_start, g.call_start[g.op_call]))
+        step, stream = g.call_step[g.op_call][order], g.op_stream[order]
+        neighbours = (step[1:] == step[:-1]) & (stream[1:] == stream[:-1])
+        got = g.__dict__["_compile_chains"] = _Chains(inside, order, fusible[order], _names(g, REDUCTION_KERNEL)[order],
+                                                      neighbours)
+    return got
+
+
+def _compiled_ops(g: StepGraph, c: _Chains, q: Plan, share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Compile's operations: which still run, their durations (ns), and which calls still
+    launch one, from the plan's own and ``share`` of a chain's other kernels' time its
+    fused kernel keeps (``FUSED_REST``'s range). A function of those alone, so found once for
+    the plans that share them (the fix replayed at each profiler cost changes the host, not
+    these) and handed out as copies (a later fix edits its plan in place)."""
+    alive, dur, live = _once(g, f"_compiled_ops:{share}", (q.op_alive, q.op_dur), lambda: _fused_chains(g, c, q, share))
+    return alive.copy(), dur.copy(), live
+
+
+def _fused_chains(g: StepGraph, c: _Chains, q: Plan, share: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_compiled_ops``'s, worked out."""
+    alive, dur = q.op_alive.copy(), q.op_dur.copy()
+    order = c.order
+    # chains: runs of fusible operations of one step and stream, consecutive in launch order
+    f = c.fusible & alive[order]
+    joins = np.zeros(order.size, dtype=bool)
+    joins[1:] = f[1:] & f[:-1] & c.neighbours
+    member = np.flatnonzero(f)  # (a chain's operations are consecutive members)
+    size = np.bincount(np.cumsum(~joins[member]) - 1)
+    long = member[np.repeat(size > 1, size)]
+    if long.size:
+        head = ~joins[long]
+        chain_of = np.cumsum(head) - 1
+        at = order[long]
+        d = dur[at]
+        starts = np.flatnonzero(head)
+        longest = np.maximum.reduceat(d, starts)
+        total = _sums(d, starts)
+        # per chain, its reductions keep their kernels, and each run of pointwise kernels
+        # between them runs as its longest (the first of equals): the launches Inductor
+        # still makes
+        red = c.reduction[long]
+        run_head = head.copy()
+        run_head[1:] |= red[:-1] | red[1:]
+        run_of = np.cumsum(run_head) - 1
+        run_max = np.zeros(run_of[-1] + 1)
+        np.maximum.at(run_max, run_of[~red], d[~red])
+        is_max = np.flatnonzero(~red & (d == run_max[run_of]))
+        _, first_max = np.unique(run_of[is_max], return_index=True)
+        kept = red.copy()
+        kept[is_max[first_max]] = True
+        # the fused chain moves its longest kernel's bytes and a share of the rest (its
+        # intermediates no longer go through memory), shared by its kept kernels as they
+        # shared the chain's own time
+        rest = FUSED_REST[0] + share * (FUSED_REST[1] - FUSED_REST[0])
+        fused = longest + rest * (total - longest)
+        base = np.bincount(chain_of, weights=np.where(kept, d, 0.0), minlength=starts.size)
+        alive[at] = kept
+        dur[at[kept]] = d[kept] * (fused / np.maximum(base, 1e-9))[chain_of[kept]]
+    live = np.zeros(g.n_calls, dtype=bool)
+    live[g.op_call[alive]] = True
+    live.setflags(write=False)
+    return alive, dur, live
+
+
+def apply(g: StepGraph, p: Plan, *fixes: Fix) -> Plan:
+    """``p`` with ``fixes`` made in turn (a new plan, copied once; ``p`` is left as it was)."""
     q = p.copy()
-    getattr(_Apply, fix.kind)(g, q, fix)
+    for fix in fixes:
+        getattr(_Apply, fix.kind)(g, q, fix)
     return q
 
 
@@ -239,69 +360,29 @@ class _Apply:
 
     @staticmethod
     def fuse_optimizer(g: StepGraph, q: Plan, fix: Fix) -> None:
-        for (calls, every), per_param in zip(_optimizer_steps(g), _launches_per_parameter(g)):
-            ops = every[q.op_alive[every]]
-            lo, hi = _fused_host_ns(g, q, calls, every, per_param)
-            q.work[calls] = 0.0
-            q.call_dur[calls[1:]] = 0.0
-            q.work[calls[0]] = lo + min(max(fix.factor, 0.0), 1.0) * (hi - lo)
-            if ops.size:
-                d = q.op_dur[ops]
-                keep = ops[int(np.argmax(d))]
-                q.op_alive[ops] = False
-                q.op_alive[keep] = True
-                q.op_dur[keep] = d.max() + 0.25 * (d.sum() - d.max())
+        steps = _optimizer_steps(g)
+        if not steps:
+            return
+        calls, ops = (np.concatenate([part[i] for part in steps]) for i in (0, 1))
+        host = np.array(_once(g, "_fused_host", (q.work[calls], q.call_dur[calls], q.call_kind[calls]), lambda: [
+            _fused_host_ns(g, q, c, every, per_param) for (c, every), per_param in zip(steps, _launches_per_parameter(g))]))
+        # per step, the fused step's host time on its first call (``_fused_host_ns``'s range at
+        # the fix's share of it), its other calls gone
+        first = np.array([c[0] for c, _ in steps])
+        q.work[calls] = 0.0
+        q.call_dur[np.concatenate([c[1:] for c, _ in steps])] = 0.0
+        q.work[first] = host[:, 0] + min(max(fix.factor, 0.0), 1.0) * (host[:, 1] - host[:, 0])
+        q.op_alive[ops], q.op_dur[ops] = _once(g, "_fused_kernels", (q.op_alive[ops], q.op_dur[ops]),
+                                               lambda: _fused_kernels(q, steps, ops))
 
     @staticmethod
     def compile(g: StepGraph, q: Plan, fix: Fix) -> None:
-        inside = (g.call_step >= 0) & ~g.call_optimizer & ~g.region  # compiled code is not compiled again
-        fusible = _names(g, FUSIBLE_KERNEL) & ~_library(g) & inside[g.op_call]
-        reduction = _names(g, REDUCTION_KERNEL)
-        # chains: runs of fusible operations of one step and stream, consecutive in launch order
-        order = np.lexsort((g.op_start, g.call_start[g.op_call]))
-        f = (fusible & q.op_alive)[order]
-        step, stream = g.call_step[g.op_call][order], g.op_stream[order]
-        joins = np.zeros(order.size, dtype=bool)
-        joins[1:] = f[1:] & f[:-1] & (step[1:] == step[:-1]) & (stream[1:] == stream[:-1])
-        member = np.flatnonzero(f)  # (a chain's operations are consecutive members)
-        size = np.bincount(np.cumsum(~joins[member]) - 1)
-        long = member[np.repeat(size > 1, size)]
-        if long.size:
-            head = ~joins[long]
-            chain_of = np.cumsum(head) - 1
-            at = order[long]
-            d = q.op_dur[at]
-            starts = np.flatnonzero(head)
-            longest = np.maximum.reduceat(d, starts)
-            total = _sums(d, starts)
-            # per chain, its reductions keep their kernels, and each run of pointwise kernels
-            # between them runs as its longest (the first of equals): the launches Inductor
-            # still makes
-            red = reduction[at]
-            run_head = head.copy()
-            run_head[1:] |= red[:-1] | red[1:]
-            run_of = np.cumsum(run_head) - 1
-            run_max = np.zeros(run_of[-1] + 1)
-            np.maximum.at(run_max, run_of[~red], d[~red])
-            is_max = np.flatnonzero(~red & (d == run_max[run_of]))
-            _, first_max = np.unique(run_of[is_max], return_index=True)
-            kept = red.copy()
-            kept[is_max[first_max]] = True
-            # the fused chain moves its longest kernel's bytes and a share of the rest (its
-            # intermediates no longer go through memory), shared by its kept kernels as they
-            # shared the chain's own time
-            rest = FUSED_REST[0] + min(max(fix.factor, 0.0), 1.0) * (FUSED_REST[1] - FUSED_REST[0])
-            fused = longest + rest * (total - longest)
-            base = np.bincount(chain_of, weights=np.where(kept, d, 0.0), minlength=starts.size)
-            q.op_alive[at] = kept
-            q.op_dur[at[kept]] = d[kept] * (fused / np.maximum(base, 1e-9))[chain_of[kept]]
+        c = _chains(g)
+        q.op_alive, q.op_dur, live = _compiled_ops(g, c, q, min(max(fix.factor, 0.0), 1.0))
         # host: a launch that no longer happens costs nothing, its dispatch with it; the
         # generated code launches each remaining kernel at about eager's cost per kernel
         # (an H200 host: 27 us a launch compiled against 21 us eager, tests/data/gains)
-        launches = inside & (q.call_kind == LAUNCH)
-        live = np.zeros(g.n_calls, dtype=bool)
-        live[g.op_call[q.op_alive]] = True
-        gone = launches & ~live
+        gone = c.inside & (q.call_kind == LAUNCH) & ~live
         taken = q.loader + q.quiet
         q.work = np.where(gone, np.minimum(q.work, taken), q.work)
         q.call_dur = np.where(gone, 0.0, q.call_dur)
@@ -315,7 +396,7 @@ class _Apply:
             inside = inside & ~g.region
         elif fix.target == "forward_backward":
             inside = inside & (g.call_fwbw if g.call_fwbw is not None else ~g.call_optimizer)
-        replayed = inside & np.isin(q.call_kind, (LAUNCH, OTHER))
+        replayed = inside & ((q.call_kind == LAUNCH) | (q.call_kind == OTHER))
         taken = q.loader + q.quiet
         q.work = np.where(replayed, np.minimum(q.work, taken), q.work)
         q.call_dur = np.where(replayed, 0.0, q.call_dur)
@@ -324,9 +405,8 @@ class _Apply:
         if fix.target in ("regions", "forward_backward") and idx.size:
             starts = idx[np.concatenate([[True], (np.diff(idx) > 1) | (np.diff(g.call_step[idx]) != 0)])]
         else:
-            starts = [np.flatnonzero(replayed & (g.call_step == s))[0] for s in np.unique(g.call_step[replayed])]
-        for first in starts:
-            q.work[first] += GRAPH_LAUNCH_NS
+            starts = idx[np.unique(g.call_step[idx], return_index=True)[1]]
+        q.work[starts] += GRAPH_LAUNCH_NS
 
     @staticmethod
     def speed_ops(g: StepGraph, q: Plan, fix: Fix) -> None:

@@ -240,7 +240,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     op_pageable = pageable & (op_kind == "memcpy")
 
     kind = np.full(n, OTHER, dtype=np.int8)
-    kind[np.unique(op_call)] = LAUNCH
+    kind[op_call] = LAUNCH
     # (each pattern once per distinct name: a step's calls are a few dozen names, repeated)
     name_col = calls["name"].fill_null("")
     distinct = name_col.unique().to_list()

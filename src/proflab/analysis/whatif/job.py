@@ -92,9 +92,7 @@ class JobWhatIf:
         plans = {}
         for r, w in self.whatifs.items():
             p = Plan.of(w.graph) if profiled else w.bare_plan()
-            for f in [*fixes.get(None, ()), *fixes.get(r, ())]:
-                p = apply(w.graph, p, f)
-            plans[r] = p
+            plans[r] = apply(w.graph, p, *fixes.get(None, ()), *fixes.get(r, ()))
         # each collective's transfer: the shortest of its kernels across the ranks
         transfer = np.min([plans[r].op_dur[c] for r, c in self._comm.items()], axis=0)
         for r, c in self._comm.items():
