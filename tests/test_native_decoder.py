@@ -691,3 +691,48 @@ def test_any_failure_of_the_decoder_falls_back_to_the_usual_path(monkeypatch):
         assert getattr(got, table).equals(getattr(want, table)), table
     monkeypatch.setattr(native, "_tables_of", lambda payload: 1 / 0)
     assert native.tables(b"[]") is None
+
+
+# -- the structure of a document in another layout (readers._slices._Structure) ----------------
+def _reads(scan, data: bytes, read: int) -> list:
+    """Each read's commas (or where the scan gave up) and the state after it."""
+    out = []
+    for at in range(0, len(data), read):
+        try:
+            commas = scan.feed(data[at : at + read], at).tolist()
+        except _slices.NotSliceable:
+            return [*out, "not sliceable"]
+        out.append((commas, scan.in_string, scan.backslashes, scan.depth, scan.close_at, scan.last_sep))
+    return out
+
+
+def _opened(native: bool, inner: int):
+    """A scan as it stands once the events array opened at depth ``inner``."""
+    scan = _slices._Structure(native=native)
+    scan._started, scan.open_at, scan._inner, scan.depth = True, -1, inner, inner
+    return scan
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"\\\\", b"a", b" ", b"\n", b'"x,y"']),
+                max_size=200).map(b"".join), st.integers(1, 40), st.integers(1, 3))  # fmt: skip
+def test_the_compiled_structure_scan_finds_what_numpy_finds(data, read, inner):
+    """Brackets, commas, colons, quotes and runs of backslashes in any order, read a few bytes
+    at a time: each read's commas, whether it ends in a string, its run of backslashes, its
+    depth and the array's close are numpy's (and both give up on the same read)."""
+    assert _reads(_opened(True, inner), data, read) == _reads(_opened(False, inner), data, read)
+
+
+@pytest.mark.parametrize("read", [4096, 1 << 20])
+def test_a_recorded_trace_in_another_layout_is_cut_where_numpy_cuts_it(read, monkeypatch):
+    """A recorded trace (escaped names, shapes, stacks' quotes) written compact on one line and
+    by ``json.dumps(indent=2)``: the slices' cuts are those numpy's scan finds."""
+    doc = json.loads(gzip.decompress((DATA / "kineto" / "train_loop.pt.trace.json.gz").read_bytes()))
+    for data in (json.dumps(doc, separators=(",", ":")).encode(), json.dumps(doc, indent=2).encode()):
+        chunks = [data[i : i + read] for i in range(0, len(data), read)]
+        native = _slices.boundaries(chunks, 50_000)
+        monkeypatch.setattr(_slices, "_kscan", None)
+        assert _slices._Structure().native is False
+        assert _slices.boundaries(chunks, 50_000) == native
+        monkeypatch.undo()
+        assert len(native[1]) > 20

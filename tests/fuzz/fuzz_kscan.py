@@ -13,11 +13,39 @@ from native import load
 
 kscan = load("kscan", sys.argv[1])
 from proflab.readers import _kineto_native as kn  # noqa: E402  (takes the instrumented module)
+from proflab.readers import _slices  # noqa: E402  (the structure scan takes it too)
 
 CATEGORIES = kn._categories()
 
 
+def structure(data: bytes) -> None:
+    """The compiled structure scan against numpy's, on the input as a document's reads: the
+    first byte's value picks where the events array opens (its depth and offset), the second
+    how long each read is; every read's commas and state must be numpy's."""
+    if len(data) < 3:
+        return
+    inner, read, data = 1 + data[0] % 3, 1 + data[1] % 64, data[2:]
+    scans = [_slices._Structure(native=True), _slices._Structure(native=False)]
+    for scan in scans:  # (as though the array had just opened at depth `inner`)
+        scan._started = True
+        scan.open_at, scan._inner, scan.depth = -1, inner, inner
+    at = 0
+    for i in range(0, len(data), read):
+        got = []
+        for scan in scans:
+            try:
+                got.append(scan.feed(data[i : i + read], at).tolist())
+            except _slices.NotSliceable:
+                got.append("not sliceable")
+        assert got[0] == got[1], got
+        if got[0] == "not sliceable":
+            return
+        assert all(vars(scans[0])[k] == vars(scans[1])[k] for k in ("in_string", "backslashes", "depth", "close_at", "last_sep"))
+        at += read
+
+
 def one(data: bytes) -> None:
+    structure(data)
     try:
         got = kscan.scan(data, CATEGORIES)
     except MemoryError:  # refused: the reader then decodes the slice the usual way

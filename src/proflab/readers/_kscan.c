@@ -12,6 +12,9 @@
  *
  * scan(buffer, categories) -> (count, tables: (gpu, op, frame, other), strings: list[str]) | reason: str
  * live() -> how many tables scan() made are not yet freed
+ * structure(buffer, in_string, backslashes, depth, inner) -> (commas: bytes, close, in_string, backslashes, depth, broken)
+ *     one read of a document's structure once its events array is open (readers._slices._Structure):
+ *     see structure() below
  *
  * Each event goes to the table of its category's kind (`categories`: a tuple of (category as
  * UTF-8 bytes, kind) pairs, kind 1 operator, 2 GPU activity, 3 Python frame; any other is
@@ -1175,7 +1178,64 @@ static PyObject *layout(PyObject *self, PyObject *unused) {
 
 static PyObject *live(PyObject *self, PyObject *unused) { return PyLong_FromLong(live_tables); }
 
+/* One read of a JSON document's structure, its state carried in and out: whether it ends
+ * inside a string, the run of backslashes it ends with (a quote after an odd run is escaped;
+ * the run may go on from the read before) and the nesting depth outside strings. With
+ * `inner` >= 0 (the events array's depth, open and not yet closed): the offsets of the
+ * commas at that depth (int64, native order, as bytes) up to the array's `]` at that depth,
+ * whose offset is `close` (-1: not in this read); the depth is followed to the read's end
+ * either way. `broken`: the depth went below zero (not a JSON document). It is the numpy scan
+ * of readers._slices._Structure.feed, byte for byte, at a pass over the bytes. */
+static PyObject *structure(PyObject *self, PyObject *args) {
+    PyObject *buffer;
+    int in_string;
+    Py_ssize_t backslashes, depth, inner;
+    if (!PyArg_ParseTuple(args, "Opnnn", &buffer, &in_string, &backslashes, &depth, &inner)) return NULL;
+    if (backslashes < 0 || depth < 0) { PyErr_SetString(PyExc_ValueError, "structure: a negative state"); return NULL; }
+    Py_buffer view;
+    if (PyObject_GetBuffer(buffer, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *s = (const unsigned char *)view.buf;
+    Py_ssize_t n = view.len, cap = 0, count = 0, close = -1;
+    int64_t *commas = NULL;
+    int broken = 0, want = inner >= 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '\\') { backslashes++; continue; }
+        if (c == '"') {
+            if ((backslashes & 1) == 0) in_string = !in_string;
+            backslashes = 0;
+            continue;
+        }
+        backslashes = 0;
+        if (in_string) continue;
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (want && c == ']' && depth == inner) { close = i; want = 0; }
+            if (--depth < 0) { broken = 1; break; }
+        } else if (c == ',' && want && depth == inner) {
+            if (count == cap) {
+                Py_ssize_t grown = cap ? cap * 2 : 1024;
+                int64_t *more = realloc(commas, (size_t)grown * sizeof(int64_t));
+                if (!more) { broken = -1; break; }
+                commas = more;
+                cap = grown;
+            }
+            commas[count++] = (int64_t)i;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (broken < 0) { free(commas); return PyErr_NoMemory(); }
+    PyObject *found = PyBytes_FromStringAndSize((const char *)commas, (Py_ssize_t)(count * sizeof(int64_t)));
+    free(commas);
+    if (!found) return NULL;
+    return Py_BuildValue("(NnNnnN)", found, close, PyBool_FromLong(in_string), backslashes, depth, PyBool_FromLong(broken));
+}
+
 static PyMethodDef METHODS[] = {
+    {"structure", structure, METH_VARARGS, "One read of a JSON document's structure inside its events array (see the source)."},
     {"scan", scan, METH_VARARGS, "Decode a JSON array of Kineto events into tables by kind; a str (the reason) where it gives up."},
     {"live", live, METH_NOARGS, "How many tables scan() made are not yet freed."},
     {"layout", layout, METH_NOARGS, "(version, record size, integer args, raw spans, (gpu, op, frame, other kinds), each kind's record words)"},

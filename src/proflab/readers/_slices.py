@@ -10,8 +10,9 @@ Memory stays at one slice plus one read chunk, however large the trace (plain, g
 Any other layout of valid JSON (one compact event a line, ``indent=2``, all on one line, the
 Chrome "JSON array" form) is cut by a scan of its structure (:class:`_Structure`): the
 strings (quotes not escaped by an odd run of backslashes) and the nesting depth outside them
-give the events array and the commas between its elements, vectorised a read at a time with
-the state carried over. Such a slice is copied out with its brackets added (its neighbours
+give the events array and the commas between its elements, a read at a time with the state
+carried over (once the array is open, in one pass of the compiled decoder's ``structure``
+where it was built, else vectorised with numpy: the same offsets). Such a slice is copied out with its brackets added (its neighbours
 share the comma between them). A stream that is not JSON with a ``traceEvents`` array (or an
 array of events) raises :class:`NotSliceable`; the reader then decodes the whole document,
 which also produces the precise error for broken input.
@@ -19,6 +20,7 @@ which also produces the precise error for broken input.
 
 from __future__ import annotations
 
+import importlib
 import mmap
 import os
 import zlib
@@ -29,6 +31,11 @@ from typing import Any
 import numpy as np
 
 from proflab.errors import CorruptInput, TruncatedInput
+
+try:  # (by name, as readers._kineto_native imports it)
+    _kscan = importlib.import_module("proflab.readers._kscan")
+except ImportError:  # built without a C compiler: numpy scans the structure
+    _kscan = None
 
 __all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "claim", "GZIP_MAGIC", "XZ_MAGIC", "boundaries"]
 
@@ -507,7 +514,9 @@ class _Structure:
     parity of those before them, the depth a running sum. Raises NotSliceable where the
     document is not a JSON object holding such an array, nor an array."""
 
-    def __init__(self) -> None:
+    def __init__(self, native: bool = True) -> None:
+        # (False: numpy's scan, which the tests compare it with; PROFLAB_PURE_PYTHON=1 as for the decoder)
+        self.native = native and _kscan is not None and os.environ.get("PROFLAB_PURE_PYTHON", "") in ("", "0")
         self.in_string = False
         self.backslashes = 0  # the run of backslashes the read before ended with
         self.depth = 0
@@ -538,6 +547,8 @@ class _Structure:
             self._started = True
             if a[lead[0]] not in (ord("{"), _OPEN):
                 raise NotSliceable
+        if self.native and self.open_at is not None:
+            return self._feed_native(chunk, at)
         quotes = self._unescaped_quotes(a)
         # outside strings: an even count of string quotes before (odd where one was open), as a
         # running parity of the bytes (a search of every structural character among the quotes
@@ -558,6 +569,19 @@ class _Structure:
                 seps = self._in_array(a, pos, ch, before, at)
         if self.open_at is None:
             self._tail = (self._tail + bytes(a[-32:]))[-32:]
+        return seps
+
+    def _feed_native(self, chunk, at: int) -> np.ndarray:
+        """``feed`` once the array is open, in one compiled pass: the same state and commas."""
+        found, close, self.in_string, self.backslashes, self.depth, broken = _kscan.structure(
+            chunk, self.in_string, self.backslashes, self.depth, self._inner if self.close_at is None else -1)
+        if broken:
+            raise NotSliceable
+        if close >= 0:
+            self.close_at = at + close
+        seps = np.frombuffer(found, dtype=np.int64) + at
+        if seps.size:
+            self.last_sep = int(seps[-1])
         return seps
 
     def _unescaped_quotes(self, a: np.ndarray) -> np.ndarray:
