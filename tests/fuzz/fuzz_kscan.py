@@ -40,7 +40,8 @@ def structure(data: bytes) -> None:
         assert got[0] == got[1], got
         if got[0] == "not sliceable":
             return
-        assert all(vars(scans[0])[k] == vars(scans[1])[k] for k in ("in_string", "backslashes", "depth", "close_at", "last_sep"))
+        state = [tuple(vars(scan)[k] for k in ("in_string", "backslashes", "depth", "close_at", "last_sep")) for scan in scans]
+        assert state[0] == state[1], state
         at += read
 
 

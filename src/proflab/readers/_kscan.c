@@ -1198,23 +1198,39 @@ static PyObject *structure(PyObject *self, PyObject *args) {
     Py_ssize_t n = view.len, cap = 0, count = 0, close = -1;
     int64_t *commas = NULL;
     int broken = 0, want = inner >= 0;
+    /* (the state in locals: stores through `commas` may alias what the parse wrote into) */
+    int str = in_string;
+    Py_ssize_t bs = backslashes, d = depth, i = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = s[i];
-        if (c == '\\') { backslashes++; continue; }
-        if (c == '"') {
-            if ((backslashes & 1) == 0) in_string = !in_string;
-            backslashes = 0;
+    while (i < n) {
+        if (str) {
+            /* inside a string only a quote can end it: to the next one, then the run of
+             * backslashes before it (where the run reaches back to where this search began,
+             * the run carried into it counts too) */
+            const unsigned char *q = memchr(s + i, '"', (size_t)(n - i));
+            Py_ssize_t j = q ? (Py_ssize_t)(q - s) : n, k = j;
+            while (k > i && s[k - 1] == '\\') k--;
+            Py_ssize_t run = (k == i ? bs : 0) + (j - k);
+            if (!q) { bs = run; break; }
+            if ((run & 1) == 0) str = 0;
+            bs = 0;
+            i = j + 1;
             continue;
         }
-        backslashes = 0;
-        if (in_string) continue;
+        unsigned char c = s[i++];
+        if (c == '\\') { bs++; continue; }
+        if (c == '"') {
+            if ((bs & 1) == 0) str = 1;
+            bs = 0;
+            continue;
+        }
+        bs = 0;
         if (c == '{' || c == '[') {
-            depth++;
+            d++;
         } else if (c == '}' || c == ']') {
-            if (want && c == ']' && depth == inner) { close = i; want = 0; }
-            if (--depth < 0) { broken = 1; break; }
-        } else if (c == ',' && want && depth == inner) {
+            if (want && c == ']' && d == inner) { close = i - 1; want = 0; }
+            if (--d < 0) { broken = 1; break; }
+        } else if (c == ',' && want && d == inner) {
             if (count == cap) {
                 Py_ssize_t grown = cap ? cap * 2 : 1024;
                 int64_t *more = realloc(commas, (size_t)grown * sizeof(int64_t));
@@ -1222,7 +1238,7 @@ static PyObject *structure(PyObject *self, PyObject *args) {
                 commas = more;
                 cap = grown;
             }
-            commas[count++] = (int64_t)i;
+            commas[count++] = (int64_t)(i - 1);
         }
     }
     Py_END_ALLOW_THREADS
@@ -1231,7 +1247,7 @@ static PyObject *structure(PyObject *self, PyObject *args) {
     PyObject *found = PyBytes_FromStringAndSize((const char *)commas, (Py_ssize_t)(count * sizeof(int64_t)));
     free(commas);
     if (!found) return NULL;
-    return Py_BuildValue("(NnNnnN)", found, close, PyBool_FromLong(in_string), backslashes, depth, PyBool_FromLong(broken));
+    return Py_BuildValue("(NnNnnN)", found, close, PyBool_FromLong(str), bs, d, PyBool_FromLong(broken));
 }
 
 static PyMethodDef METHODS[] = {

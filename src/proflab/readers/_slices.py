@@ -11,9 +11,8 @@ Any other layout of valid JSON (one compact event a line, ``indent=2``, all on o
 Chrome "JSON array" form) is cut by a scan of its structure (:class:`_Structure`): the
 strings (quotes not escaped by an odd run of backslashes) and the nesting depth outside them
 give the events array and the commas between its elements, a read at a time with the state
-carried over (once the array is open, in one pass of the compiled decoder's ``structure``
-where it was built, else vectorised with numpy: the same offsets). Such a slice is copied out with its brackets added (its neighbours
-share the comma between them). A stream that is not JSON with a ``traceEvents`` array (or an
+carried over. Such a slice is copied out with its brackets added (its neighbours share the
+comma between them). A stream that is not JSON with a ``traceEvents`` array (or an
 array of events) raises :class:`NotSliceable`; the reader then decodes the whole document,
 which also produces the precise error for broken input.
 """
@@ -509,10 +508,13 @@ class _Structure:
     escaped), and the nesting depth outside strings; from those, the events array (the value
     of the top-level ``traceEvents``, or the top-level array itself, ``array_form``): its
     ``[`` (``open_at``), the commas between its elements (what ``feed`` returns) and its ``]``
-    (``close_at``), as stream offsets. A read costs a few passes of numpy over its bytes: its
-    structural characters and quotes found, the quotes inside strings dropped by the running
-    parity of those before them, the depth a running sum. Raises NotSliceable where the
-    document is not a JSON object holding such an array, nor an array."""
+    (``close_at``), as stream offsets. Until the array opens, a read costs a few passes of numpy
+    over its bytes: its structural characters and quotes found, the quotes inside strings
+    dropped by the running parity of those before them, the depth a running sum. Once it is
+    open, one pass of the compiled decoder's ``structure`` gives the same state and commas
+    (where it was built: else numpy's passes go on; 0.40 -> 0.08 s on a 70 MB compact trace).
+    Raises NotSliceable where the document is not a JSON object holding such an array, nor an
+    array."""
 
     def __init__(self, native: bool = True) -> None:
         # (False: numpy's scan, which the tests compare it with; PROFLAB_PURE_PYTHON=1 as for the decoder)
