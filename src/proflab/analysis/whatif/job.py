@@ -102,7 +102,9 @@ class JobWhatIf:
         for _ in range(_ROUNDS):
             arrived = []
             for r, w in self.whatifs.items():
-                plans[r].op_not_before[self._comm[r]] = ready
+                not_before = plans[r].op_not_before.copy()  # (shared with the plan it was copied from)
+                not_before[self._comm[r]] = ready
+                plans[r].op_not_before = not_before
                 t = replay(w.graph, plans[r])
                 arrived.append(t.op_ready[self._comm[r]])
                 steps[r] = t.step_ms
