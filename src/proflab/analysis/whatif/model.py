@@ -350,7 +350,7 @@ def _busy_ms(g: StepGraph, t) -> float:
     overlapping counted once): the floor under any fix."""
     steps, codes = _op_steps(g)
     ok = ~np.isnan(t.op_start) & (steps >= 0)
-    n = max(np.count_nonzero(np.bincount(codes[ok])), 1)
+    n = max(int(np.count_nonzero(np.bincount(codes[ok]))), 1)
     s, e = t.op_start[ok], t.op_end[ok]
     if s.size == 0:
         return 0.0
