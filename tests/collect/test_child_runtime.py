@@ -8,6 +8,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from proflab.collect import _child
 
 
@@ -163,8 +165,56 @@ def test_an_import_in_another_thread_is_no_safe_point(tmp_path):
 
 def test_proflab_busy_is_no_safe_point(tmp_path):
     rt = _runtime(tmp_path, os.getpid())
-    rt._busy = 1
-    assert rt._not_a_safe_point() == "proflab itself was busy"
+    with rt._lock:
+        assert rt._not_a_safe_point() == "proflab itself was busy"
+    assert rt._not_a_safe_point() is None
+
+
+# A SIGTERM sent from inside one of proflab's sections, as torchrun's lands on a rank whose
+# time window is opening (the rank's first profiler start imports for seconds on a loaded
+# machine) or whose trace is being saved at exit. Real torch.profiler, real signal; only the
+# moment is the test's: the section calls `where`, which sends it.
+_SIGTERM_INSIDE = """
+import os, signal, sys
+import torch
+from proflab.collect import _child
+
+where = sys.argv[2]
+rt = _child.Runtime({"run_dir": sys.argv[1], "window": "capture", "record_shapes": False})
+rt.install()
+real = getattr(rt, where)
+
+def signalled(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    return real(*args, **kwargs)
+
+setattr(rt, where, signalled)
+rt.capture_start()
+torch.ones(64, 64) @ torch.ones(64, 64)
+if where == "_export":
+    rt.capture_stop()
+print("the program went on after SIGTERM", flush=True)
+"""
+
+
+@pytest.mark.parametrize("where", ["_wait_settled", "_export"])
+def test_a_sigterm_inside_proflabs_own_section_ends_the_process_after_it(tmp_path, where):
+    pytest.importorskip("torch")
+    import signal
+    import subprocess
+    import sys
+
+    (tmp_path / "traces").mkdir()
+    prog = tmp_path / "prog.py"
+    prog.write_text(_SIGTERM_INSIDE)
+    p = subprocess.run([sys.executable, str(prog), str(tmp_path), where], capture_output=True, text=True, timeout=240)
+    assert p.returncode == -signal.SIGTERM, (p.returncode, p.stderr[-3000:])
+    assert "went on" not in p.stdout  # the signal was acted on, as the section ended
+    (info,) = (tmp_path / "processes").glob("*.json")
+    notes = json.loads(info.read_text())["notes"]
+    assert not any("failed" in n for n in notes), notes  # never stopped half started
+    (trace,) = (tmp_path / "traces").glob("*.pt.trace.json.gz")
+    assert json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]  # saved whole
 
 
 def test_without_steps_the_time_window_starts_soon_after_the_first_cuda_work(tmp_path, monkeypatch):

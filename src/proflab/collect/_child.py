@@ -372,6 +372,47 @@ def _sibling(name: str):
     return sys.modules[key]
 
 
+class _Sections:
+    """The runtime's lock (reentrant), which also knows when the main thread is inside one of
+    proflab's own sections: starting or stopping torch.profiler, saving a trace, ending. Signal
+    handlers run on the main thread between two of its bytecodes, so they may land in the middle
+    of such a section. The SIGALRM handler then tries again later; a SIGTERM is acted on as the
+    main thread leaves its outermost section (``defer``), so a profiler is never stopped half
+    started (torch.profiler's "Profiler must be initialized before stopping trace", when torchrun
+    ends a rank while its window opens) nor a trace cut off as it is written."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self.depth = 0  # sections entered and not yet left, by whichever thread holds the lock
+        self.main_depth = 0  # those of the main thread
+        self._deferred = None  # what to do once the main thread is out of them
+
+    def __enter__(self) -> _Sections:
+        self._lock.acquire()
+        self.depth += 1
+        if threading.current_thread() is threading.main_thread():
+            self.main_depth += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            self.main_depth -= 1
+        self.depth -= 1
+        self._lock.release()
+        if main and self.main_depth == 0 and self._deferred is not None:
+            act, self._deferred = self._deferred, None
+            act()
+
+    def defer(self, act) -> bool:
+        """Called on the main thread (a signal handler): put ``act`` off to the end of the
+        section it interrupted, if any (True), else leave it to the caller (False)."""
+        if self.main_depth == 0:
+            return False
+        self._deferred = act
+        return True
+
+
 class Runtime:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -390,7 +431,7 @@ class Runtime:
         self.notes: list[str] = []
         self.done = False  # the window closed (or proflab stood aside): record nothing more
         self._finished = False
-        self._lock = threading.RLock()
+        self._lock = _Sections()
         self._step_times: list[tuple[int, bool, int]] = []  # (interval ns, bare, step number)
         self._gpu_clock: GpuStepClock | None = None  # GPU-side intervals, once CUDA is in use
         self._no_gpu_clock = False  # asking torch about CUDA failed: the host's clock only
@@ -410,7 +451,6 @@ class Runtime:
         self._provisional = False  # a time-window fallback is in progress or done, no step yet
         self._step_base = 0
         self._own_traces = 0  # traces exported from the program's own profiler
-        self._busy = 0  # inside proflab's own code on the main thread: no place for the timer
         self._deferred_s = 0.0  # time the time window waited for a safe point
         self._deferred_why: list[str] = []  # each reason the time window waited, first seen first
         self._deferred_since: float | None = None
@@ -500,7 +540,13 @@ class Runtime:
 
     def _on_sigterm(self, signum, frame) -> None:
         # Forked children (DataLoader workers, multiprocessing pools, whose terminate() sends
-        # SIGTERM) inherit this handler: finish() declines there, so they just end.
+        # SIGTERM) inherit this handler: finish() declines there, so they just end (and never
+        # wait for a section: a fork copies the count of one it can never leave).
+        if os.getpid() == self.pid and self._lock.defer(self._end_by_sigterm):
+            return  # proflab is mid-way through its own section here: it ends there first
+        self._end_by_sigterm()
+
+    def _end_by_sigterm(self) -> None:
         self.finish()
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
@@ -558,7 +604,7 @@ class Runtime:
     def _not_a_safe_point(self) -> str | None:
         """Why torch.profiler must not start or stop right now (None: it may). Called from
         the SIGALRM handler, which interrupts the main thread anywhere."""
-        if self._busy:
+        if self._lock.depth:
             return "proflab itself was busy"
         outer = {id(f) for f in self._outer_import_frames}
         main = threading.main_thread().ident
@@ -804,7 +850,6 @@ class Runtime:
             self.step_source = source
             self.steps += 1
             self._time_step()
-            self._busy += 1
             try:
                 if self.window == "auto" and self._provisional:
                     self._back_to_steps()
@@ -824,8 +869,6 @@ class Runtime:
                 self._count_flops()
             except Exception as e:
                 self._fail("torch.profiler step failed", e)
-            finally:
-                self._busy -= 1
 
     def _count_flops(self) -> None:
         """At a step's end: finish the counted step, or start counting the next one where it
@@ -1127,14 +1170,11 @@ class Runtime:
             self._deferred_since = None
             self.notes.append(f"the time window waited {waited:.2f} s for a safe point ({'; '.join(self._deferred_why)})")
         with self._lock:
-            self._busy += 1
             try:
                 self._alarm()
             except Exception as e:
                 self._alarm_phase = None
                 self._fail("the time window failed", e)
-            finally:
-                self._busy -= 1
 
     def _alarm(self) -> None:
         if self._alarm_phase == "start":
