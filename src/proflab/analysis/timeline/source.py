@@ -55,6 +55,7 @@ class FrameIndex:
         # (lazy: only these columns of the frames' rows are copied, never the whole host table's)
         self.frames = (
             trace.cpu.lazy()
+            .with_row_index("cpu_row")
             .filter(pl.col("cat") == "python_function")
             .select(
                 "tid",
@@ -63,6 +64,7 @@ class FrameIndex:
                 "python_id",
                 "python_parent_id",
                 "name",
+                "cpu_row",
             )
             .collect()
         )
@@ -78,8 +80,12 @@ class FrameIndex:
         self.ends = self.frames["end_ns"].to_numpy()
         self.is_user = self.frames["is_user"].to_numpy()
         self._index_by_thread()
-        # what lookups read of the frames beside these arrays (the ids served the parents)
-        self.frames = self.frames.select("name")
+        # what lookups read of the frames beside these arrays (the ids served the parents): each
+        # frame's row of the host table, whose names the trace keeps (a copy of the frames' names
+        # held 24 MB more through the rules on the 514 MB trace, 577 k frames)
+        self._names = trace.cpu.get_column("name")
+        self._cpu_rows = self.frames.get_column("cpu_row").to_numpy()
+        del self.frames
 
     def _index_by_thread(self) -> None:
         """The frames' (thread, start) keys in order (``ThreadClock``), with each key's row and
@@ -94,8 +100,13 @@ class FrameIndex:
         self._key_rank = rank[order]
         self._keys = self._clock.key_ranked(self._key_rank, self.starts[order])
 
-    def __bool__(self) -> bool:
-        return self.frames.height > 0
+    def __len__(self) -> int:
+        return len(self._cpu_rows)
+
+    @property
+    def names(self) -> pl.Series:
+        """Each frame's name (``file.py(line): function``), in the index's row order."""
+        return self._names.gather(self._cpu_rows)
 
     def lookup(self, points: pl.DataFrame) -> pl.Series:
         """For rows of ``points`` (columns ``tid``, ``t_ns``), the innermost user-code frame
@@ -110,7 +121,7 @@ class FrameIndex:
             if done.all():
                 break
             idx = np.where(done, idx, self.parent_row[j])
-        found = self.frames["name"].gather(np.where(idx >= 0, idx, 0))
+        found = self._names.gather(self._cpu_rows[np.where(idx >= 0, idx, 0)])
         return (
             pl.DataFrame({"frame": found, "missing": idx < 0})
             .select(pl.when(pl.col("missing")).then(None).otherwise(pl.col("frame")).alias("frame"))
