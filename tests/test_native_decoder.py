@@ -649,6 +649,32 @@ def test_a_build_of_another_version_is_not_used(monkeypatch):
     assert native.available()
 
 
+def test_a_build_without_the_structure_scan_leaves_the_slicer_to_numpy(monkeypatch):
+    """A build from before the structure scan existed has no ``structure``: the slicer of other
+    layouts does not call it (an AttributeError mid-read) but cuts with numpy, where a current
+    build cuts. (A stand-in module plays that build, as above; a fresh copy of the slicer's
+    module imports it, so the module every other test uses is left as it is.)"""
+    import importlib.util
+    import sys
+    import types
+
+    from proflab import readers
+
+    data = json.dumps({"traceEvents": [{"ph": "X", "name": f"k{i}", "ts": i, "dur": 1} for i in range(2000)]},
+                      indent=2).encode()  # fmt: skip
+    chunks = [data[i : i + 4096] for i in range(0, len(data), 4096)]
+    old = types.ModuleType("proflab.readers._kscan")
+    old.layout = lambda: ()
+    monkeypatch.setitem(sys.modules, "proflab.readers._kscan", old)
+    monkeypatch.setattr(readers, "_kscan", old, raising=False)
+    spec = importlib.util.spec_from_file_location("_slices_beside_an_old_build", _slices.__file__)
+    copy = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(copy)
+    assert copy._kscan is None and copy._Structure().native is False
+    monkeypatch.undo()
+    assert copy.boundaries(chunks, 5_000) == _slices.boundaries(chunks, 5_000)
+
+
 def test_a_slice_of_only_braces_sizes_its_tables_from_what_was_parsed():
     """A first slice of only '{' once sized each table from its braces (216 bytes of room an
     input byte: 3.6 GB for 16 MiB, where nothing was parsed), and the MemoryError where that

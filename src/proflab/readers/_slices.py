@@ -35,6 +35,8 @@ try:  # (by name, as readers._kineto_native imports it)
     _kscan = importlib.import_module("proflab.readers._kscan")
 except ImportError:  # built without a C compiler: numpy scans the structure
     _kscan = None
+if _kscan is not None and not hasattr(_kscan, "structure"):
+    _kscan = None  # a build from before the structure scan (an install not rebuilt): numpy scans it
 
 __all__ = ["NotSliceable", "Slicer", "MappedSlicer", "open_slicer", "byte_chunks", "claim", "GZIP_MAGIC", "XZ_MAGIC", "boundaries"]
 
