@@ -81,3 +81,49 @@ def test_bf16_leaves_the_optimizer_s_kernels_and_16_bit_kernels_as_they_are():
         "void cutlass::Kernel2<cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1>(float)"))
     assert not re.search(tensor_cores._TF32_KERNEL, "cutlass_75_tensorop_bf16_s1688gemm_bf16_128x128_tn_align1")
 
+
+
+def test_operators_autocast_keeps_in_fp32_are_not_among_the_rest_it_moves():
+    """PyTorch's autocast runs softmax, layer norm, the losses, pow, exp, log and rsqrt in FP32
+    whatever their inputs: their kernels (forward and backward) are not in the rest whose bytes
+    BF16 halves; the elementwise kernels between the matmuls are. On GPT-2 under bf16 (the
+    recording after the fix) the kept ones moved as many bytes as before."""
+    trace, _ = _trace("hf_gpt2.tf32")
+    names = trace.kernels["name"].unique().to_list()
+    kept = [n for n in names if re.search(tensor_cores._AUTOCAST_FP32_KERNEL, n)]
+    for part in ("SoftMaxForward", "SoftMaxBackward", "layer_norm", "GammaBeta", "pow_tensor_scalar"):
+        assert any(part in n for n in kept), part
+    assert not any(re.search(tensor_cores._FP32_REST_KERNEL, n) for n in kept)
+    assert any(re.search(tensor_cores._FP32_REST_KERNEL, n) for n in names if "CUDAFunctor_add<float>" in n)
+    after, _ = _trace("hf_gpt2.bf16")
+    per_step = lambda t, pattern: (t.kernels.filter(pl.col("name").str.contains(pattern))["dur_ns"].sum()  # noqa: E731
+                                   / t.steps.height)  # fmt: skip
+    for pattern in ("cunn_SoftMax", "layer_norm", "pow_tensor_scalar"):
+        assert per_step(after, pattern) == pytest.approx(per_step(trace, pattern), rel=0.1), pattern
+    ops = ["aten::_softmax", "aten::_log_softmax_backward_data", "aten::native_layer_norm", "aten::pow", "aten::rsqrt",
+           "aten::nll_loss_forward"]  # fmt: skip
+    assert all(re.search(tensor_cores._AUTOCAST_FP32_OP, o) for o in ops)
+    assert not any(re.search(tensor_cores._AUTOCAST_FP32_OP, o) for o in ("aten::add", "aten::mul", "aten::gelu", "aten::logical_not"))
+
+
+def test_fp32_memory_efficient_attention_becomes_flash_attention_at_a_sixth_of_its_time_at_best():
+    """FP32 memory-efficient attention runs 3xTF32 (a third of TF32's roof) and BF16 autocast
+    moves it to flash attention at the BF16 roof: its time factor reaches the roofs' ratio over
+    three (1/6 on an H100), apart from the TF32 matmuls' (1/2), neither kernel in both fixes. On
+    GPT-2, the attention's kernels measured 7.46 -> 1.10 ms a step after the fix (0.15x)."""
+    trace, program = _trace("hf_gpt2.tf32")
+    bare = json.loads((THIRD / "truth.json").read_text())["programs"][program]["bare"]
+    f = {x.id: x for x in proflab.analyze(trace, bare_step_ms=bare["tf32"]["median_ms"]).findings}["tensor_cores_tf32"]
+    factors = f.evidence["bf16_time_factor"]
+    ratio = f.evidence["datasheet_tf32_tflops"] / f.evidence["datasheet_bf16_tflops"]
+    assert factors["fp32_attention_kernels"] == [round(ratio / 3, 3), 1.0]
+    assert factors["tf32_kernels"] == [round(ratio, 3), 1.0]
+    assert "bf16 autocast: flash attention" in [x.label for x in f.fixes]
+    names = trace.kernels["name"].unique().to_list()
+    attention = [n for n in names if re.search(tensor_cores._FP32_ATTENTION_KERNEL, n)]
+    assert attention and not any(re.search(tensor_cores._TF32_MATMUL_KERNEL, n) for n in attention)
+    assert any(re.search(tensor_cores._TF32_MATMUL_KERNEL, n) for n in names)
+    after, _ = _trace("hf_gpt2.bf16")
+    before_ns = trace.kernels.filter(pl.col("name").str.contains("fmha_cutlass"))["dur_ns"].sum() / trace.steps.height
+    flash_ns = after.kernels.filter(pl.col("name").str.contains("sdpa|flash"))["dur_ns"].sum() / after.steps.height
+    assert 0.1 < flash_ns / before_ns < 0.5  # past the TF32 matmuls' ratio, as the 3xTF32 roof says

@@ -100,11 +100,35 @@ def tensor_cores_unused(trace: Trace, ctx: Context) -> list[Finding]:
 # without "tf32" in the name; its 16-bit kernels say ``tensorop_bf16_s1688``/``f16``).
 _TF32_CORE = r"tf32|tensorop_s1688gemm|fmha_cutlass[FB]?_f32|attention.*f32"
 _TF32_KERNEL = rf"(?i){_TF32_CORE}"
+# ... of which PyTorch's memory-efficient attention in FP32 (``fmha_cutlassF_f32``/``B``): on
+# compute capability 8.0 and later its GEMMs run CUTLASS's 3xTF32 (``OpMultiplyAddFastF32``, three
+# TF32 products for each FP32 one), so its roof is a third of TF32's, and under BF16 autocast
+# attention takes the flash kernels at the BF16 roof (the time they leave: the two roofs' ratio
+# over ``_FAST_F32_PASSES``, 1/6 on an H100, at best)
+_FP32_ATTENTION = r"fmha_cutlass[FB]?_f32"
+_FP32_ATTENTION_KERNEL = rf"(?i){_FP32_ATTENTION}"
+_TF32_MATMUL_KERNEL = rf"(?i)^(?!.*{_FP32_ATTENTION}).*(?:{_TF32_CORE})"
+_FAST_F32_PASSES = 3
+# Operators autocast runs in FP32 whatever their inputs (PyTorch's autocast op reference, "CUDA
+# ops that can autocast to float32"): softmax and log_softmax, layer and group norm, the losses,
+# exp, log, pow, rsqrt, reciprocal, softplus, cumulative sums and products, logsumexp. Their
+# kernels, forward and backward, move the bytes they moved. By kernel name (``_AUTOCAST_FP32_KERNEL``)
+# and by operator name (``_AUTOCAST_FP32_OP``, the per-op model's); ``sum`` is on the list too,
+# but the sums autograd makes itself (a bias's gradient) run in the gradient's type, and a
+# kernel's name does not tell the two apart: sums stay with the rest.
+_AUTOCAST_FP32 = (r"softmax|layer_?norm|GammaBeta|group_?norm|nll_loss|cross_entropy|mse_loss|l1_loss|huber|"
+                  r"binary_cross_entropy|kl_div|\bpow_|pow_tensor|\bexp_|expm1|\blog_|log10|log1p|log2|logsumexp|rsqrt|"
+                  r"reciprocal|softplus|cumsum|cumprod|erfinv")
+_AUTOCAST_FP32_KERNEL = rf"(?i){_AUTOCAST_FP32}"
+_AUTOCAST_FP32_OP = (r"(?i)^aten::_*(?:native_)?(?:softmax|log_softmax|layer_norm|group_norm|nll_loss|cross_entropy|"
+                     r"mse_loss|l1_loss|smooth_l1_loss|huber_loss|binary_cross_entropy|kl_div|pow|exp|expm1|log|log10|"
+                     r"log1p|log2|logsumexp|rsqrt|reciprocal|softplus|cumsum|cumprod|erfinv)(?:_|$)")
 # The rest that autocast moves: kernels whose names carry FP32 data (``<float>``, ``float,``) and
-# no 16-bit type; the optimizer's are not among them (the parameters and their state stay FP32)
+# no 16-bit type; not the optimizer's (the parameters and their state stay FP32), nor those of
+# the operators autocast keeps in FP32
 _OPTIMIZER_KERNEL = r"multi_tensor_apply|fused_adam|fused_sgd|FusedOptimizer"
 _NOT_FP32 = r"bfloat16|half|bf16|fp16|f16"
-_FP32_REST_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}|{_NOT_FP32}|{_OPTIMIZER_KERNEL})).*\bfloat\b"
+_FP32_REST_KERNEL = rf"(?i)^(?!.*(?:{_TF32_CORE}|{_NOT_FP32}|{_OPTIMIZER_KERNEL}|{_AUTOCAST_FP32})).*\bfloat\b"
 # What BF16 does to the rest of an FP32 model's kernels (elementwise, norms, reductions): at most
 # half the bytes (their time halves), at least nothing (casts autocast adds eat it); a range.
 BF16_ELEMENTWISE_FACTOR = (0.5, 1.0)
@@ -136,7 +160,9 @@ def _roof_factors(ctx: Context, peaks) -> dict[str, tuple[float, float]] | None:
         return None
     bw = peaks.hbm_gbps * 1e9
     tf = pl.col("exec_flops").cast(pl.Float64)
-    by = pl.col("bytes").cast(pl.Float64) * pl.when(pl.col("dtype") == "fp32").then(0.5).otherwise(1.0)
+    # (an FP32 operator's bytes halve in BF16, but for those autocast keeps in FP32)
+    halves = (pl.col("dtype") == "fp32") & ~pl.col("op").str.contains(_AUTOCAST_FP32_OP)
+    by = pl.col("bytes").cast(pl.Float64) * pl.when(halves).then(0.5).otherwise(1.0)
     modelled = ops.filter((pl.col("gpu_ns") > 0) & pl.col("ideal_ns").is_not_null() & (pl.col("ideal_ns") > 0))
     matrix = pl.col("cls").is_in(list(MATRIX_CLASSES)) & pl.col("tensor_cores") & (pl.col("dtype") == "fp32")
     ideal_bf16 = pl.max_horizontal((tf / (peaks.bf16_tflops * 1e12)).fill_null(0), (by / bw).fill_null(0)) * 1e9
@@ -205,16 +231,17 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     roofs = _roof_factors(ctx, peaks)
     if roofs is not None:
         (t0, t_mid, t1), (r0, r_mid, r1) = roofs["tf32"], roofs["rest"]
-        tf32, rest, mid = (t0, t1), (r0, r1), (t_mid, r_mid)
+        tf32, attention, rest, mid = (t0, t1), (t0, t1), (r0, r1), (t_mid, t_mid, r_mid)
         how = (f"from each operator's achieved rate against its roof (the per-op model): TF32 matmuls and FP32 attention "
                f"take {t0:.2f}-{t1:.2f}x their time in BF16 ({t_mid:.2f}x by their share of the roof), the other "
                f"kernels {r0:.2f}-{r1:.2f}x ({r_mid:.2f}x)")
     else:
         # the ratio alone: from nothing gained (kernels far below their roof) to the ratio of the roofs
-        tf32, rest = (ratio, 1.0), BF16_ELEMENTWISE_FACTOR
-        mid = ((tf32[0] + tf32[1]) / 2, (rest[0] + rest[1]) / 2)
-        how = (f"from the datasheet ratio alone ({ratio:.2f}x for TF32 matmuls and FP32 attention, {rest[0]:g}x for the "
-               "rest at most), which reaches zero: the trace records no shapes, so each kernel's achieved rate against "
+        tf32, attention, rest = (ratio, 1.0), (ratio / _FAST_F32_PASSES, 1.0), BF16_ELEMENTWISE_FACTOR
+        mid = tuple((x[0] + x[1]) / 2 for x in (tf32, attention, rest))
+        how = (f"from the datasheet ratio alone ({ratio:.2f}x for TF32 matmuls, {attention[0]:.2f}x for FP32 memory-efficient "
+               f"attention (3xTF32) becoming flash attention, {rest[0]:g}x for the rest at most, but for the operators "
+               "autocast keeps in FP32), which reaches zero: the trace records no shapes, so each kernel's achieved rate against "
                "its roof is unknown (record with record_shapes=True for a per-op prediction); the middle of that range "
                "is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
@@ -223,8 +250,9 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     layout_ns = _layout_ns(ctx)
     conv = (Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),) if layout_ns else ()
 
-    def fixes(a: float, b: float) -> tuple[Fix, ...]:
-        return (Fix("speed_ops", _TF32_KERNEL, factor=a, label="bf16 autocast: matmuls"),
+    def fixes(a: float, att: float, b: float) -> tuple[Fix, ...]:
+        return (Fix("speed_ops", _TF32_MATMUL_KERNEL, factor=a, label="bf16 autocast: matmuls"),
+                Fix("speed_ops", _FP32_ATTENTION_KERNEL, factor=att, label="bf16 autocast: flash attention"),
                 Fix("speed_ops", _FP32_REST_KERNEL, factor=b, label="bf16 autocast: the FP32 rest"), *conv)  # fmt: skip
 
     f = predicted(
@@ -238,7 +266,9 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
             evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
                       "fp32_rest_kernel_ms": ms(rest_ns), **({"layout_conversion_ms": ms(layout_ns)} if layout_ns else {}),
                       "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops,
-                      "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32], "other_kernels": [round(x, 3) for x in rest],
+                      "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32],
+                                           "fp32_attention_kernels": [round(x, 3) for x in attention],
+                                           "other_kernels": [round(x, 3) for x in rest],
                                            "source": "per-op model" if roofs is not None else "datasheet ratio (no shapes)"}},
             fix=("Run forward and loss under torch.autocast('cuda', dtype=torch.bfloat16) (keep the optimizer in FP32); "
                  "attention then takes the flash kernels." + (
@@ -253,7 +283,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
         *fixes(*mid),
     )
     w = ctx.whatif
-    lo, hi = w.predict(*fixes(tf32[1], rest[1])), w.predict(*fixes(tf32[0], rest[0]))
+    lo, hi = w.predict(*fixes(tf32[1], attention[1], rest[1])), w.predict(*fixes(tf32[0], attention[0], rest[0]))
     # the range the factors span; the verdict follows its lower end
     rng = [round(min(lo.gain_range_ms[0], f.est_gain_ms), 3), round(max(hi.gain_range_ms[1], f.est_gain_ms), 3)]
     f = dataclasses.replace(f, prediction={**(f.prediction or {}), "predicted_gain_range_ms": rng},
