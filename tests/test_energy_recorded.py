@@ -185,7 +185,7 @@ def test_ncu_results_in_the_run_directory_are_the_fallback_flop_source(tmp_path)
     # none of its kernels is this run's, so ncu gives no count either, and both reasons are said
     (run / "ncu" / "raw.csv").write_bytes(gzip.decompress((ncu / "train_step_raw.csv.gz").read_bytes()))
     tr = proflab.load(next((run / "traces").glob("*.pt.trace.json.gz")))
-    bare_cpu = tr.cpu.with_columns(pl.lit(None, dtype=pl.String).alias(c) for c in ("input_types", "input_dims", "input_concrete"))
+    bare_cpu = tr.cpu.with_columns(pl.lit(None, dtype=pl.Categorical).alias(c) for c in ("input_types", "input_dims", "input_concrete"))
     (w,) = analyze_energy(run, traces=[dataclasses.replace(tr, cpu=bare_cpu)]).windows
     assert w["tflops_per_w"] is None
     assert "no input shapes" in w["flop_missing"] and "ncu counted FLOPs for 0 of" in w["flop_missing"]

@@ -144,7 +144,7 @@ def test_named_phase_ranges_override_the_shapes(traces):
 
 def test_without_shapes_the_forwards_are_said_missing(traces):
     t = traces["cache-b1"]
-    bare = type(t)(t.gpu, t.cpu.with_columns(pl.lit(None, pl.String).alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
+    bare = type(t)(t.gpu, t.cpu.with_columns(pl.lit(None, pl.Categorical).alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
     inf = Context(bare).inference
     assert not inf.found and "record_shapes=True" in inf.missing[0]
     assert "inference" not in proflab.analyze(bare).summary
@@ -173,7 +173,7 @@ def test_without_attention_shapes_the_gemms_tell_the_phases(traces):
     for name in ("cache-b4", "nocache-b4"):
         t = traces[name]
         cpu = t.cpu.with_columns(pl.when(pl.col("name").str.contains("scaled_dot_product")).then(None)
-                                 .otherwise(pl.col("input_dims")).alias("input_dims"))
+                                 .otherwise(pl.col("input_dims")).cast(pl.Categorical).alias("input_dims"))
         inf = Context(type(t)(t.gpu, cpu, t.steps, t.devices, t.meta, t.comms)).inference
         f = inf.forwards
         assert f["phase"].to_list() == ["prefill"] + ["decode"] * 19 and (f["batch"] == 4).all()
@@ -302,11 +302,11 @@ def test_shapes_that_are_not_shapes_are_left_out(traces):
     """A damaged trace's Input Dims (strings, deeper lists) never fail the report."""
     t = traces["cache-b1"]
     bad = pl.when(pl.col("name") == "aten::linear").then(pl.lit('[["a"],[[1,[2]]]]')).otherwise(pl.col("input_dims"))
-    hostile = type(t)(t.gpu, t.cpu.with_columns(bad.alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
+    hostile = type(t)(t.gpu, t.cpu.with_columns(bad.cast(pl.Categorical).alias("input_dims")), t.steps, t.devices, t.meta, t.comms)
     inf = Context(hostile).inference
     # no aten::linear with readable shapes: the aten::mm under each gives the same forwards
     assert inf.found and inf.forwards.height == 20 and (inf.forwards["weight_bytes"] == _weights_bytes()).all()
-    everything = hostile.cpu.with_columns(pl.lit('[["a"]]').alias("input_dims"))
+    everything = hostile.cpu.with_columns(pl.lit('[["a"]]', pl.Categorical).alias("input_dims"))
     assert "inference" not in proflab.analyze(type(t)(t.gpu, everything, t.steps, t.devices, t.meta, t.comms)).summary
 
 

@@ -26,7 +26,7 @@ README = Path(__file__).resolve().parents[1] / "docs" / "commands" / "sql.md"
 
 
 def _plain(df: pl.DataFrame) -> pl.DataFrame:
-    return df.with_columns(pl.col(c).cast(pl.String) for c, t in df.schema.items() if isinstance(t, pl.Enum))
+    return df.with_columns(pl.col(c).cast(pl.String) for c, t in df.schema.items() if isinstance(t, (pl.Enum, pl.Categorical)))
 
 
 @pytest.fixture(scope="module")

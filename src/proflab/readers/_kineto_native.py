@@ -343,7 +343,7 @@ def _shape_column(rows: _Rows, picked: np.ndarray, name: str, decode: Callable[[
     take theirs by one gather."""
     present = rows.column(f"len:{name}")[picked] >= 0
     distinct, inverse = np.unique(rows.column(f"off:{name}")[picked[present]], return_inverse=True)
-    values = pl.Series([decode(rows.strings[i].encode()) for i in distinct.tolist()] + [None], dtype=pl.String)
+    values = pl.Series([decode(rows.strings[i].encode()) for i in distinct.tolist()] + [None], dtype=pl.Categorical)
     which = np.full(rows.size, distinct.size, dtype=np.int64)  # (the None after the values)
     which[picked[present]] = inverse
     return values.gather(which)

@@ -1163,7 +1163,8 @@ def _shapes(names: pl.Series, raw: Callable[[int], tuple[Any, Any, Any]]) -> tup
             dims[i] = _decoded_once(seen, input_dims, _dims)
         if input_concrete:
             concrete[i] = _decoded_once(seen, input_concrete, _dims)
-    return pl.Series(types, dtype=pl.String), pl.Series(dims, dtype=pl.String), pl.Series(concrete, dtype=pl.String)
+    return tuple(pl.Series(values, dtype=CPU_SCHEMA[c]) for values, c in  # type: ignore[return-value]
+                 ((types, "input_types"), (dims, "input_dims"), (concrete, "input_concrete")))  # fmt: skip
 
 
 def _decoded_once(seen: dict, raw, decode: Callable[[Any], str | None]) -> str | None:

@@ -237,7 +237,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             "the operators' input shapes (record_shapes=True): without them the forwards, their phases and "
             "the bytes they read are unknown",))
     cpu = host.lazy().filter(is_op & pl.col("name").is_in(_SHAPED_OPS)).select(
-        "name", "tid", "start_ns", "dur_ns", "input_types", "input_dims").collect()
+        "name", "tid", "start_ns", "dur_ns", pl.col("input_types", "input_dims").cast(pl.String)).collect()
     g = _gemms(cpu)
     att = _shaped(cpu, ATTENTION_OPS)
     if g.height == 0:

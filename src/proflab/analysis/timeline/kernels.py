@@ -42,7 +42,7 @@ def kernel_rows(trace: Trace, launches: pl.DataFrame) -> pl.DataFrame:
     ops = (
         trace.cpu.select("cat", "external_id", "name", "input_types")
         .filter(pl.col("external_id").is_in(ids) & pl.col("cat").is_in(["cpu_op", "user_annotation"]))
-        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").alias("op_input_types"))
+        .select("external_id", pl.col("name").alias("op"), pl.col("input_types").cast(pl.String).alias("op_input_types"))
         .unique("external_id", keep="first")
     )
     if ops.height:
