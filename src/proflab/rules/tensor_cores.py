@@ -227,6 +227,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     if share < _MIN_TF32_SHARE_PCT or not ctx.whatif.available:
         return []
     rest_ns = _time_of(ctx, _FP32_REST_KERNEL)
+    attention_ns = _time_of(ctx, _FP32_ATTENTION_KERNEL)
     ratio = peaks.tf32_tflops / peaks.bf16_tflops
     roofs = _roof_factors(ctx, peaks)
     if roofs is not None:
@@ -239,11 +240,12 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
         # the ratio alone: from nothing gained (kernels far below their roof) to the ratio of the roofs
         tf32, attention, rest = (ratio, 1.0), (ratio / _FAST_F32_PASSES, 1.0), BF16_ELEMENTWISE_FACTOR
         mid = tuple((x[0] + x[1]) / 2 for x in (tf32, attention, rest))
-        how = (f"from the datasheet ratio alone ({ratio:.2f}x for TF32 matmuls, {attention[0]:.2f}x for FP32 memory-efficient "
-               f"attention (3xTF32) becoming flash attention, {rest[0]:g}x for the rest at most, but for the operators "
-               "autocast keeps in FP32), which reaches zero: the trace records no shapes, so each kernel's achieved rate against "
-               "its roof is unknown (record with record_shapes=True for a per-op prediction); the middle of that range "
-               "is replayed")
+        flash = (f", {attention[0]:.2f}x for FP32 memory-efficient attention (3xTF32) becoming flash attention"
+                 if attention_ns else "")
+        how = (f"from the datasheet ratio alone ({ratio:.2f}x for TF32 matmuls{flash}, {rest[0]:g}x for the rest at most, "
+               "but for the operators autocast keeps in FP32), which reaches zero: the trace records no shapes, so "
+               "each kernel's achieved rate against its roof is unknown (record with record_shapes=True for a per-op "
+               "prediction); the middle of that range is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
     # a convolutional model in NCHW: the fix people make is autocast and channels_last together
     # (cuDNN's BF16 convolutions want NHWC no less than its TF32 ones); its transposes go with it
@@ -251,8 +253,9 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     conv = (Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),) if layout_ns else ()
 
     def fixes(a: float, att: float, b: float) -> tuple[Fix, ...]:
-        return (Fix("speed_ops", _TF32_MATMUL_KERNEL, factor=a, label="bf16 autocast: matmuls"),
-                Fix("speed_ops", _FP32_ATTENTION_KERNEL, factor=att, label="bf16 autocast: flash attention"),
+        flash = (Fix("speed_ops", _FP32_ATTENTION_KERNEL, factor=att, label="bf16 autocast: flash attention"),
+                 ) if attention_ns else ()  # fmt: skip
+        return (Fix("speed_ops", _TF32_MATMUL_KERNEL, factor=a, label="bf16 autocast: matmuls"), *flash,
                 Fix("speed_ops", _FP32_REST_KERNEL, factor=b, label="bf16 autocast: the FP32 rest"), *conv)  # fmt: skip
 
     f = predicted(
@@ -262,9 +265,10 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
             ctx.wall_ns,
             id="tensor_cores_tf32",
             title=(f"FP32 model on TF32 tensor cores: {share}% of kernel time in TF32 matmuls and FP32 attention, "
-                   "whose roof BF16 doubles"),
+                   "whose roof BF16 at least doubles"),
             evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
-                      "fp32_rest_kernel_ms": ms(rest_ns), **({"layout_conversion_ms": ms(layout_ns)} if layout_ns else {}),
+                      "fp32_rest_kernel_ms": ms(rest_ns), "fp32_attention_kernel_ms": ms(attention_ns),
+                      **({"layout_conversion_ms": ms(layout_ns)} if layout_ns else {}),
                       "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops,
                       "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32],
                                            "fp32_attention_kernels": [round(x, 3) for x in attention],
