@@ -143,12 +143,12 @@ def operator_table(trace: Trace, launches: pl.DataFrame) -> OperatorTable:
     ).collect().row(0)  # fmt: skip
     shapes = bool(shapes)
     classes = {n: c for n in names if (c := op_class(n)) is not None}
-    cand = host.filter(is_op & pl.col("name").is_in(list(classes))).drop("cat").with_columns(
-        pl.col("name").replace_strict(classes, default=None, return_dtype=pl.String).alias("cls"))
+    cand = host.filter(is_op & pl.col("name").is_in(list(classes))).drop("cat")
     keys = ["name", "input_types", "input_dims", "input_concrete"]
     sig = cand.select(keys).unique()
     got = [cost(*row) for row in sig.iter_rows()]  # once per distinct call, never per event
     sig = sig.with_columns(
+        pl.col("name").replace_strict(classes, default=None, return_dtype=pl.String).alias("cls"),
         pl.Series("flops", [g.flops if isinstance(g, Cost) else None for g in got], dtype=pl.Int64),
         pl.Series("exec_flops", [g.exec_flops if isinstance(g, Cost) else None for g in got], dtype=pl.Int64),
         pl.Series("bytes", [g.bytes if isinstance(g, Cost) else None for g in got], dtype=pl.Int64),
@@ -156,27 +156,33 @@ def operator_table(trace: Trace, launches: pl.DataFrame) -> OperatorTable:
         pl.Series("why", [None if isinstance(g, Cost) else g for g in got], dtype=pl.String),
         pl.Series("signature", [_signature(r[0], r[1], r[2], g.dtype if isinstance(g, Cost) else None)
                                 for r, g in zip(sig.iter_rows(), got)], dtype=pl.String),
-    )
-    cols = ["name", "cls", "tid", "start_ns", "end_ns", "external_id", "sequence", "input_dims", "flops", "exec_flops",
-            "bytes", "dtype", "why", "signature"]
-    # (only the columns read on: the joined table with the operators' other texts held 80 MiB
-    # more at the 1 GB realistic trace's peak)
-    cand = cand.lazy().join(sig.lazy(), on=keys, how="left", nulls_equal=True).select(cols).collect()
+    ).with_row_index("sid")
+    # Each call carries its distinct call's row (``sid``) and whether the formula took it; what
+    # that row says (class, FLOPs, bytes, dtype, why, signature) is joined onto the few calls
+    # read on (the outermost), not onto every call: on every call those texts and counts held
+    # 111 MiB above what the table starts from at the 1 GB realistic trace
+    cols = ["name", "tid", "start_ns", "end_ns", "external_id", "sequence", "input_dims", "sid", "known"]
+    cand = cand.lazy().join(sig.lazy().select(*keys, "sid", pl.col("why").is_null().alias("known")), on=keys, how="left",
+                            nulls_equal=True).select(cols).collect()  # fmt: skip
     # the optimizer's step: the range torch.optim opens, its bytes from the parameters (below)
     # (the pattern on the few annotations only: on every host event it cost the 514 MB trace 10 ms)
     opt = host.filter(pl.col("cat") == "user_annotation").filter(pl.col("name").str.contains(OPTIMIZER_RANGE)).drop("cat")
-    # (its FLOPs, a few per parameter, are not modelled: null, not zero)
-    opt = opt.with_columns(pl.lit("optimizer").alias("cls"), pl.lit(None, dtype=pl.Int64).alias("flops"),
-                           pl.lit(None, dtype=pl.Int64).alias("exec_flops"), pl.lit(None, dtype=pl.Int64).alias("bytes"),
-                           pl.lit(None, dtype=pl.String).alias("dtype"), pl.lit(None, dtype=pl.String).alias("why"),
-                           pl.col("name").alias("signature"))
-    cand = pl.concat([cand.select(cols), opt.select(cols)]).drop_nulls(["tid", "start_ns"]).with_row_index("cid")
+    opt = opt.with_columns(pl.lit(None, dtype=pl.UInt32).alias("sid"), pl.lit(True).alias("known"))
+    cand = pl.concat([cand, opt.select(cols)]).drop_nulls(["tid", "start_ns"]).with_row_index("cid")
     cand = cand.with_columns(pl.col("cid").cast(pl.Int64))
-    roots = _outermost(cand, pl.col("why").is_null() | pl.col("input_dims").is_null())
+    roots = _outermost(cand, pl.col("known") | pl.col("input_dims").is_null()).drop("known")
     # (what is read of the outermost known operators: sorted with every column they were
     # 96 MiB more at the 1 GB trace's peak)
-    outer = _outermost(cand.select("tid", "start_ns", "end_ns", "cid", "name", "why"))
+    outer = _outermost(cand.select("tid", "start_ns", "end_ns", "cid", "name", "sid"))
     del cand
+    # what each distinct call says, on the calls read on; an optimizer step is its range: its
+    # class "optimizer", its name its signature, its FLOPs (a few per parameter) not modelled
+    # (null, not zero), its bytes from the parameters (``_optimizer_bytes``)
+    said = sig.select("sid", "cls", "flops", "exec_flops", "bytes", "dtype", "why", "signature")
+    roots = roots.join(said, on="sid", how="left", maintain_order="left").with_columns(
+        pl.col("cls").fill_null(pl.when(pl.col("sid").is_null()).then(pl.lit("optimizer"))),
+        pl.col("signature").fill_null(pl.col("name")))
+    outer = outer.join(said.select("sid", "why"), on="sid", how="left", maintain_order="left")
 
     # the kernels, each with the launch that made it
     k = trace.gpu.filter((pl.col("kind") == "kernel") & ~pl.col("is_comm").fill_null(False)).select(
