@@ -77,11 +77,11 @@ CPU_SCHEMA: dict[str, pl.DataType] = {
     # operators repeat a few hundred distinct values over a million rows (the 514 MB benchmark
     # trace: 79, 172 and 166), and codes take 4 bytes a row against a string view's 16 and
     # its text (85 -> 15 MiB for the three); cast to pl.String before a ``.str`` expression.
-    "input_types": pl.Categorical,  # dtypes joined by ","
-    "input_dims": pl.Categorical,  # its "Input Dims" as compact JSON
+    "input_types": pl.Categorical(),  # dtypes joined by ","
+    "input_dims": pl.Categorical(),  # its "Input Dims" as compact JSON
     # (PyTorch 2.4+) its "Concrete Inputs" (the scalar and list arguments as text: a
     # convolution's stride, an attention's is_causal) as compact JSON
-    "input_concrete": pl.Categorical,
+    "input_concrete": pl.Categorical(),
 }
 
 STEP_SCHEMA: dict[str, pl.DataType] = {
