@@ -143,10 +143,9 @@ _GEN_FIXES = (
 )
 GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in _GEN_FIXES for b in (1, 8, 32))
 # the report half: TinyLlama's shape (1.1 B parameters) at batch 1 and 8, each fix, its variants timed in
-# turn (tests/data/inference/h100-rounds, "l3-"). Its first recordings ran one case after another and
-# drifted with the host: the same cached batch-1 decode took 32.8 ms a token in one ("l-") and 12.6 in
-# the next session's ("l2-"); their rows (l-b1 nocache -> cache, l2-b1 and l2-b8 cache -> static) and
-# traces were replaced by these
+# turn (tests/data/inference/h100-rounds, "l3-"). Both generate() sets were recorded again with
+# TEARDOWN_CUPTI=1: the earlier recordings' bare runs after a profiled one ran with CUPTI left attached
+# (1.3x slower eager tokens), which had made use_cache=True look 1.5-2.9 ms a token slower
 GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", case="l3-", folder=ROUNDS)
                   for base, fix, finding in _GEN_FIXES for b in (1, 8))
 

@@ -7,9 +7,11 @@ Each case of ``truth.json`` (recorded by ``tests/data/record/record_inference.py
 torch.profiler with shapes) is analysed as a plain trace. The table sets the report's latency
 beside the bare medians: time to first token (TTFT), time per output token (TPOT, NVIDIA's
 convention) and output tokens/s, each as the profiled run measured it and as the report's
-unprofiled estimate: at the middle of the profiler's per-event cost, measured from the trace
-(``analysis.timeline.event_cost``), taken off each forward, and the range its ends give for the
-median inter-token latency. The issue's bar: within 10 % of the bare figure.
+unprofiled estimate: the profiler's per-event cost measured from the trace
+(``analysis.timeline.event_cost``: its gaps' and no-work operators' means) taken off each
+forward, and the range its ends give for the median inter-token latency. The issue's bar:
+within 10 % of the bare figure. Both sets were recorded with ``TEARDOWN_CUPTI=1``: no bare round
+runs with CUPTI left attached by the profiled one.
 """
 
 from __future__ import annotations

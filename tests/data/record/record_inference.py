@@ -21,8 +21,10 @@ list) and the end-to-end time.
 
 The variants of one batch size are timed in turn (``interleaved``): each of ``--repeats`` rounds
 runs every variant once, so a drift of the host's speed falls on all of them alike (a host-bound
-decode is as fast as the host: recorded one case after another, TinyLlama's cached batch-1 decode
-once took 32.8 ms a token beside 16.2 without a cache, and 12.6 in a later recording). In the
+decode is as fast as the host). The process sets ``TEARDOWN_CUPTI=1``: without it the profiled
+run leaves CUPTI attached and every later launch pays for it (recorded one case after another that
+way, TinyLlama's cached batch-1 decode took 32.8 ms a token in one session and 12.6 in another,
+and in rounds the eager decode ran 1.3x slower after the profiled round than before it). In the
 middle round each variant also runs once under torch.profiler (``record_shapes=True``, the same
 streamer), its trace written as ``<case>.pt.trace.json.xz`` (``--compress gz`` where the recording
 machine's time counts; on the CPU the quickest of three profiled runs: a shared machine preempts a
@@ -49,9 +51,16 @@ import argparse
 import gzip
 import json
 import lzma
+import os
 import statistics
 import time
 from pathlib import Path
+
+# Kineto leaves CUPTI attached after a profiler stops unless TEARDOWN_CUPTI=1, and every later
+# launch of the process pays for it: recorded without it, the rounds after the profiled one ran
+# TinyLlama's eager decode 1.3x slower (12.9-13.8 -> 16.4-17.3 ms a token), and a bare median
+# over all rounds mixed the two. ``proflab run`` sets it too.
+os.environ.setdefault("TEARDOWN_CUPTI", "1")
 
 SHAPES = {
     # tiny: CPU traces small enough to commit
@@ -271,6 +280,7 @@ def main(argv=None) -> int:
                  "dtype": "bfloat16" if gpu else "float32",
                  "timing": "CUDA events on the current stream" if gpu else "time.perf_counter_ns",
                  "protocol": "interleaved: each round times every variant once; the middle round profiles each",
+                 "teardown_cupti": os.environ.get("TEARDOWN_CUPTI"),
                  "cases": [c for c in old if c["case"] not in mine] + cases}
         (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0

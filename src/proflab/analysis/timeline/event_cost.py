@@ -12,17 +12,24 @@ and the trace shows both parts where nothing else runs:
             ``aten::as_strided``, ... with no child) lasts what its callbacks spend between its
             two timestamps, the part inside.
 
-One event's cost is then its gap plus its inside. The gaps spread (a callback that records more
-inputs' shapes, or allocates, takes longer), so the measurement is a range: the gaps' lower
-quartile plus the inside median, to their upper quartile plus it. Measured on the H100
-generate() truth set (``tests/data/inference/h100``): gaps 0.8-1.6 us (median 1.1-1.25), views
-0.5-0.6 us, where the bare runs put 1.5-1.9 us on each event (the profiled inter-token time less
-the bare one, over the events of a token). The observer model's fixed range
-(``observer.EVENT_COST_US``: 2-9 us, from loops recorded on other machines and PyTorch versions)
-stays where the trace cannot say: fewer than ``MIN_PAIRS`` gaps (a trace without nested
-operators, an nsys export). The analysis asks for the measurement only of a generation loop
-(``Context.event_cost``): on the training loops of tests/data/realistic, recorded on an H200,
-the same gaps put 2.3-4.9 us on an event where those loops' measured host time says less.
+One event's cost is then its gap plus its inside. Both spread with a long upper tail (a
+callback that records more inputs' shapes, or allocates, takes longer), and what the profiler
+adds to a token is their *sum* over the token's events: the per-event cost is the gaps' mean
+plus the insides' mean, not the usual event's (their medians). Its range runs from the usual
+event's cost (the medians' sum: as if the gaps' tail below the cap were the program's work) to
+the means' sum (all of it the callbacks'), which the unprofiled latency takes
+(``inference._unprofiled``). Measured on the H100 generate() sets, recorded with CUPTI torn down after each
+profiled run (``tests/data/inference/h100`` and ``h100-rounds``): gaps median 1.1-1.3 us,
+mean 1.9-2.4; views median 0.45-0.55, mean 0.7-0.9; the bare runs put 2.2-3.1 us on each
+event of an eager decode (the profiled inter-token time less the bare one, over the events of
+a token), where the means sum to 2.6-3.3 and the medians to 1.5-1.9. (An earlier recording,
+its bare rounds timed after a profiled run had left CUPTI attached, put 1.5-1.9 us on an event,
+and the medians were used.) The observer model's fixed range (``observer.EVENT_COST_US``: 2-9
+us, from loops recorded on other machines and PyTorch versions) stays where the trace cannot
+say: fewer than ``MIN_PAIRS`` gaps (a trace without nested operators, an nsys export). The
+analysis asks for the measurement only of a generation loop (``Context.event_cost``): on the
+training loops of tests/data/realistic, recorded on an H200, the same gaps put 2.3-4.9 us on an
+event where those loops' measured host time says less.
 
 Only the thread that records the most operators is read, its first ``MAX_EVENTS`` host
 events: quartiles of thousands of gaps do not move with more, and a 10 M event trace costs
@@ -55,7 +62,8 @@ _NO_WORK = ("aten::view", "aten::as_strided", "aten::_reshape_alias", "aten::ali
 class EventCost:
     """The profiler's cost per recorded host event (us): ``lo_us`` to ``hi_us``. ``source`` is
     ``measured`` (from this trace: ``gap_us`` and ``inside_us`` are the medians it read, over
-    ``pairs`` gaps) or ``default`` (the observer model's range)."""
+    ``pairs`` gaps, ``gap_mean_us`` and ``inside_mean_us`` the means) or ``default`` (the
+    observer model's range)."""
 
     lo_us: float
     hi_us: float
@@ -63,6 +71,8 @@ class EventCost:
     gap_us: float | None = None
     inside_us: float | None = None
     pairs: int = 0
+    gap_mean_us: float | None = None
+    inside_mean_us: float | None = None
 
     def at(self, end: int) -> float:
         """The cost at the range's low (0) or high (1) end."""
@@ -73,6 +83,8 @@ class EventCost:
         if self.source == "measured":
             d.update(gap_median_us=round(self.gap_us, 2), no_work_operator_median_us=round(self.inside_us, 2),
                      gaps=self.pairs)
+            if self.gap_mean_us is not None:
+                d.update(gap_mean_us=round(self.gap_mean_us, 2), no_work_operator_mean_us=round(self.inside_mean_us, 2))
         return d
 
 
@@ -105,10 +117,11 @@ def measure(trace: Trace) -> EventCost:
     inside = (e - s)[view & childless & op]
     if pairs.size < MIN_PAIRS or inside.size == 0:
         return DEFAULT
-    q25, q50, q75 = np.percentile(pairs, (25, 50, 75)) / 1e3
-    mid = float(np.median(inside)) / 1e3
-    return EventCost(lo_us=float(q25) + mid, hi_us=float(q75) + mid, source="measured", gap_us=float(q50), inside_us=mid,
-                     pairs=int(pairs.size))
+    gap, gap_mean = float(np.median(pairs)) / 1e3, float(pairs.mean()) / 1e3
+    mid, mid_mean = float(np.median(inside)) / 1e3, float(inside.mean()) / 1e3
+    usual, mean = gap + mid, gap_mean + mid_mean
+    return EventCost(lo_us=usual, hi_us=mean, source="measured", gap_us=gap, inside_us=mid,
+                     pairs=int(pairs.size), gap_mean_us=gap_mean, inside_mean_us=mid_mean)
 
 
 @dataclass(frozen=True)
@@ -133,9 +146,9 @@ def startup(trace: Trace) -> Startup | None:
     """The profiler's start-up cost, measured where the trace shows it: CUPTI sets itself up on the
     first CUDA API call it traces, inside the operator that makes it. On the H100 generate() set
     (``tests/data/inference/h100``) ``generate``'s first operator, a scalar's host-to-device copy
-    (``aten::copy_``, ~20-60 us later in the same trace), took 0.63-1.73 ms, its
-    ``cudaMemcpyAsync`` 20-300 us of it: the profiled prefill took 1.2-1.7 ms longer than a decode
-    forward of as many events, where the bare runs' first token took as long as the next ones.
+    (``aten::copy_``, ~20-60 us later in the same trace), took 0.39-2.38 ms longer than its later
+    calls: the profiled prefill took longer than a decode forward of as many events, where the
+    bare runs' first token took about as long as the next ones.
     The excess is the innermost operator around the trace's first runtime call less the median
     of that operator's later calls with the same input shapes (of the same name where fewer than
     ``MIN_LATER`` share them). None where the trace has no such call or the first call was not
@@ -199,16 +212,16 @@ def combined(costs: list[EventCost]) -> EventCost:
     if not got:
         return DEFAULT
     med = lambda xs: float(np.median(xs))  # noqa: E731
+    means = [c for c in got if c.gap_mean_us is not None]
     return EventCost(lo_us=med([c.lo_us for c in got]), hi_us=med([c.hi_us for c in got]), source="measured",
                      gap_us=med([c.gap_us for c in got]), inside_us=med([c.inside_us for c in got]),
-                     pairs=sum(c.pairs for c in got))
+                     pairs=sum(c.pairs for c in got), gap_mean_us=med([c.gap_mean_us for c in means]) if means else None,
+                     inside_mean_us=med([c.inside_mean_us for c in means]) if means else None)
 
 
 def cost_at(bounds: tuple[float, float], alpha: float) -> float:
     """The per-event cost at ``alpha`` of its range (0: the low end, 1: the high end), on a log
     scale: the range spans 25x for Python frames (0.2-5 us), and its middle, 1 us, is what a
-    rerun measured (0.2-1 us a frame, tests/data/realistic/rerun). A measured operator range's
-    middle sits by its gaps' median plus the part inside (1.63 us for 1.29-2.07 on the H100's
-    generate() at batch 1, where they sum to 1.66 and the bare tokens put 1.78 us on an event)."""
+    rerun measured (0.2-1 us a frame, tests/data/realistic/rerun)."""
     lo, hi = bounds
     return lo * (hi / lo) ** alpha

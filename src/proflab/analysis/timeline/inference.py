@@ -370,10 +370,12 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         missing.append(f"no datasheet peaks for the device ({dev.get('name') or 'unnamed'}): no MBU or MFU")
     elif not trace.has_gpu:
         missing.append("no GPU in the trace: MBU and MFU need a device's peaks (achieved rates are given)")
+    central_at = 0.5  # a range given, or the model's: its middle
     if event_cost_us is None:
         cost = measure_event_cost(trace) if generating else None
         event_cost_us = (cost.lo_us, cost.hi_us) if cost is not None else EVENT_COST_US
-    lat = _latency(frame, event_cost_us)
+        central_at = 1.0 if cost is not None and cost.source == "measured" else 0.5
+    lat = _latency(frame, event_cost_us, central_at)
     if startup is not None and "unprofiled_tpot_ms" in lat:  # what the unprofiled TTFT took off, said
         lat["profiler_startup"] = startup.to_dict()
     if frame.height and frame["phase"][0] == "decode":
@@ -488,7 +490,7 @@ def _r(x: float | None, nd: int = 3) -> float | None:
     return None if x is None or not np.isfinite(x) else round(float(x), nd)
 
 
-def _latency(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, Any]:
+def _latency(f: pl.DataFrame, event_cost_us: tuple[float, float], central_at: float = 0.5) -> dict[str, Any]:
     """TTFT, TPOT, ITL, end-to-end and tokens/s per generation, their medians over generations."""
     gens = []
     for gen in f.partition_by("generation", maintain_order=True):  # a loop over generations, not events
@@ -520,7 +522,7 @@ def _latency(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, A
         return _r(float(np.median(v))) if v else None
 
     return {
-        **_unprofiled(f, event_cost_us),
+        **_unprofiled(f, event_cost_us, central_at),
         "convention": "TPOT as NVIDIA GenAI-Perf counts it: (last token - first token) / (tokens - 1), the mean of "
         "vLLM's inter-token latencies (ITL: each gap between tokens); TTFT from the generation's first operator",
         "timing": "profiled",
@@ -555,11 +557,11 @@ def _host_slowed(d: pl.DataFrame) -> pl.Series:
     forward, and their outermost operators' host time (``op_ms``: the dispatch and the
     profiler's callbacks, no Python between them) ``HOST_SLOWED`` times the median forward's or
     more. Each operator taking longer alike is the host's speed, not the program's work: on the
-    H100 generate() set's profiled runs, 3 and 6 of 31 tokens at batch 1 (without and with a
-    cache) ran 1.3-2.4x the median token with the same 1,757 and 1,784 events, where the same
-    cases' bare runs met 0 and 5 of 155 (the profiled cached token's mean 11.25 ms against a
-    median of 9.97). The unprofiled TPOT counts such a token at the typical one's time (the bare
-    program meets fewer of them: its estimate leaves those few out) and says how many it did."""
+    H100 generate() sets' profiled runs, up to 6 of 31 tokens ran 1.3-2.4x the median token with
+    the same events (a first recording: 3 and 6 at batch 1, without and with a cache, where the
+    same cases' bare runs met 0 and 5 of 155). The unprofiled TPOT counts such a token at the
+    typical one's time (the bare program meets fewer of them: its estimate leaves those few out)
+    and says how many it did."""
     if d.height < 5 or d["op_ms"].null_count() == d.height:
         return pl.Series([False] * d.height)
     usual = d["events"].mode().sort()[0]
@@ -570,11 +572,13 @@ def _host_slowed(d: pl.DataFrame) -> pl.Series:
     return ((d["events"] == usual) & (d["op_ms"] >= HOST_SLOWED * ref)).fill_null(False)
 
 
-def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str, Any]:
+def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float], central_at: float = 0.5) -> dict[str, Any]:
     """The tokens' times without the profiler (estimated, ms): the profiler's per-event cost
     (``event_cost_us``, ``observer.PYTHON_COST_US``) taken off each forward's interval, never
-    below its GPU time nor an unprofiled eager operator's dispatch (``FLOOR_OP_US``). At the
-    cost's middle (``cost_at`` 0.5): TPOT (the decode forwards' mean, a forward on a slowed host,
+    below its GPU time nor an unprofiled eager operator's dispatch (``FLOOR_OP_US``). At
+    ``central_at`` of the cost's range (``cost_at``; 1, its high end, for a cost measured from the
+    trace: the gaps' mean, what the events cost together, ``event_cost.measure``; the middle of
+    the model's range): TPOT (the decode forwards' mean, a forward on a slowed host,
     ``_host_slowed``, counted at the others' median), TTFT (the prefill
     forwards' sum, per generation) and output tokens/s from them; at its high and low ends, the
     range of the median inter-token latency and of TTFT."""
@@ -594,11 +598,11 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str
 
     gens = max(int(f["generation"].n_unique()), 1)
     slowed = _host_slowed(d)
-    typical = d.filter(~slowed).select(less(0.5).median()).item() if slowed.any() else None
+    typical = d.filter(~slowed).select(less(central_at).median()).item() if slowed.any() else None
     if typical is None:
         slowed = pl.Series([False] * d.height)
-    tpot = float(d.select(pl.when(slowed).then(typical).otherwise(less(0.5)).mean()).item())
-    ttft = float(p.select(less(0.5).sum()).item()) / gens if p.height else None
+    tpot = float(d.select(pl.when(slowed).then(typical).otherwise(less(central_at)).mean()).item())
+    ttft = float(p.select(less(central_at).sum()).item()) / gens if p.height else None
     central = {"unprofiled_tpot_ms": _r(tpot)}
     if ttft is not None:
         tokens = 1 + d.height / gens  # per generation: the prefill's token and each decode forward's
@@ -613,7 +617,9 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float]) -> dict[str
                  f"{HOST_SLOWED:g}x the usual token's time or more) and are counted at the others' median")
     return {**central, "unprofiled_itl_median_ms_range": span(d),
             **({"unprofiled_ttft_ms_range": span(p)} if p.height else {}),
-            "unprofiled_basis": f"estimated: the profiler's per-event cost ({event_cost_us[0]:.2f}-{event_cost_us[1]:.2f} us) "
+            "unprofiled_basis": f"estimated: the profiler's per-event cost ({event_cost_us[0]:.2f}-{event_cost_us[1]:.2f} us; "
+            f"the estimate at {cost_at(event_cost_us, central_at):.2f} us"
+            + (", the gaps' mean: what the events cost together" if central_at == 1.0 else "") + ") "
             "and its start-up cost on the first CUDA call (measured against that operator's later calls) "
             "taken off each forward's interval, not below its GPU time or 1 us of dispatch per operator (TTFT: the "
             "prefill forwards')" + basis,
