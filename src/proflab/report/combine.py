@@ -73,7 +73,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.perf import combined as combined_perf
 from proflab.analysis.timeline.ranges import combined_range_tables
 from proflab.analysis.whatif import WhatIf
-from proflab.analysis.whatif.model import replay_cost_us
+from proflab.analysis.whatif.model import replay_central_at, replay_cost_us
 from proflab.analysis.whatif.graph import concat
 from proflab.analysis.timeline.breakdown import PartLevels
 from proflab.errors import UsageError
@@ -319,7 +319,7 @@ def _combined(parts: list[_Part], top: int, bare_step_ms: float | None) -> Repor
         with phase("what-if"):
             whatif = WhatIf.of_graph(concat([p.whatif_graph for p in parts], list(range(len(parts)))), bare_step_ms,
                                      observer.unprofiled_step_ms[0] if observer is not None else None,
-                                     replay_cost_us(cost, bare_step_ms))  # fmt: skip
+                                     replay_cost_us(cost, bare_step_ms), replay_central_at(cost, bare_step_ms))  # fmt: skip
         for p in parts:
             p.whatif_graph = None  # (concatenated: the parts' own not held beside it)
     kernels = _kernels.combined_hot_kernels([p.kernels for p in parts], _quantiles.merge([p.kernel_ns for p in parts if p.kernel_ns is not None]),

@@ -35,7 +35,7 @@ from proflab.analysis.whatif.fixes import RANGED, Fix, apply
 from proflab.analysis.whatif.graph import LAUNCH, StepGraph, build_graph, kept
 from proflab.analysis.whatif.replay import Plan, observed_step_ms, replay
 
-__all__ = ["WhatIf", "Prediction", "StepSaving", "replay_cost_us"]
+__all__ = ["WhatIf", "Prediction", "StepSaving", "replay_cost_us", "replay_central_at"]
 
 # fixes of host time whose size is what the profiler's cost leaves of it: dispatch, and the
 # program's own Python (whose frames with_stack records)
@@ -102,6 +102,7 @@ class WhatIf:
     why_not: str | None = None
     observed_bare_lo_ms: float | None = None  # the observer's fastest plausible unprofiled step (estimated)
     event_cost_us: tuple[float, float] = EVENT_COST_US  # the profiler's cost per event, low and high (``ctx.event_cost``)
+    central_at: float = 0.5  # where in that range the cost is taken without a measured step (``replay_central_at``)
     _alpha: float = 0.5
     _calibration: dict = field(default_factory=dict)
     _unplaced_ns: float = 0.0
@@ -123,16 +124,18 @@ class WhatIf:
             return cls(None, ctx.bare_step_ms, why_not=why)
         obs = ctx.observer
         return cls.of_graph(g, ctx.bare_step_ms, obs.unprofiled_step_ms[0] if obs is not None else None,
-                            replay_cost_us(ctx.event_cost, ctx.bare_step_ms))  # fmt: skip
+                            replay_cost_us(ctx.event_cost, ctx.bare_step_ms),
+                            replay_central_at(ctx.event_cost, ctx.bare_step_ms))  # fmt: skip
 
     @classmethod
     def of_graph(cls, g: StepGraph | None, bare_step_ms: float | None, observed_bare_lo_ms: float | None = None,
-                 event_cost_us: tuple[float, float] = EVENT_COST_US) -> WhatIf:
+                 event_cost_us: tuple[float, float] = EVENT_COST_US, central_at: float = 0.5) -> WhatIf:
         """The model of a step graph already built (a trace analysed in parts: their graphs
         concatenated, ``graph.concat``)."""
         if g is None:
             return cls(None, bare_step_ms, why_not="no part holds a GPU-side profiler step")
-        w = cls(g, bare_step_ms, observed_bare_lo_ms=observed_bare_lo_ms, event_cost_us=event_cost_us)
+        w = cls(g, bare_step_ms, observed_bare_lo_ms=observed_bare_lo_ms, event_cost_us=event_cost_us,
+                central_at=central_at)
         w._calibrate()
         return w
 
@@ -197,7 +200,7 @@ class WhatIf:
         lo, hi = self._median(self.bare_plan(0.0)), self._median(self.bare_plan(1.0))
         self._calibration["bare_replay_range_ms"] = (hi, lo)
         if self.bare_step_ms is None:
-            self._alpha = 0.5
+            self._alpha = self.central_at
             return
         target = self.bare_step_ms
         if target <= hi:
@@ -329,6 +332,14 @@ def replay_cost_us(cost, bare_step_ms: float | None) -> tuple[float, float]:
     it: a measured step is this run's own word, the gaps an estimate (on the per-parameter
     optimizer's trace they put 0.9-2.3 us on an event, where its measured step put 3.3)."""
     return EVENT_COST_US if bare_step_ms is not None else (cost.lo_us, cost.hi_us)
+
+
+def replay_central_at(cost, bare_step_ms: float | None) -> float:
+    """Where in ``replay_cost_us``'s range the bare plan takes the cost without a measured step:
+    a cost measured from the trace at its high end, the gaps' mean (what the events cost
+    together, as the unprofiled latency takes it: ``inference._unprofiled``), the model's range
+    at its middle."""
+    return 1.0 if bare_step_ms is None and cost.source == "measured" else 0.5
 
 
 def _median_of(d: dict) -> float | None:
