@@ -9,7 +9,8 @@ beside the bare medians: time to first token (TTFT), time per output token (TPOT
 convention) and output tokens/s, each as the profiled run measured it and as the report's
 unprofiled estimate: the profiler's per-event cost measured from the trace
 (``analysis.timeline.event_cost``: its gaps' and no-work operators' means) taken off each
-forward, and the range its ends give for the median inter-token latency. The issue's bar:
+token's host events, replayed against its kernels (``inference.replayed_latency``), and the
+range the cost's ends give for the median inter-token latency. The issue's bar:
 within 10 % of the bare figure. Both sets were recorded with ``TEARDOWN_CUPTI=1``: no bare round
 runs with CUPTI left attached by the profiled one.
 """

@@ -71,12 +71,12 @@ def _ttft_miss(why: str):
 # The prefill's events cost the profiled run less than the decode tokens' mean: the bare TTFT less
 # the start-up puts 2.0-2.5 us on each of them at batch 8 and in the compiled decode's prefill
 @pytest.mark.parametrize("case", ["cache-b32", "nocache-b32",
-                                  pytest.param("cache-b8", marks=_ttft_miss("6.32 ms against 8.26 bare (-24%): the prefill's "
+                                  pytest.param("cache-b8", marks=_ttft_miss("6.27 ms against 8.26 bare (-24%): the prefill's "
                                                "events cost 2.03 us each, the tokens' mean 3.08; the bare TTFT spread "
                                                "7.3-11.4 ms over the rounds")),
-                                  pytest.param("nocache-b8", marks=_ttft_miss("6.22 ms against 7.33 bare (-15%): the prefill's "
+                                  pytest.param("nocache-b8", marks=_ttft_miss("6.13 ms against 7.33 bare (-16%): the prefill's "
                                                "events cost 2.23 us each, the tokens' mean 2.88")),
-                                  pytest.param("static-compile-b1", marks=_ttft_miss("5.91 ms against 8.32 bare (-29%): the "
+                                  pytest.param("static-compile-b1", marks=_ttft_miss("6.32 ms against 8.32 bare (-24%): the "
                                                "eager prefill's events cost 2.46 us each, the trace's mean 3.62 (the compiled "
                                                "decode's no-work operators are dearer)"))])
 def test_the_unprofiled_ttft_is_within_10_percent_of_the_bare_run(reports, case):
@@ -184,12 +184,33 @@ def test_parts_combine_to_the_median_of_their_ends():
 
 def test_the_replay_and_the_latency_take_the_same_cost_per_event(reports):
     """generate() with a cache at batch 1 (its tokens the steps): without a measured step, the
-    what-if replay's bare step takes the measured cost's high end, the gaps' mean, as the
-    unprofiled latency does: the report's step without the profiler (6.53 ms) and its unprofiled
-    TPOT (6.50 ms) agree within 2% (at the range's middle the replay said 7.80 ms)."""
+    what-if replay's bare step takes the measured cost's high end, the gaps' mean (at the range's
+    middle it said 7.80 ms), and the unprofiled latency is read from the same replay's tokens:
+    the report's step without the profiler (their median, 6.53 ms) and its unprofiled TPOT
+    (their mean, 6.69 ms) are one estimate, both within 10% of bare (7.20 ms)."""
     s = _report(reports, "cache-b1").summary
     pred, lat = s["predicted"], s["inference"]["latency"]
-    assert pred["bare_step_source"] == "estimated"
+    assert pred["bare_step_source"] == "estimated" and lat["unprofiled_basis"].startswith("replayed: ")
     assert pred["bare_step_ms"] == pytest.approx(pred["calibration"]["bare_replay_range_ms"][0], rel=1e-3)
-    assert pred["bare_step_ms"] == pytest.approx(lat["unprofiled_tpot_ms"], rel=0.02)
-    assert pred["bare_step_ms"] == pytest.approx(TRUTH["cache-b1"]["bare_median"]["tpot_ms"], rel=0.10)
+    assert pred["bare_step_ms"] == pytest.approx(lat["unprofiled_tpot_ms"], rel=0.05)
+    for x in (pred["bare_step_ms"], lat["unprofiled_tpot_ms"]):
+        assert x == pytest.approx(TRUTH["cache-b1"]["bare_median"]["tpot_ms"], rel=0.10)
+
+
+def test_a_token_whose_kernels_outlast_the_faster_host_is_replayed():
+    """TinyLlama without a cache at batch 8 (tests/data/inference/h100-rounds): 7.3 ms of kernels
+    a token, a host twice as fast without the profiler. Taking the profiler's cost off each
+    forward's interval (floored at its GPU time) leaves 12.47 ms a token, 11% under the bare
+    14.03: the GPU's share of the token is on its critical path once the host is faster. The
+    what-if replay of the bare plan, launch against kernel, says 12.84 ms (-8.5%)."""
+    from proflab.analysis import Context
+
+    rounds = H100.parent / "h100-rounds"
+    bare = {c["case"]: c for c in json.loads((rounds / "truth.json").read_text())["cases"]}["l3-nocache-b8"]["bare_median"]
+    trace = proflab.load(committed(rounds, "l3-nocache-b8"))
+    subtracted = Context(trace).inference.latency["unprofiled_tpot_ms"]
+    lat = proflab.analyze(trace).summary["inference"]["latency"]
+    assert subtracted < 0.9 * bare["tpot_ms"]
+    assert lat["unprofiled_tpot_ms"] == pytest.approx(bare["tpot_ms"], rel=0.10) and lat["unprofiled_tpot_ms"] > subtracted
+    lo, hi = lat["unprofiled_itl_median_ms_range"]
+    assert lo <= subtracted <= hi  # (the range still the cost range's ends)

@@ -190,6 +190,17 @@ class WhatIf:
     def _median(self, plan: Plan) -> float:
         return replay(self.graph, plan).median_step_ms or 0.0
 
+    @property
+    def per_event_cost_us(self) -> float:
+        """The profiler's cost per recorded event the bare plan takes off (us)."""
+        return cost_at(self.event_cost_us, self._alpha)
+
+    def bare_step_times(self) -> dict[int, float]:
+        """Each step's time (ms) in the replay of the bare plan the predictions start from (at
+        the per-event cost the calibration settled on): from its first operation's start to the
+        next step's, so the last step has none."""
+        return replay(self.graph, self._base(self._alpha)[0]).step_ms
+
     def _calibrate(self) -> None:
         g = self.graph
         obs = observed_step_ms(g)
