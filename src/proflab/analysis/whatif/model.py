@@ -108,6 +108,7 @@ class WhatIf:
     _unplaced_ns: float = 0.0
     _step_starts: np.ndarray | None = None
     _bases: dict = field(default_factory=dict)  # alpha -> (bare plan, its replayed step): after calibration, fixed
+    _base_steps: dict = field(default_factory=dict)  # alpha -> the bare plan's replayed step times (ms, by step)
     # (fixes, alpha, bare step) -> its Prediction: the rules, the overlaps and the combined
     # prediction ask for some of the same fixes
     _predicted: dict = field(default_factory=dict, init=False, repr=False)
@@ -184,7 +185,9 @@ class WhatIf:
         replays its fixes against it (a report makes dozens)."""
         if alpha not in self._bases:
             base = self.bare_plan(alpha)
-            self._bases[alpha] = (base, self._median(base))
+            t = replay(self.graph, base)
+            self._bases[alpha] = (base, t.median_step_ms or 0.0)
+            self._base_steps[alpha] = t.step_ms
         return self._bases[alpha]
 
     def _median(self, plan: Plan) -> float:
@@ -199,7 +202,8 @@ class WhatIf:
         """Each step's time (ms) in the replay of the bare plan the predictions start from (at
         the per-event cost the calibration settled on): from its first operation's start to the
         next step's, so the last step has none."""
-        return replay(self.graph, self._base(self._alpha)[0]).step_ms
+        self._base(self._alpha)
+        return self._base_steps[self._alpha]
 
     def _calibrate(self) -> None:
         g = self.graph
@@ -296,7 +300,8 @@ class WhatIf:
         g = self.graph
         gains = []
         replayed = work_after = None
-        for alpha in (self._alpha,) if self.bare_step_ms is not None else (self._alpha, 0.0, 1.0):
+        # (the settled cost first; at an end of the range, that end once)
+        for alpha in (self._alpha,) if self.bare_step_ms is not None else dict.fromkeys((self._alpha, 0.0, 1.0)):
             base, before = self._base(alpha)
             t = replay(g, apply(g, base, *fixes))  # (a copy: the cached base stays as it was)
             gains.append(max(before - (t.median_step_ms or 0.0), 0.0))
