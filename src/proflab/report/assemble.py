@@ -80,9 +80,10 @@ def report_for(ctx: Context, *, top_kernels: int = 15) -> Report:
         inference = ctx.inference
         if inference.found:  # a generation loop's tokens, phases and bandwidth (analysis.timeline.inference)
             summary["inference"] = inference.to_dict()
-            if inference.tokens_as_steps and whatif is not None and whatif.available and "unprofiled_tpot_ms" in summary["inference"]["latency"]:
+            lat = summary["inference"]["latency"]
+            if inference.tokens_as_steps and whatif is not None and whatif.available and "unprofiled_tpot_ms" in lat:
                 # the unprofiled latency from the what-if replay's bare tokens: the report's one bare step
-                summary["inference"]["latency"].update(replayed_latency(inference, whatif.bare_step_times(), whatif.per_event_cost_us))
+                lat.update(replayed_latency(inference, whatif.bare_step_times(), whatif.per_event_cost_us))
             for why in inference.missing:
                 ctx.note_missing("inference signals", why, "the inference figures it names")
         perf = _perf(ctx)

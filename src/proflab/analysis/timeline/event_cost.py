@@ -18,11 +18,11 @@ adds to a token is their *sum* over the token's events: the per-event cost is th
 plus the insides' mean, not the usual event's (their medians). Its range runs from the usual
 event's cost (the medians' sum: as if the gaps' tail below the cap were the program's work) to
 the means' sum (all of it the callbacks'), which the unprofiled latency takes
-(``inference._unprofiled``). Measured on the H100 generate() sets, recorded with CUPTI torn down after each
-profiled run (``tests/data/inference/h100`` and ``h100-rounds``): gaps median 1.1-1.3 us,
-mean 1.9-2.4; views median 0.45-0.55, mean 0.7-0.9; the bare runs put 2.2-3.1 us on each
-event of an eager decode (the profiled inter-token time less the bare one, over the events of
-a token), where the means sum to 2.6-3.3 and the medians to 1.5-1.9. (An earlier recording,
+(``inference._unprofiled``). Measured on the H100 generate() sets, recorded with CUPTI torn
+down after each profiled run (``tests/data/inference/h100`` and ``h100-rounds``): gaps median
+1.1-1.3 us, mean 1.9-2.4; views median 0.45-0.55, mean 0.7-0.9; the bare runs put 2.2-3.1 us
+on each event of an eager decode (the profiled inter-token time less the bare one, over the
+events of a token), where the means sum to 2.6-3.3 and the medians to 1.5-1.9. (An earlier recording,
 its bare rounds timed after a profiled run had left CUPTI attached, put 1.5-1.9 us on an event,
 and the medians were used.) The observer model's fixed range (``observer.EVENT_COST_US``: 2-9
 us, from loops recorded on other machines and PyTorch versions) stays where the trace cannot

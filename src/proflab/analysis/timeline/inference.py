@@ -34,9 +34,11 @@ are found from what the trace records:
   the end-to-end time is the start to the last token; tokens/s counts every sequence of the
   batch. These are the profiled program's times (``timing: "profiled"``): the profiler's own cost
   is in them. Beside them, the unprofiled TTFT and inter-token gap are estimated as a range (the
-  observer model's per-event cost, ``analysis.timeline.observer``, taken off each forward): on a
-  CPU, whose operators cost the profiler less than the GPU programs the model was calibrated on,
-  the range's low end can undershoot (tests/data/inference: bare 0.62 ms, estimated 0.58).
+  profiler's per-event cost, measured from the trace's gaps, ``event_cost``, taken off each
+  forward), and where the tokens are the trace's steps their central figures come from the
+  what-if replay of the bare plan (``replayed_latency``): on a CPU, whose operators cost the
+  profiler less than the GPU programs the model was calibrated on, the range's low end can
+  undershoot (tests/data/inference: bare 0.62 ms, estimated 0.58).
 - **Utilisation** (derived from shapes): a decode forward reads every weight the GEMMs use and
   the KV cache the attention reads; bytes per token over the time per output token is the
   achieved bandwidth, over the device's HBM peak (``analysis.devices``) the model bandwidth
@@ -603,13 +605,7 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float], central_at:
         slowed = pl.Series([False] * d.height)
     tpot = float(d.select(pl.when(slowed).then(typical).otherwise(less(central_at)).mean()).item())
     ttft = float(p.select(less(central_at).sum()).item()) / gens if p.height else None
-    central = {"unprofiled_tpot_ms": _r(tpot)}
-    if ttft is not None:
-        tokens = 1 + d.height / gens  # per generation: the prefill's token and each decode forward's
-        batch = f["batch"].drop_nulls().median()
-        central.update(unprofiled_ttft_ms=_r(ttft), unprofiled_e2e_ms=_r(ttft + (tokens - 1) * tpot),
-                       unprofiled_output_tokens_per_s=_r(batch * tokens / (ttft + (tokens - 1) * tpot) * 1e3)
-                       if batch else None)
+    central = {"unprofiled_tpot_ms": _r(tpot), **(_end_to_end(f, ttft, tpot) if ttft is not None else {})}
     basis = ""
     if slowed.any():
         central["host_slowed_tokens"] = int(slowed.sum())
@@ -624,6 +620,17 @@ def _unprofiled(f: pl.DataFrame, event_cost_us: tuple[float, float], central_at:
             "taken off each forward's interval, not below its GPU time or 1 us of dispatch per operator (TTFT: the "
             "prefill forwards')" + basis,
             "events_per_decode_forward": _r(float(d["events"].median()), 1)}
+
+
+def _end_to_end(f: pl.DataFrame, ttft: float, tpot: float) -> dict[str, Any]:
+    """The unprofiled TTFT, end-to-end time and output tokens/s of a generation of ``f``'s forwards
+    from its unprofiled TTFT and TPOT (ms)."""
+    gens = max(int(f["generation"].n_unique()), 1)
+    tokens = 1 + f.filter(pl.col("phase") == "decode").height / gens  # the prefill's token and each decode forward's
+    batch = f["batch"].drop_nulls().median()
+    e2e = ttft + (tokens - 1) * tpot
+    return {"unprofiled_ttft_ms": _r(ttft), "unprofiled_e2e_ms": _r(e2e),
+            "unprofiled_output_tokens_per_s": _r(batch * tokens / e2e * 1e3) if batch else None}
 
 
 def replayed_latency(inf: Inference, token_ms: dict[int, float], cost_us: float) -> dict[str, Any]:
@@ -653,15 +660,14 @@ def replayed_latency(inf: Inference, token_ms: dict[int, float], cost_us: float)
     out: dict[str, Any] = {"unprofiled_tpot_ms": _r(tpot)}
     if p.height and p["replayed"].null_count() == 0:
         # (the profiler's start-up, host time in the replay, off the forward that paid it)
-        ttft = float(p.select(pl.max_horizontal(pl.col("replayed") - pl.col("startup_ms"), pl.col("gpu_ms").fill_null(0)).sum()).item()) / gens
-        tokens = 1 + f.filter(pl.col("phase") == "decode").height / gens
-        batch = f["batch"].drop_nulls().median()
-        e2e = ttft + (tokens - 1) * tpot
-        out.update(unprofiled_ttft_ms=_r(ttft), unprofiled_e2e_ms=_r(e2e),
-                   unprofiled_output_tokens_per_s=_r(batch * tokens / e2e * 1e3) if batch else None)
-    lat = inf.latency
+        ttft = float(p.select(pl.max_horizontal(pl.col("replayed") - pl.col("startup_ms"), pl.col("gpu_ms").fill_null(0)).sum()).item())
+        out.update(_end_to_end(f, ttft / gens, tpot))
+    lat = inf.latency  # (the subtraction's ranges, widened to hold the replayed figures)
     lo, hi = lat.get("unprofiled_itl_median_ms_range") or (tpot, tpot)
     out["unprofiled_itl_median_ms_range"] = [_r(min(lo, float(t.median()))), _r(max(hi, float(t.median())))]
+    if "unprofiled_ttft_ms" in out and lat.get("unprofiled_ttft_ms_range"):
+        lo, hi = lat["unprofiled_ttft_ms_range"]
+        out["unprofiled_ttft_ms_range"] = [_r(min(lo, out["unprofiled_ttft_ms"])), _r(max(hi, out["unprofiled_ttft_ms"]))]
     out["unprofiled_basis"] = (f"replayed: each token's host events less the profiler's cost ({cost_us:.2f} us an event) "
                                "against its kernels, launch by launch, with its syncs (the what-if model's bare plan), "
                                "and the start-up cost on the first CUDA call off the first token; the range: "
