@@ -78,6 +78,12 @@ class EventCost:
         """The cost at the range's low (0) or high (1) end."""
         return self.hi_us if end else self.lo_us
 
+    @property
+    def central_at(self) -> float:
+        """Where in the range the estimate takes the cost (``cost_at``): a measured cost at its
+        high end, the means' sum (what the events cost together); the model's range at its middle."""
+        return 1.0 if self.source == "measured" else 0.5
+
     def to_dict(self) -> dict:
         d = {"per_event_cost_us": [round(self.lo_us, 2), round(self.hi_us, 2)], "source": self.source}
         if self.source == "measured":

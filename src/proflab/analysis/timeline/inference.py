@@ -376,7 +376,7 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     if event_cost_us is None:
         cost = measure_event_cost(trace) if generating else None
         event_cost_us = (cost.lo_us, cost.hi_us) if cost is not None else EVENT_COST_US
-        central_at = 1.0 if cost is not None and cost.source == "measured" else 0.5
+        central_at = cost.central_at if cost is not None else 0.5
     lat = _latency(frame, event_cost_us, central_at)
     if startup is not None and "unprofiled_tpot_ms" in lat:  # what the unprofiled TTFT took off, said
         lat["profiler_startup"] = startup.to_dict()

@@ -352,10 +352,9 @@ def replay_cost_us(cost, bare_step_ms: float | None) -> tuple[float, float]:
 
 def replay_central_at(cost, bare_step_ms: float | None) -> float:
     """Where in ``replay_cost_us``'s range the bare plan takes the cost without a measured step:
-    a cost measured from the trace at its high end, the gaps' mean (what the events cost
-    together, as the unprofiled latency takes it: ``inference._unprofiled``), the model's range
-    at its middle."""
-    return 1.0 if bare_step_ms is None and cost.source == "measured" else 0.5
+    where the unprofiled latency takes it (``EventCost.central_at``); with one, the middle of the
+    model's range, where the calibration starts."""
+    return cost.central_at if bare_step_ms is None else 0.5
 
 
 def _median_of(d: dict) -> float | None:
