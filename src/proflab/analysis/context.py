@@ -216,7 +216,7 @@ class Context:
         if self.part_digest is not None:  # a generation's forwards would be cut at the parts' seams
             return Inference(pl.DataFrame(), missing=("a trace read in parts: the generation loop is not analysed",))
         # (its kernels from the trace: the kernel rows are freed)
-        return inference_view(self.trace, self.launches, regions=self.regions[0])
+        return inference_view(self.trace, self.launches, regions=self.regions[0], blocking=self.blocking)
 
     @property
     def has_launch_links(self) -> bool:

@@ -26,7 +26,9 @@ are found from what the trace records:
 - **Tokens as steps.** A trace without profiler steps (no ``proflab.step()``, no ``prof.step()``)
   that holds a generation loop takes its forwards as its steps (``token_steps``): a token a step,
   so the step table, the observer model and the what-if replay of the decode fixes run per token.
-- **Latency** (measured, on the trace's clock, ms): each forward's token is out when its host
+- **Latency** (measured, on the trace's clock, ms): each forward's token is out when the host
+  holds it: at the first call after the forward that waits for the GPU (the sampled token's
+  ``.item()``, the EOS check, a streamer's copy; ``_token_out``), else when the forward's host
   work ends and the GPU work it launched has run. TTFT is the generation's start (its first
   operator) to the first token; the **time per output token** is NVIDIA's TPOT (GenAI-Perf):
   (last token - first token) / (tokens - 1), which is also the mean of vLLM's inter-token
@@ -69,6 +71,7 @@ import polars as pl
 
 from proflab.analysis.devices import datasheet_peaks
 from proflab.analysis.timeline.compiled import region_spans
+from proflab.analysis.timeline.gaps import blocking_calls
 from proflab.analysis.timeline.launch import SHORT_KERNEL_NS
 from proflab.analysis.timeline.event_cost import cost_at
 from proflab.analysis.timeline.event_cost import measure as measure_event_cost
@@ -213,7 +216,8 @@ def _generating(f: pl.DataFrame) -> bool:
 
 
 def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFrame | None = None,
-                   regions: pl.DataFrame | None = None, event_cost_us: tuple[float, float] | None = None) -> Inference:
+                   regions: pl.DataFrame | None = None, event_cost_us: tuple[float, float] | None = None,
+                   blocking: pl.DataFrame | None = None) -> Inference:
     """The generation loop in ``trace`` (see the module doc). ``launches``: host launch calls by
     correlation (``gaps.launch_calls``); ``kernel_rows``: the kernels with their launch
     (``kernels.kernel_rows``), for each forward's GPU time; by default the trace's own kernels
@@ -258,6 +262,10 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             forwards_from, bounds = f"top module {top[0]}", top[1]
     first_ns = int(host.select(pl.col("start_ns").filter(is_op & (pl.col("tid") == tid)).min()).item())
     n = len(bounds)
+    if n >= 2:
+        spans = region_spans(trace)[0] if regions is None else regions
+        work = np.concatenate([g["start_ns"].to_numpy(), spans.filter(pl.col("tid") == tid)["start_ns"].to_numpy()])
+        bounds = _token_out(bounds, blocking_calls(trace) if blocking is None else blocking, tid, work)
     if n < 2:
         return Inference(pl.DataFrame(), missing=(f"one LM head call (output width {vocab}) in the trace: no generation loop",))
 
@@ -398,6 +406,29 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
         missing=tuple(missing),
         event_cost_us=event_cost_us,
     )
+
+
+def _token_out(ends: np.ndarray, blocking: pl.DataFrame, tid: int, work: np.ndarray) -> np.ndarray:
+    """Each forward's token out (ns, sorted): when the host has it, the end of the first call on
+    the loop's thread that waits for the GPU after the forward ends (greedy or sampled decoding's
+    ``.item()``, the EOS check, a streamer's copy) and before the next forward's work starts
+    (``work``: the starts of the GEMMs and compiled regions on that thread); the forward's end
+    where none comes between. A token is not out when its forward returns: its logits are still
+    to be sampled and copied, and Hugging Face's ``generate()`` spends ~1 ms of a profiled token
+    there (tests/data/inference/h100: TTFT from the generation's start to the prefill forward's
+    end 12.84 ms, to the first token's check 14.2)."""
+    s = blocking.filter(pl.col("tid") == tid).sort("sync_start_ns")
+    if s.height == 0:
+        return ends
+    ss, se = s["sync_start_ns"].to_numpy(), s["sync_end_ns"].to_numpy()
+    work = np.sort(work)
+    i = np.searchsorted(ss, ends, side="left")
+    j = np.clip(i, 0, ss.size - 1)
+    nxt = np.searchsorted(work, ends, side="right")
+    limit = np.where(nxt < work.size, work[np.clip(nxt, 0, work.size - 1)], np.iinfo(np.int64).max)
+    limit = np.minimum(limit, np.append(ends[1:], np.iinfo(np.int64).max))
+    out = np.where((i < ss.size) & (ss[j] < limit), np.maximum(se[j], ends), ends)
+    return np.maximum.accumulate(out)
 
 
 def _top_module(cpu: pl.DataFrame, tid: int, heads: np.ndarray) -> tuple[str, np.ndarray] | None:
