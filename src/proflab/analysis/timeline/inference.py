@@ -262,12 +262,11 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
             forwards_from, bounds = f"top module {top[0]}", top[1]
     first_ns = int(host.select(pl.col("start_ns").filter(is_op & (pl.col("tid") == tid)).min()).item())
     n = len(bounds)
-    if n >= 2:
-        spans = region_spans(trace)[0] if regions is None else regions
-        work = np.concatenate([g["start_ns"].to_numpy(), spans.filter(pl.col("tid") == tid)["start_ns"].to_numpy()])
-        bounds = _token_out(bounds, blocking_calls(trace) if blocking is None else blocking, tid, work)
     if n < 2:
         return Inference(pl.DataFrame(), missing=(f"one LM head call (output width {vocab}) in the trace: no generation loop",))
+    spans = region_spans(trace)[0] if regions is None else regions
+    work = np.concatenate([g["start_ns"].to_numpy(), spans.filter(pl.col("tid") == tid)["start_ns"].to_numpy()])
+    bounds = _token_out(bounds, blocking_calls(trace) if blocking is None else blocking, tid, work)
 
     def forward_of(t: pl.Series) -> np.ndarray:
         # a host time before the i-th head's end belongs to forward i; after the last, to none
