@@ -18,7 +18,7 @@ GPT-2, torchvision's ResNet-50 with its DataLoader, Lightning's demo transformer
 at batch 1, 8 and 32), whose first-sight results are kept in benchmarks/README.md. ``report``:
 programs nobody on the team wrote, recorded after the models were set and analysed once, never
 tuned on. Third-party programs are installed from the package index and run unmodified
-(``tests/data/thirdparty``, ``tests/data/inference/h100`` and ``h100-rounds``), each fix one argument as a user makes
+(``tests/data/thirdparty``, ``tests/data/inference/h100``, ``h100-rounds`` and ``h100-heldout``), each fix one argument as a user makes
 it, recorded by ``tests/data/record/record_thirdparty.py`` and ``record_inference.py``.
 
 A ``generate()`` row is per output token: the bare saving is the difference of the median
@@ -45,6 +45,7 @@ NCCL = ROOT / "tests" / "data" / "kineto" / "nccl"
 THIRD = ROOT / "tests" / "data" / "thirdparty"
 INFERENCE = ROOT / "tests" / "data" / "inference" / "h100"
 ROUNDS = ROOT / "tests" / "data" / "inference" / "h100-rounds"  # the variants timed in turn (rounds)
+HELDOUT = ROOT / "tests" / "data" / "inference" / "h100-heldout"  # the first set's shape again, on another H100, later
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,11 @@ class GenRow:
     half: str = "tune"
     case: str = ""  # the case names' prefix in truth.json ("" for the first set)
     folder: Path = INFERENCE
+    tag: str = ""  # before the batch in the row's label, where a set's case names are another set's
 
     @property
     def label(self) -> str:
-        return f"generate {self.case}b{self.batch} / {self.base} -> {self.fix}"
+        return f"generate {self.tag}{self.case}b{self.batch} / {self.base} -> {self.fix}"
 
 
 _GEN_FIXES = (
@@ -147,6 +149,10 @@ GEN_ROWS = tuple(GenRow(b, base, fix, finding) for base, fix, finding in _GEN_FI
 # TEARDOWN_CUPTI=1: the earlier recordings' bare runs after a profiled one ran with CUPTI left attached
 # (1.3x slower eager tokens), which had made use_cache=True look 1.5-2.9 ms a token slower
 GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", case="l3-", folder=ROUNDS)
+                  for base, fix, finding in _GEN_FIXES for b in (1, 8))
+# the report half's third set: the first set's 156 M model at batch 1 and 8 recorded again on another
+# H100 (tests/gpu/test_inference_live.py's recording), after the models were set, analysed once
+GEN_ROWS += tuple(GenRow(b, base, fix, finding, half="report", folder=HELDOUT, tag="h-")
                   for base, fix, finding in _GEN_FIXES for b in (1, 8))
 
 
