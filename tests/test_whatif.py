@@ -350,8 +350,8 @@ TV_RESNET = DATA / "thirdparty" / "tv_resnet.base" / "traces" / "tv_resnet.base.
 
 
 def test_the_loaders_own_operators_cost_the_profiler_too():
-    """torchvision's ResNet-50 with a DataLoader of no workers: each step waits ~230 ms on the
-    loader, whose transforms run ~5,800 host operators the profiler recorded. Their cost comes
+    """torchvision's ResNet-50 with a DataLoader of no workers: each profiled step spends 245-262
+    ms in the loader, whose transforms run 5,800-6,000 host operators the profiler recorded. Their cost comes
     off the loader's work as it does off the dispatch's: the bare replay over the per-event
     cost's range holds the step measured bare (255.17 ms); taken off the dispatch alone (which
     could not hold it), the replay stayed at 261-270 ms, above it at any cost."""
