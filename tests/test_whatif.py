@@ -344,4 +344,3 @@ def test_a_launch_bound_step_s_fusion_is_launch_bound_s_part_not_a_second_findin
     report = proflab.analyze(proflab.load(str(GAINS / "gpt_char.base.pt.trace.json.gz")), bare_step_ms=bare)
     ids = {f.id for f in report.findings}
     assert "launch_bound" in ids and "unfused_elementwise" not in ids
-

@@ -363,7 +363,11 @@ def inference_view(trace: Trace, launches: pl.DataFrame, kernel_rows: pl.DataFra
     frame = frame.with_columns(
         pl.Series("op_ms", np.bincount(ofw[keep], weights=ops["dur_ns"].fill_null(0).to_numpy()[keep], minlength=n)[:n] / 1e6),
         pl.Series("top_ops", np.bincount(ofw[keep], minlength=n)[:n]))
-    frame, phases_from = _phases(frame, host)
+    if early_from == "named ranges":  # (the ranges decide on the tokens' final times)
+        frame, phases_from = _phases(frame, host)
+    else:  # (the shapes' phases do not move with them: those found above)
+        phased = early.select("index", "recompute", "generation", "phase")
+        frame, phases_from = frame.join(phased, on="index", how="left", maintain_order="left"), early_from
     # the profiler's costs are measured for a generation loop only (what they correct is its latency):
     # its one-off start-up cost, on the forward whose interval holds the first CUDA call
     generating = _generating(frame)
