@@ -542,3 +542,29 @@ def test_the_page_of_a_run_directory_in_parts_says_its_energy_is_not_analysed(tm
     assert main(["report", str(run), "--all-parts", "--no-cache", "-o", str(out)]) == 0
     page = out.read_text()
     assert "energy: not analysed with --all-parts" in page and "energy of the run (all GPUs)" not in page
+
+
+@pytest.mark.parametrize("name,share", [("train_loop", 0.4), ("sync_every_step", 0.3)])
+def test_the_parts_step_graphs_join_into_the_whole_traces(name, share, monkeypatch):
+    """The what-if replays the parts' step graphs joined as one (``whatif.graph.concat``): its
+    calls, operations and the host work before each call are the whole trace's graph's, to the
+    event. ``train_loop``'s parts each hold the Python frames open across their cut (from the
+    thread's start: once counted in the part after a seam, and in the part before); a stretch of
+    ``sync_every_step``'s quiet host work crosses each cut (counted half in each part, once
+    only in the part after it)."""
+    from proflab.analysis.whatif import graph as whatif_graph
+    from proflab.report import combine
+
+    path = HERE / "data" / "kineto" / f"{name}.pt.trace.json.gz"
+    joined = []
+    real = combine.concat
+    monkeypatch.setattr(combine, "concat", lambda *a, **k: joined.append(real(*a, **k)) or joined[-1])
+    proflab.analyze(path, all_parts=True, memory_budget=_kineto_budget(path, share), cache=False)
+    trace = load(path, cache=False, budget=None)
+    whole = whatif_graph.build_graph(trace, Context(trace))
+    (got,) = joined
+    assert got.steps == whole.steps and got.n_calls == whole.n_calls
+    for field in ("call_start", "call_dur", "call_kind", "call_step", "work", "work_events", "work_python",
+                  "work_loader", "work_quiet", "op_start", "op_dur", "op_call", "op_dep"):
+        assert np.array_equal(getattr(got, field), getattr(whole, field)), field
+    assert whole.work_events.sum() > 0 and whole.work_quiet.sum() > 0 and (name != "train_loop" or whole.work_python.sum() > 0)

@@ -81,9 +81,15 @@ class StepGraph:
     op_comm_bytes: np.ndarray  # a collective's payload (bytes, from record_param_comms; 0 where unknown)
     latency_ns: int  # launch to start on an idle stream (median)
     wake_ns: int  # a sync's return after the GPU drained (median)
-    # a part of a trace analysed in parts: what its work after its last call holds (events,
-    # python, loader, quiet), which the next part's first stretch of work continues
-    tail: tuple = (0, 0, 0, 0)
+    # a part of a trace analysed in parts: the host events and Python frames its work after its
+    # last call holds, and where its host events end (ns; past the last one's start), which the
+    # next part's first stretch continues; ``head``: what its first stretch of work and call
+    # hold, for :func:`concat` to count from where the part before's last call ends: the starts
+    # (ns, in order) of its host events and Python frames (the frames open across its cut among
+    # them), and the input pipeline's and the other quiet spans (tid, start_ns, end_ns) of the
+    # first call's thread that start before it
+    tail: tuple = (0, 0, 0)
+    head: tuple | None = None
     # bool per call: inside a compiled region (torch.compile's code: ``timeline.compiled``); None: no region
     call_region: np.ndarray | None = None
     # bool per call: inside its step's forward and backward (``_forward_backward``); None where
@@ -196,9 +202,10 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     if hs.height < min_steps:
         return None
     lo, hi = int(hs["start_ns"].min()), int(hs["end_ns"].max())
-    if min_steps < 2 and trace.cpu.height:
-        # a part of a trace analysed in parts: its host calls up to its cut, those between its
-        # last step and the next part's first included (a whole analysis replays them too)
+    if min_steps < 2 and trace.cpu.height and trace.meta.next_part_work:
+        # a part of a trace analysed in parts, but the last: its host calls up to its cut, those
+        # between its last step and the next part's first included (a whole analysis replays
+        # them too; after the last step, neither does)
         hi = max(hi, int(trace.cpu["start_ns"].max()) + 1)
     ops = (
         trace.gpu.select("kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation", "external_id", "bytes", "copy_kind", "src_kind", "dst_kind", "is_comm")
@@ -274,13 +281,13 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     span = np.maximum(call_start - a, 0)
     work_loader = np.minimum(_covered(loader, call_tid, a, call_start), span)
     work_quiet = np.minimum(_covered(quiet, call_tid, a, call_start), span - work_loader)
-    tail = (0, 0, 0, 0)
+    tail, head = (0, 0, 0), None
     if part:  # after the last call, up to the part's cut: the next part's first stretch continues it
-        end, t_last = int(reach[-1]), call_tid[-1:]
-        tail = (int(np.searchsorted(ev, hi) - np.searchsorted(ev, end, side="right")),
-                int(np.searchsorted(py, hi) - np.searchsorted(py, end, side="right")),
-                int(_covered(loader, t_last, np.array([end]), np.array([hi]))[0]),
-                int(_covered(quiet, t_last, np.array([end]), np.array([hi]))[0]))  # fmt: skip
+        end = int(reach[-1])
+        tail = (int(np.searchsorted(ev, hi) - np.searchsorted(ev, end)), int(np.searchsorted(py, hi) - np.searchsorted(py, end)), hi)
+        before = (pl.col("tid") == call_tid[0]) & (pl.col("start_ns") < call_start[0])
+        head = (ev[: np.searchsorted(ev, call_end[0], side="right")], py[: np.searchsorted(py, call_end[0], side="right")],
+                loader.filter(before).select("tid", "start_ns", "end_ns"), quiet.filter(before).select("tid", "start_ns", "end_ns"))
 
     opt = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
         pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with("Optimizer.step#")
@@ -337,7 +344,7 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
         work_python=work_python, work_loader=work_loader, work_quiet=work_quiet, op_start=op_start, op_dur=op_dur,
         op_stream=op_stream, op_kind=op_kind, op_name=op_name, op_call=op_call, op_dep=op_dep,
         op_pageable=op_pageable, op_bytes=ops["bytes"].fill_null(0).to_numpy(), op_comm=ops["is_comm"].fill_null(False).to_numpy(), op_copy=_shared(ops["copy_kind"].cast(pl.String))[0], op_gap=op_gap, op_comm_bytes=comm_bytes,
-        latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, tail=tail,
+        latency_ns=latency, wake_ns=int(np.median(wake)) if wake.size else 3_000, tail=tail, head=head,
         call_region=call_region, call_fwbw=call_fwbw, fwbw_how=fwbw_how,
     )  # fmt: skip
     # the distinct names, as the fixes look them up (``fixes._distinct_names``): known already
@@ -471,6 +478,11 @@ def _middle(graphs: list[StepGraph]) -> list[StepGraph]:
     return graphs[best[0] : best[1]]
 
 
+def _covered_from(spans: pl.DataFrame, a: int, b: int) -> int:
+    """The ns of [a, b) that ``spans`` (tid, start_ns, end_ns) of one thread cover."""
+    return int(_covered(spans, spans["tid"].to_numpy()[:1], np.array([a]), np.array([b]))[0]) if spans.height else 0
+
+
 def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph | None:
     """One step graph of a trace analysed in consecutive parts, from the parts' graphs: their
     calls and operations in order, the work before each part's first call measured from the
@@ -496,15 +508,25 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
     work = cat("work").copy()
     events, python = cat("work_events").copy(), cat("work_python").copy()
     loader, quiet = cat("work_loader").copy(), cat("work_quiet").copy()
+    # the first call, as a whole analysis replays it: no work before it, its own events
+    first = graphs[0]
+    if first.head is not None:
+        events[0], python[0] = (h.size - np.searchsorted(h, first.call_start[0]) for h in first.head[:2])
+        work[0] = loader[0] = quiet[0] = 0
     for g, prev, at in zip(graphs[1:], graphs[:-1], call_off[1:]):
-        if number[id(g)] != number[id(prev)] + 1:
+        if number[id(g)] != number[id(prev)] + 1 or g.head is None:
             continue  # (the part before it was left out: its own first stretch stands)
         reach = int((prev.call_start + prev.call_dur).max())
         work[at] = max(int(g.call_start[0]) - reach, 0)
-        events[at] += prev.tail[0]
-        python[at] += prev.tail[1]
-        loader[at] = min(loader[at] + prev.tail[2], work[at])
-        quiet[at] = min(quiet[at] + prev.tail[3], work[at] - loader[at])
+        # the stretch's host events: the part before's after its last call, and this part's
+        # from where those end (before it, only the frames open across the cut, which the part
+        # before holds); its quiet spans are this part's, which it found from the threads' ends
+        # in the parts before (``observer.host_only_spans``), from that last call on
+        cut = prev.tail[2]
+        events[at] = prev.tail[0] + g.head[0].size - np.searchsorted(g.head[0], cut)
+        python[at] = prev.tail[1] + g.head[1].size - np.searchsorted(g.head[1], cut)
+        loader[at] = min(_covered_from(g.head[2], reach, int(g.call_start[0])), work[at])
+        quiet[at] = min(_covered_from(g.head[3], reach, int(g.call_start[0])), work[at] - loader[at])
     op_call = np.concatenate([g.op_call + o for g, o in zip(graphs, call_off)])
     op_dep = np.concatenate([np.where(g.op_dep >= 0, g.op_dep + o, -1) for g, o in zip(graphs, op_off)])
     weights = [g.op_start.size for g in graphs]
