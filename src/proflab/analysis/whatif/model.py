@@ -161,8 +161,13 @@ class WhatIf:
         # Python too: what dispatch could not give back comes off that work
         from_quiet = np.minimum(np.maximum(np.minimum(g.work_python * py_us * 1e3, cost) - taken, 0), quiet)
         taken = taken + from_quiet
+        # the input pipeline's own operators (a transform's tensor ops on the host) are recorded
+        # events too: what the dispatch could not give back comes off the loader's work
+        from_loader = np.minimum(np.maximum(cost - taken, 0), loader)
+        taken = taken + from_loader
         p = Plan.of(g, loader + quiet + dispatch - taken)
         p.quiet = quiet - from_quiet
+        p.loader = loader - from_loader
         if self._unplaced_ns > 0:  # time the measured step holds and the replay does not: at each step's start
             p.work[self._step_starts] += self._unplaced_ns
         # what the work could not give back comes off the launch calls, down to a bare launch
