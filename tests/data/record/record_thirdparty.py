@@ -17,7 +17,9 @@ For every program, on one GPU:
             starting) are left out. The measured gain is the difference of the variants' medians.
 ``traces``  the variants that a truth row starts from, under ``proflab run --no-analyze`` with
             its default options, as a user records them: the run directory's trace and process
-            record are kept as ``<program>.<variant>/`` (the trace renamed, host names dropped).
+            record are kept as ``<program>.<variant>/`` (the trace renamed, host names dropped);
+            with ``--record-shapes`` the operators' input shapes too, as
+            ``<program>.<variant>.shapes/`` (for the per-op model's predictions).
 
 ``truth.json`` holds, per program, each variant's bare step times (ms), its median and its
 per-process medians, and proflab's own unprofiled median from each recorded run beside them.
@@ -25,6 +27,7 @@ per-process medians, and proflab's own unprofiled median from each recorded run 
 Usage::
 
     python tests/data/record/record_thirdparty.py --out DIR [--only PROGRAM ...] [--rounds 2]
+    python tests/data/record/record_thirdparty.py --out DIR --only hf_gpt2 --variants tf32 bf16 --record-shapes
     python tests/data/record/record_thirdparty.py --child SCRIPT --json F -- --fix X   # one process
 """
 
@@ -116,18 +119,21 @@ def _scrub(src: Path, dst: Path) -> None:
         json.dump(data, f, separators=(",", ":"))
 
 
-def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Path) -> dict:
+def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Path, shapes: bool = False) -> dict:
     runs = tmp / "runs"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    cmd = [sys.executable, "-m", "proflab", "run", "--no-analyze", "-o", str(runs), "--name", f"{name}.{variant}",
+    kept = f"{name}.{variant}" + (".shapes" if shapes else "")
+    # (with shapes: the operators' input shapes too, and no GPU monitor, whose samples need polars)
+    options = ["--record-shapes", "--no-monitor"] if shapes else []
+    cmd = [sys.executable, "-m", "proflab", "run", "--no-analyze", *options, "-o", str(runs), "--name", kept,
            "--", sys.executable, str(script), "--fix", variant, "--steps", str(steps)]
     with open(LOG[0], "a") as log:
         subprocess.run(cmd, check=True, stdout=log, stderr=subprocess.STDOUT, env=env)
-    run = max((p for p in runs.iterdir() if p.name.endswith(f"-{name}.{variant}")), key=lambda p: p.name)
-    return keep_run(run, f"{name}.{variant}", out)
+    run = max((p for p in runs.iterdir() if p.name.endswith(f"-{kept}")), key=lambda p: p.name)
+    return keep_run(run, kept, out, options)
 
 
-def keep_run(run: Path, name: str, out: Path) -> dict:
+def keep_run(run: Path, name: str, out: Path, options: list[str] = ()) -> dict:
     """``proflab run``'s directory ``run`` as committed, ``out/<name>/``: its trace renamed for what
     it holds (host names dropped), its process records, a note for meta.json; returns proflab's
     own unprofiled step beside it."""
@@ -151,14 +157,16 @@ def keep_run(run: Path, name: str, out: Path) -> dict:
         (dst / "processes" / proc.name).write_text(json.dumps(rec, indent=1))
         if traces:
             kept = rec.get("step_times") or {}
+    said = " ".join(options) if options else "default options"
     (dst / "meta.json").write_text(json.dumps({"recorded_by": "tests/data/record/record_thirdparty.py (proflab run "
-                                               "--no-analyze, default options; meta.json reduced to this note)"}))
+                                               f"--no-analyze, {said}; meta.json reduced to this note)"}))
     return {"proflab_bare_ms": kept.get("bare_ms"), "proflab_bare_n": kept.get("bare_n"), "run": dst.name}
 
 
-def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None) -> dict:
+def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None,
+            shapes: bool = False) -> dict:
     """One program's truth; ``save`` gets it as it grows (after the bare runs, after each trace):
-    a recording cut short keeps what it measured."""
+    a recording cut short keeps what it measured. ``shapes``: the traces record shapes too."""
     script_name, variants, traced, steps = PROGRAMS[name]
     if only_variants:
         variants = tuple(v for v in variants if v in only_variants)
@@ -180,7 +188,7 @@ def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, sa
              "skipped_steps": SKIP, "rounds": rounds, "bare": bare, "recorded": {}}
     save(entry)
     for v in traced:
-        entry["recorded"][v] = _trace(name, script, v, steps, out, tmp)
+        entry["recorded"][v] = _trace(name, script, v, steps, out, tmp, shapes)
         save(entry)
     entry["took_s"] = round(time.monotonic() - t0, 1)
     return entry
@@ -192,6 +200,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--variants", nargs="*", help="only these variants (a CPU check: TF32 needs CUDA)")
+    ap.add_argument("--record-shapes", action="store_true",
+                    help="the traces record the operators' input shapes (<program>.<variant>.shapes/)")
     ap.add_argument("--child")
     ap.add_argument("--json")
     ap.add_argument("rest", nargs="*")
@@ -218,7 +228,7 @@ def main(argv=None) -> int:
                 truth["programs"][name] = entry
                 truth_file.write_text(json.dumps(truth, indent=1))
 
-            save(measure(name, out, a.rounds, Path(tmp), a.variants, save))
+            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, a.record_shapes))
     return 0
 
 
