@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
@@ -46,6 +47,28 @@ DEFAULT_LATENCY_NS = 4_000  # launch to start on an idle stream, where the trace
 _LOADER = r"(?i)dataloader|_next_data|__next__|collate"
 _FREE = r"^(?:cudaFree|cuMemFree)(?:_v\d+)?$"
 _HOST_EVENTS = ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+
+
+class Tail(NamedTuple):
+    """A part's work after its last call: the host events and Python frames it holds, and where
+    the part's host events end (ns, past the last one's start), which the next part's first
+    stretch of work continues."""
+
+    events: int
+    python: int
+    cut: int
+
+
+class Head(NamedTuple):
+    """A part's first stretch of work and its first call: the starts (ns, in order) of the host
+    events and Python frames they hold (the frames open across the part's cut among them, from
+    the thread's start), and the input pipeline's and the other quiet spans (tid, start_ns,
+    end_ns) of the first call's thread that start before it."""
+
+    events: np.ndarray
+    python: np.ndarray
+    loader: pl.DataFrame
+    quiet: pl.DataFrame
 
 
 @dataclass
@@ -81,15 +104,10 @@ class StepGraph:
     op_comm_bytes: np.ndarray  # a collective's payload (bytes, from record_param_comms; 0 where unknown)
     latency_ns: int  # launch to start on an idle stream (median)
     wake_ns: int  # a sync's return after the GPU drained (median)
-    # a part of a trace analysed in parts: the host events and Python frames its work after its
-    # last call holds, and where its host events end (ns; past the last one's start), which the
-    # next part's first stretch continues; ``head``: what its first stretch of work and call
-    # hold, for :func:`concat` to count from where the part before's last call ends: the starts
-    # (ns, in order) of its host events and Python frames (the frames open across its cut among
-    # them), and the input pipeline's and the other quiet spans (tid, start_ns, end_ns) of the
-    # first call's thread that start before it
-    tail: tuple = (0, 0, 0)
-    head: tuple | None = None
+    # a part of a trace analysed in parts: what its work after its last call and its first
+    # stretch of work hold, for :func:`concat` to join at its seams (None: not a part)
+    tail: Tail | None = None
+    head: Head | None = None
     # bool per call: inside a compiled region (torch.compile's code: ``timeline.compiled``); None: no region
     call_region: np.ndarray | None = None
     # bool per call: inside its step's forward and backward (``_forward_backward``); None where
@@ -281,13 +299,13 @@ def build_graph(trace, ctx, min_steps: int = 2) -> StepGraph | None:
     span = np.maximum(call_start - a, 0)
     work_loader = np.minimum(_covered(loader, call_tid, a, call_start), span)
     work_quiet = np.minimum(_covered(quiet, call_tid, a, call_start), span - work_loader)
-    tail, head = (0, 0, 0), None
+    tail = head = None
     if part:  # after the last call, up to the part's cut: the next part's first stretch continues it
         end = int(reach[-1])
-        tail = (int(np.searchsorted(ev, hi) - np.searchsorted(ev, end)), int(np.searchsorted(py, hi) - np.searchsorted(py, end)), hi)
+        tail = Tail(int(np.searchsorted(ev, hi) - np.searchsorted(ev, end)), int(np.searchsorted(py, hi) - np.searchsorted(py, end)), hi)
         before = (pl.col("tid") == call_tid[0]) & (pl.col("start_ns") < call_start[0])
-        head = (ev[: np.searchsorted(ev, call_end[0], side="right")], py[: np.searchsorted(py, call_end[0], side="right")],
-                loader.filter(before).select("tid", "start_ns", "end_ns"), quiet.filter(before).select("tid", "start_ns", "end_ns"))
+        head = Head(ev[: np.searchsorted(ev, call_end[0], side="right")], py[: np.searchsorted(py, call_end[0], side="right")],
+                    loader.filter(before).select("tid", "start_ns", "end_ns"), quiet.filter(before).select("tid", "start_ns", "end_ns"))
 
     opt = trace.cpu.select("cat", "name", "tid", "start_ns", "dur_ns").filter(
         pl.col("cat").is_in(["user_annotation", "cpu_op"]) & pl.col("name").str.starts_with("Optimizer.step#")
@@ -511,7 +529,7 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
     # the first call, as a whole analysis replays it: no work before it, its own events
     first = graphs[0]
     if first.head is not None:
-        events[0], python[0] = (h.size - np.searchsorted(h, first.call_start[0]) for h in first.head[:2])
+        events[0], python[0] = (h.size - np.searchsorted(h, first.call_start[0]) for h in (first.head.events, first.head.python))
         work[0] = loader[0] = quiet[0] = 0
     for g, prev, at in zip(graphs[1:], graphs[:-1], call_off[1:]):
         if number[id(g)] != number[id(prev)] + 1 or g.head is None:
@@ -522,11 +540,11 @@ def concat(graphs: list[StepGraph], parts: list[int] | None = None) -> StepGraph
         # from where those end (before it, only the frames open across the cut, which the part
         # before holds); its quiet spans are this part's, which it found from the threads' ends
         # in the parts before (``observer.host_only_spans``), from that last call on
-        cut = prev.tail[2]
-        events[at] = prev.tail[0] + g.head[0].size - np.searchsorted(g.head[0], cut)
-        python[at] = prev.tail[1] + g.head[1].size - np.searchsorted(g.head[1], cut)
-        loader[at] = min(_covered_from(g.head[2], reach, int(g.call_start[0])), work[at])
-        quiet[at] = min(_covered_from(g.head[3], reach, int(g.call_start[0])), work[at] - loader[at])
+        head, tail = g.head, prev.tail
+        events[at] = tail.events + head.events.size - np.searchsorted(head.events, tail.cut)
+        python[at] = tail.python + head.python.size - np.searchsorted(head.python, tail.cut)
+        loader[at] = min(_covered_from(head.loader, reach, int(g.call_start[0])), work[at])
+        quiet[at] = min(_covered_from(head.quiet, reach, int(g.call_start[0])), work[at] - loader[at])
     op_call = np.concatenate([g.op_call + o for g, o in zip(graphs, call_off)])
     op_dep = np.concatenate([np.where(g.op_dep >= 0, g.op_dep + o, -1) for g, o in zip(graphs, op_off)])
     weights = [g.op_start.size for g in graphs]
