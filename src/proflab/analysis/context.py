@@ -148,7 +148,7 @@ class Context:
         """The profiler's cost per recorded host event (see ``analysis.timeline.event_cost``):
         measured from the trace where it holds a generation loop, where bare runs confirm it (12
         of 15 H100 generate() cases' unprofiled TPOT and tokens/s within 10%, 9 of 15 TTFT; of the
-        6 held-out cases 5 and 4: benchmarks/inference_truth.py); the
+        6 held-out cases, 5 TPOT and tokens/s, 4 TTFT: benchmarks/inference_truth.py); the
         observer model's range elsewhere: on the training loops of tests/data/realistic (an
         H200, another PyTorch) the gaps put 2.3-4.9 us on an event where those loops' measured
         host time says less, and a measured step's calibration found 3.3 us where a
