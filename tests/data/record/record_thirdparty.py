@@ -19,7 +19,8 @@ For every program, on one GPU:
             its default options, as a user records them: the run directory's trace and process
             record are kept as ``<program>.<variant>/`` (the trace renamed, host names dropped);
             with ``--record-shapes`` the operators' input shapes too, as
-            ``<program>.<variant>.shapes/`` (for the per-op model's predictions).
+            ``<program>.<variant>.shapes/`` (for the per-op model's predictions); with
+            ``--no-monitor`` without the GPU monitor's samples (they need polars).
 
 ``truth.json`` holds, per program, each variant's bare step times (ms), its median and its
 per-process medians, and proflab's own unprofiled median from each recorded run beside them.
@@ -27,7 +28,7 @@ per-process medians, and proflab's own unprofiled median from each recorded run 
 Usage::
 
     python tests/data/record/record_thirdparty.py --out DIR [--only PROGRAM ...] [--rounds 2]
-    python tests/data/record/record_thirdparty.py --out DIR --only hf_gpt2 --variants tf32 bf16 --record-shapes
+    python tests/data/record/record_thirdparty.py --out DIR --only hf_gpt2 --variants tf32 bf16 --record-shapes --no-monitor
     python tests/data/record/record_thirdparty.py --child SCRIPT --json F -- --fix X   # one process
 """
 
@@ -119,12 +120,12 @@ def _scrub(src: Path, dst: Path) -> None:
         json.dump(data, f, separators=(",", ":"))
 
 
-def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Path, shapes: bool = False) -> dict:
+def _trace(name: str, script: Path, variant: str, steps: int, out: Path, tmp: Path, options: tuple = ()) -> dict:
+    """One recorded run of ``script --fix variant`` under ``proflab run --no-analyze`` with
+    ``options`` (``--record-shapes``, ``--no-monitor``), kept as ``out/<name>.<variant>[.shapes]/``."""
     runs = tmp / "runs"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])))
-    kept = f"{name}.{variant}" + (".shapes" if shapes else "")
-    # (with shapes: the operators' input shapes too, and no GPU monitor, whose samples need polars)
-    options = ["--record-shapes", "--no-monitor"] if shapes else []
+    kept = f"{name}.{variant}" + (".shapes" if "--record-shapes" in options else "")
     cmd = [sys.executable, "-m", "proflab", "run", "--no-analyze", *options, "-o", str(runs), "--name", kept,
            "--", sys.executable, str(script), "--fix", variant, "--steps", str(steps)]
     with open(LOG[0], "a") as log:
@@ -164,9 +165,9 @@ def keep_run(run: Path, name: str, out: Path, options: list[str] = ()) -> dict:
 
 
 def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None,
-            shapes: bool = False) -> dict:
+            options: tuple = ()) -> dict:
     """One program's truth; ``save`` gets it as it grows (after the bare runs, after each trace):
-    a recording cut short keeps what it measured. ``shapes``: the traces record shapes too."""
+    a recording cut short keeps what it measured. ``options``: ``proflab run``'s for the traces."""
     script_name, variants, traced, steps = PROGRAMS[name]
     if only_variants:
         variants = tuple(v for v in variants if v in only_variants)
@@ -188,7 +189,7 @@ def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, sa
              "skipped_steps": SKIP, "rounds": rounds, "bare": bare, "recorded": {}}
     save(entry)
     for v in traced:
-        entry["recorded"][v] = _trace(name, script, v, steps, out, tmp, shapes)
+        entry["recorded"][v] = _trace(name, script, v, steps, out, tmp, options)
         save(entry)
     entry["took_s"] = round(time.monotonic() - t0, 1)
     return entry
@@ -202,6 +203,8 @@ def main(argv=None) -> int:
     ap.add_argument("--variants", nargs="*", help="only these variants (a CPU check: TF32 needs CUDA)")
     ap.add_argument("--record-shapes", action="store_true",
                     help="the traces record the operators' input shapes (<program>.<variant>.shapes/)")
+    ap.add_argument("--no-monitor", action="store_true",
+                    help="the traces without the GPU monitor's samples (a machine without polars)")
     ap.add_argument("--child")
     ap.add_argument("--json")
     ap.add_argument("rest", nargs="*")
@@ -221,6 +224,7 @@ def main(argv=None) -> int:
                               "torch": torch.__version__, "python": sys.version.split()[0],
                               "packages": _versions(("transformers", "torchvision", "lightning", "accelerate"))}
     LOG[0] = out / "programs.log"
+    options = tuple(o for o, on in (("--record-shapes", a.record_shapes), ("--no-monitor", a.no_monitor)) if on)
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.only or list(PROGRAMS):
 
@@ -228,7 +232,7 @@ def main(argv=None) -> int:
                 truth["programs"][name] = entry
                 truth_file.write_text(json.dumps(truth, indent=1))
 
-            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, a.record_shapes))
+            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, options))
     return 0
 
 
