@@ -47,11 +47,11 @@ def test_the_predicted_gain_meets_the_measured_one(row):
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r.label.replace(" / ", "-"))
 def test_without_the_measured_step_a_prediction_is_a_lower_bound_whose_range_holds_the_truth(row):
-    """A plain trace, the bare step estimated: the gain must survive the profiler's largest
-    plausible cost, so it is a lower bound
-    (never more than the tolerance above the measured saving), and where a finding names the
-    fix, its range over that cost reaches the measured saving (or the bound is already within
-    the tolerance)."""
+    """A plain trace, the bare step estimated: the gain is the replay's at the middle of the
+    profiler's plausible cost, and a host fix's range reaches down to what survives the largest
+    (which the severity follows). On this set the gain never overshoots the measured saving by
+    more than the tolerance, and where a finding names the fix, its range over that cost reaches
+    the measured saving (or the gain is already within the tolerance)."""
     r = predict(row, measured_bare=False)
     tol = 0.15 * r["bare_ms"]
     assert r["predicted_ms"] <= r["measured_ms"] + tol, r

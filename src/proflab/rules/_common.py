@@ -89,7 +89,7 @@ def repredicted(f: Finding, whatif, fixes: tuple = ()) -> Finding:
     if p.gain_pct < MIN_GAIN_PCT:
         title += _LITTLE
     assumption = f.assumption if _REPLAYED in f.assumption else (f.assumption + "; " if f.assumption else "") + _REPLAYED
-    prediction, sev = p.to_dict(), severity(p.gain_pct)
+    prediction, sev = p.to_dict(), severity(p.severity_pct)
     # A range the rule set around its replayed fixes (the factors it cannot tell, tensor_cores_tf32's say)
     # is kept in proportion, and a severity that followed the range's lower end follows it again.
     rng = (f.prediction or {}).get("predicted_gain_range_ms")
@@ -98,7 +98,7 @@ def repredicted(f: Finding, whatif, fixes: tuple = ()) -> Finding:
         own = prediction.get("predicted_gain_range_ms") or [p.gain_ms, p.gain_ms]
         prediction["predicted_gain_range_ms"] = [round(min(rng[0] * k, own[0]), 3), round(max(rng[1] * k, own[1]), 3)]
         if f.severity == severity(f.est_gain_pct * low) != severity(f.est_gain_pct):
-            sev = severity(p.gain_pct * low)
+            sev = severity(p.severity_pct * low)
     return dataclasses.replace(
         f, title=title, severity=sev, est_gain_ms=p.gain_ms, est_gain_pct=p.gain_pct,
         prediction=prediction, fixes=fixes, assumption=assumption,
