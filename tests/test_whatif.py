@@ -386,3 +386,8 @@ def test_without_a_measured_step_a_host_fix_is_replayed_from_the_reports_bare_st
     assert lo <= p["held_gain_ms"] < p["predicted_gain_ms"] <= hi
     assert p["predicted_gain_ms"] > 10.0 > 6.0 > p["held_gain_ms"]
     assert f.severity == severity(100 * p["held_gain_ms"] / p["bare_step_ms"])
+    # and the finding says what its severity is judged on
+    from proflab.render._text import fmt_num, gain_text
+
+    said = gain_text(next(x for x in rep.to_dict()["findings"] if x["id"] == "launch_bound"))
+    assert f"the severity judged on the {fmt_num(p['held_gain_ms'])} ms that hold at the fastest plausible bare step" in said

@@ -279,6 +279,9 @@ def gain_text(f: dict, per: str | None = "step") -> str:
     rng = p.get("predicted_gain_range_ms")
     if p.get("bare_step_source") == "estimated" and rng and rng[0] != rng[1]:
         text += f", {fmt_num(rng[0])}-{fmt_num(rng[1])} ms over the profiler's plausible cost"
+    held = p.get("held_gain_ms")  # (a host fix without a measured step: what holds at the fastest plausible step)
+    if held is not None and fmt_num(held) != fmt_num(f["est_gain_ms"]):
+        text += f" (the severity judged on the {fmt_num(held)} ms that hold at the fastest plausible bare step)"
     if f.get("overlaps"):
         text += f"; overlaps {', '.join(f['overlaps'])}"
     return text
