@@ -81,7 +81,9 @@ ROWS = (
 @dataclass(frozen=True)
 class ThirdRow:
     """A third-party program's fix: the variant the trace was recorded from, and the variant with
-    the fix (``tests/data/thirdparty/truth.json``)."""
+    the fix (``tests/data/thirdparty/truth.json``; ``set``: a later set's folder under it, whose
+    runs are named ``<program>.<variant>.<set>/``, as ``record_thirdparty.py --record-shapes``
+    names them for the set ``shapes``)."""
 
     program: str
     base: str
@@ -89,10 +91,11 @@ class ThirdRow:
     finding: str
     part: str = ""
     half: str = "tune"
+    set: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.program} / {self.base} -> {self.fix}"
+        return f"{self.program} / {self.base} -> {self.fix}" + (f" ({self.set})" if self.set else "")
 
 
 THIRD_ROWS = (
@@ -118,6 +121,10 @@ THIRD_ROWS = (
     ThirdRow("lightning_cnn", "workers", "high", "tensor_cores_unused", half="report"),  # set_float32_matmul_precision
     # (lightning_cnn workers -> bf16-mixed was measured too (truth.json); it is no row: the fix answers two
     # findings at once, TF32 convolutions and FP32 linears, and a row compares one finding's gain)
+    # the report half's third set: the TF32 traces with shapes (the per-op model's BF16 prediction), on a
+    # second H100, named before they were analysed
+    ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report", set="shapes"),
+    ThirdRow("hf_llama", "tf32", "bf16", "tensor_cores_tf32", half="report", set="shapes"),
 )
 
 
@@ -273,8 +280,8 @@ def _saving(a: list[float], b: list[float], n: int = 2000) -> tuple[float, tuple
     return float(np.median(a_) - np.median(b_)), (float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5)))
 
 
-def third_truth() -> dict:
-    return json.loads((THIRD / "truth.json").read_text())["programs"]
+def third_truth(folder: Path = THIRD) -> dict:
+    return json.loads((folder / "truth.json").read_text())["programs"]
 
 
 def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
@@ -282,12 +289,13 @@ def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
     saving measured bare between the two variants (ms per step)."""
     import proflab
 
-    bare = third_truth()[row.program]["bare"]
+    folder = THIRD / row.set if row.set else THIRD
+    bare = third_truth(folder)[row.program]["bare"]
     before, after = bare[row.base]["gpu_step_ms"], bare[row.fix]["gpu_step_ms"]
     measured, ci = _saving(before, after)
     base = bare[row.base]["median_ms"]
-    run = THIRD / f"{row.program}.{row.base}"
-    report = proflab.analyze(proflab.load(run / "traces" / f"{row.program}.{row.base}.pt.trace.json.xz"),
+    stem = f"{row.program}.{row.base}" + (f".{row.set}" if row.set else "")  # (record_thirdparty's run names)
+    report = proflab.analyze(proflab.load(folder / stem / "traces" / f"{stem}.pt.trace.json.xz"),
                              bare_step_ms=base if measured_bare else None)  # fmt: skip
     gain, source, rng = _finding_gain(report, row.finding, row.part)
     return _row(row.label, row.half, source, base, measured, ci, gain, rng)
