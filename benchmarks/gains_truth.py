@@ -81,8 +81,8 @@ ROWS = (
 @dataclass(frozen=True)
 class ThirdRow:
     """A third-party program's fix: the variant the trace was recorded from, and the variant with
-    the fix (``tests/data/thirdparty/truth.json``; ``set``: a later set's folder under it, whose
-    runs are named ``<program>.<variant>.<set>/``, as ``record_thirdparty.py --record-shapes``
+    the fix (``tests/data/thirdparty/truth.json``; ``folder``: a later set's folder under it, whose
+    runs are named ``<program>.<variant>.<folder>/``, as ``record_thirdparty.py --record-shapes``
     names them for the set ``shapes``)."""
 
     program: str
@@ -91,11 +91,11 @@ class ThirdRow:
     finding: str
     part: str = ""
     half: str = "tune"
-    set: str = ""
+    folder: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.program} / {self.base} -> {self.fix}" + (f" ({self.set})" if self.set else "")
+        return f"{self.program} / {self.base} -> {self.fix}" + (f" ({self.folder})" if self.folder else "")
 
 
 THIRD_ROWS = (
@@ -123,8 +123,8 @@ THIRD_ROWS = (
     # findings at once, TF32 convolutions and FP32 linears, and a row compares one finding's gain)
     # the report half's third set: the TF32 traces with shapes (the per-op model's BF16 prediction), on a
     # second H100, named before they were analysed
-    ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report", set="shapes"),
-    ThirdRow("hf_llama", "tf32", "bf16", "tensor_cores_tf32", half="report", set="shapes"),
+    ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report", folder="shapes"),
+    ThirdRow("hf_llama", "tf32", "bf16", "tensor_cores_tf32", half="report", folder="shapes"),
 )
 
 
@@ -289,12 +289,12 @@ def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
     saving measured bare between the two variants (ms per step)."""
     import proflab
 
-    folder = THIRD / row.set if row.set else THIRD
+    folder = THIRD / row.folder if row.folder else THIRD
     bare = third_truth(folder)[row.program]["bare"]
     before, after = bare[row.base]["gpu_step_ms"], bare[row.fix]["gpu_step_ms"]
     measured, ci = _saving(before, after)
     base = bare[row.base]["median_ms"]
-    stem = f"{row.program}.{row.base}" + (f".{row.set}" if row.set else "")  # (record_thirdparty's run names)
+    stem = f"{row.program}.{row.base}" + (f".{row.folder}" if row.folder else "")  # (record_thirdparty's run names)
     report = proflab.analyze(proflab.load(folder / stem / "traces" / f"{stem}.pt.trace.json.xz"),
                              bare_step_ms=base if measured_bare else None)  # fmt: skip
     gain, source, rng = _finding_gain(report, row.finding, row.part)
