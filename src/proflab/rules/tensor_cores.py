@@ -16,7 +16,7 @@ from proflab.analysis.context import Context
 from proflab.analysis.devices import datasheet_peaks
 from proflab.model import Trace
 from proflab.model.findings import Finding, Fix
-from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, severity, with_try
+from proflab.rules._common import MIN_GAIN_PCT, gain_finding, keep, ms, pct, predicted, severity, steps_in_window, with_try
 
 __all__ = ["tensor_cores_unused", "tensor_cores_tf32", "layout_conversions", "ASSUMED_SPEEDUP", "BF16_ELEMENTWISE_FACTOR"]
 
@@ -194,6 +194,30 @@ def _roof_factors(ctx: Context, peaks) -> dict[str, tuple[float, float]] | None:
     return out
 
 
+# the operators whose parameters BF16 autocast casts (a linear's weight and bias, a convolution's)
+_AUTOCAST_PARAM_OPS = ("aten::linear", "aten::convolution")
+
+
+def _autocast_casts(trace: Trace, ctx: Context) -> tuple[float, int] | None:
+    """What BF16 autocast adds that the prediction does not count, at least: (linear and
+    convolution calls a step, casts a step). Each call's weight, and its bias where the shapes
+    show one, is cast to BF16 in the forward and its gradient back to FP32 in the backward; an
+    FP32 activation going into one is cast too, on top (Hugging Face's BERT-base under the
+    Trainer: 74 linears a step, 296 casts at least; its bf16 trace held 425 more than its TF32
+    one, and the step, host-bound, ran 4.57 ms slower). None without steps or such calls."""
+    n = steps_in_window(ctx)
+    cpu = trace.cpu
+    if not n or cpu.height == 0:
+        return None
+    dims = pl.col("input_dims").cast(pl.String) if "input_dims" in cpu.columns else pl.lit(None, pl.String)
+    # (input, weight, bias: a bias shows as a third input's dims, "[]" where there is none)
+    biased = (dims.str.count_matches(r"\],\[") >= 2) & ~dims.str.ends_with(",[]]")
+    got = (cpu.lazy().filter(pl.col("name").is_in(_AUTOCAST_PARAM_OPS))
+           .select(pl.len().alias("calls"), biased.fill_null(False).sum().alias("biased")).collect())  # fmt: skip
+    calls, params = int(got["calls"][0]), int(got["calls"][0]) + int(got["biased"][0])
+    return (calls / n, round(2 * params / n)) if calls else None
+
+
 def _time_of(ctx: Context, pattern: str) -> int:
     """The summed time (ns) of the kernels whose names match ``pattern`` (Python's ``re``:
     the patterns look ahead, which polars' regex does not)."""
@@ -247,6 +271,11 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
                "each kernel's achieved rate against its roof is unknown (record with record_shapes=True for a per-op "
                "prediction); the middle of that range is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
+    casts = _autocast_casts(trace, ctx)
+    uncounted = (f"; not counted: autocast's own casts, at least {casts[1]} a step (the weights and biases of "
+                 f"{casts[0]:g} linear and convolution calls a step, to BF16 in the forward and their gradients back "
+                 "in the backward; FP32 activations on top), whose host dispatch a host-bound step pays in full"
+                 if casts else "")  # fmt: skip
     # a convolutional model in NCHW: the fix people make is autocast and channels_last together
     # (cuDNN's BF16 convolutions want NHWC no less than its TF32 ones); its transposes go with it
     layout_ns = _layout_ns(ctx)
@@ -269,6 +298,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
             evidence={"tf32_kernel_ms": ms(int(tc["dur_ns"].sum())), "share_of_kernel_time_pct": share, "top_kernels": names,
                       "fp32_rest_kernel_ms": ms(rest_ns), "fp32_attention_kernel_ms": ms(attention_ns),
                       **({"layout_conversion_ms": ms(layout_ns)} if layout_ns else {}),
+                      **({"autocast_casts_per_step_at_least": casts[1]} if casts else {}),
                       "datasheet_tf32_tflops": peaks.tf32_tflops, "datasheet_bf16_tflops": peaks.bf16_tflops,
                       "bf16_time_factor": {"tf32_kernels": [round(x, 3) for x in tf32],
                                            "fp32_attention_kernels": [round(x, 3) for x in attention],
@@ -281,7 +311,7 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
                      "x.to(memory_format=torch.channels_last))." if layout_ns else "")),
             where={"kernels": names},
             assumption=f"the gain is predicted {how}" + ("; in channels_last cuDNN's layout transposes are gone"
-                                                         if layout_ns else ""),
+                                                         if layout_ns else "") + uncounted,
         ),
         ctx,
         *fixes(*mid),
