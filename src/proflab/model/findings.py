@@ -96,7 +96,7 @@ class Missing:
 # What-if fixes a finding names (``analysis.whatif.fixes`` applies them): plain values, so a
 # report carries them (and the report cache keeps them) without the analysis loaded.
 FIX_KINDS = ("remove_syncs", "remove_host_work", "fuse_optimizer", "compile", "cuda_graph", "speed_ops", "pin_copies",
-             "prefetch_copies", "allocator", "compress_comm")  # fmt: skip
+             "prefetch_copies", "allocator", "compress_comm", "add_casts")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -130,4 +130,6 @@ class Fix:
             "prefetch_copies": "host-to-device copies run a step ahead on a stream of their own",
             "allocator": "no cudaFree or slow cudaMalloc inside the loop",
             "compress_comm": f"collectives carry {self.factor:g}x their bytes, and cast them both ways at {self.rate_gbps:.0f} GB/s",
+            "add_casts": (f"{self.factor:.2f} casts a selected kernel are dispatched before its launch, each at the host "
+                          "cost of the step's median launch"),
         }[self.kind]

@@ -218,12 +218,17 @@ def _autocast_casts(trace: Trace, ctx: Context) -> tuple[float, int] | None:
     return (calls / n, round(2 * params / n)) if calls else None
 
 
-def _time_of(ctx: Context, pattern: str) -> int:
-    """The summed time (ns) of the kernels whose names match ``pattern`` (Python's ``re``:
-    the patterns look ahead, which polars' regex does not)."""
+def _kernels_matching(ctx: Context, pattern: str) -> pl.DataFrame:
+    """``ctx.kernel_time_by_name``'s rows whose names match ``pattern`` (Python's ``re``: the
+    patterns look ahead, which polars' regex does not)."""
     by_name = ctx.kernel_time_by_name
     hit = [bool(re.search(pattern, n)) for n in by_name["name"].to_list()]
-    return int(by_name.filter(pl.Series(hit, dtype=pl.Boolean))["dur_ns"].sum()) if hit else 0
+    return by_name.filter(pl.Series(hit, dtype=pl.Boolean)) if hit else by_name.clear()
+
+
+def _time_of(ctx: Context, pattern: str) -> int:
+    """The summed time (ns) of the kernels whose names match ``pattern``."""
+    return int(_kernels_matching(ctx, pattern)["dur_ns"].sum())
 
 
 def _layout_ns(ctx: Context) -> int:
@@ -272,19 +277,24 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
                "prediction); the middle of that range is replayed")
     names = tc.group_by("name").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True).head(5)["name"].to_list()
     casts = _autocast_casts(trace, ctx)
-    uncounted = (f"; not counted: autocast's own casts, at least {casts[1]} a step (the weights and biases of "
+    uncounted = (f"; autocast's own casts are replayed as host work: {casts[1]} a step (the weights and biases of "
                  f"{casts[0]:g} linear and convolution calls a step, to BF16 in the forward and their gradients back "
-                 "in the backward; FP32 activations on top), whose host dispatch a host-bound step pays in full"
-                 if casts else "")  # fmt: skip
+                 "in the backward), each dispatched at the host cost of the step's median launch; not counted: their "
+                 "kernels, and the casts of FP32 activations, on top" if casts else "")  # fmt: skip
     # a convolutional model in NCHW: the fix people make is autocast and channels_last together
     # (cuDNN's BF16 convolutions want NHWC no less than its TF32 ones); its transposes go with it
     layout_ns = _layout_ns(ctx)
     conv = (Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),) if layout_ns else ()
 
+    # the casts' host dispatch, beside the TF32 matmuls' launches (as many a matmul as the step has)
+    gemms = int(_kernels_matching(ctx, _TF32_MATMUL_KERNEL)["count"].sum())
+    cast = (Fix("add_casts", _TF32_MATMUL_KERNEL, factor=casts[1] * steps_in_window(ctx) / gemms,
+                label="bf16 autocast: its casts"),) if casts and gemms else ()  # fmt: skip
+
     def fixes(a: float, att: float, b: float) -> tuple[Fix, ...]:
         flash = (Fix("speed_ops", _FP32_ATTENTION_KERNEL, factor=att, label="bf16 autocast: flash attention"),
                  ) if attention_ns else ()  # fmt: skip
-        return (Fix("speed_ops", _TF32_MATMUL_KERNEL, factor=a, label="bf16 autocast: matmuls"), *flash,
+        return (*cast, Fix("speed_ops", _TF32_MATMUL_KERNEL, factor=a, label="bf16 autocast: matmuls"), *flash,
                 Fix("speed_ops", _FP32_REST_KERNEL, factor=b, label="bf16 autocast: the FP32 rest"), *conv)  # fmt: skip
 
     f = predicted(

@@ -49,6 +49,11 @@ figures it uses are stated here, not tuned per trace:
                      work no longer waits for them.
 ``allocator``        expandable segments: no ``cudaFree`` (which synchronises) and no slow
                      ``cudaMalloc`` in the loop.
+``add_casts``        each selected kernel's launch is preceded by ``factor`` more eager operators:
+                     the casts BF16 autocast adds (a weight to BF16 in the forward, its gradient
+                     back in the backward), each at the host cost of the step's median launch
+                     (its dispatch and the launch call, as the bare plan has them). Their kernels
+                     are not added.
 ``compress_comm``    the collectives carry ``factor`` of their bytes (a bf16 hook: half), and
                      each pays the casts both ways on the compute stream: three passes over
                      its payload at ``rate_gbps`` (the device's memory bandwidth at a
@@ -448,3 +453,17 @@ class _Apply:
         casts = 3.0 * g.op_comm_bytes[comm] / fix.rate_gbps
         on = np.where(q.op_dep[comm] >= 0, q.op_dep[comm], comm)
         np.add.at(q.op_dur, on, casts)
+
+    @staticmethod
+    def add_casts(g: StepGraph, q: Plan, fix: Fix) -> None:
+        # (the median launch of the plan as the fix finds it: the bare one, at the profiler's
+        # cost being replayed)
+        inside = g.call_step >= 0
+        sel = _names(g, fix.target) & (g.op_kind == "kernel")
+        calls = g.op_call[sel]
+        calls = calls[inside[calls]]
+        launch = (q.call_kind == LAUNCH) & inside
+        if not calls.size or not launch.any():
+            return
+        per_op = float(np.median(q.work[launch] + q.call_dur[launch]))
+        np.add.at(q.work, calls, fix.factor * per_op)
