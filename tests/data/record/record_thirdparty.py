@@ -60,6 +60,11 @@ PROGRAMS = {
     "timm_vit": ("timm_vit.py", ("base", "workers", "high", "amp"), ("base", "workers", "high"), 40),
     "hf_llama": ("hf_llama.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 60),
     "lightning_cnn": ("lightning_cnn.py", ("base", "workers", "high", "bf16"), ("base", "workers", "high"), 40),
+    # a later report set, recorded with shapes (--record-shapes --no-monitor), its rows named before
+    # the recording: for each, base -> tf32 (tensor_cores_unused), tf32 -> bf16 (tensor_cores_tf32),
+    # bf16 -> bf16-compile (torch.compile's claim), in gains_truth.py's report half
+    "hf_qwen2": ("hf_qwen2.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 40),
+    "hf_neox": ("hf_neox.py", ("base", "tf32", "bf16", "bf16-compile"), ("base", "tf32", "bf16"), 40),
 }
 SKIP = 15  # steps left out of each process's bare times
 LOG = [Path(os.devnull)]  # the programs' output (--out/programs.log)
