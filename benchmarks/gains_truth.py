@@ -81,9 +81,9 @@ ROWS = (
 @dataclass(frozen=True)
 class ThirdRow:
     """A third-party program's fix: the variant the trace was recorded from, and the variant with
-    the fix (``tests/data/thirdparty/truth.json``; ``folder``: a later set's folder under it, whose
-    runs are named ``<program>.<variant>.<folder>/``, as ``record_thirdparty.py --record-shapes``
-    names them for the set ``shapes``)."""
+    the fix (``tests/data/thirdparty/truth.json``; ``folder``: a later set's folder under it, with
+    its own ``truth.json``; its runs are named as ``record_thirdparty.py`` names them,
+    ``<program>.<variant>/``, or ``<program>.<variant>.shapes/`` where they record shapes)."""
 
     program: str
     base: str
@@ -294,8 +294,9 @@ def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
     before, after = bare[row.base]["gpu_step_ms"], bare[row.fix]["gpu_step_ms"]
     measured, ci = _saving(before, after)
     base = bare[row.base]["median_ms"]
-    stem = f"{row.program}.{row.base}" + (f".{row.folder}" if row.folder else "")  # (record_thirdparty's run names)
-    report = proflab.analyze(proflab.load(folder / stem / "traces" / f"{stem}.pt.trace.json.xz"),
+    stem = f"{row.program}.{row.base}"  # (record_thirdparty's run names)
+    run = next((d for d in (folder / f"{stem}.shapes", folder / stem) if d.is_dir()), folder / stem)
+    report = proflab.analyze(proflab.load(run / "traces" / f"{run.name}.pt.trace.json.xz"),
                              bare_step_ms=base if measured_bare else None)  # fmt: skip
     gain, source, rng = _finding_gain(report, row.finding, row.part)
     return _row(row.label, row.half, source, base, measured, ci, gain, rng)
