@@ -129,7 +129,13 @@ def test_fp32_memory_efficient_attention_becomes_flash_attention_at_a_sixth_of_i
     assert 0.1 < flash_ns / before_ns < 0.5  # past the TF32 matmuls' ratio, as the 3xTF32 roof says
 
 
-def test_the_casts_autocast_adds_are_replayed_as_host_work():
+@pytest.fixture(scope="module")
+def bert_shapes():
+    """BERT-base's TF32 trace, recorded with shapes (``tests/data/thirdparty/shapes``)."""
+    return proflab.load(THIRD / "shapes" / "hf_bert.tf32.shapes" / "traces" / "hf_bert.tf32.shapes.pt.trace.json.xz")
+
+
+def test_the_casts_autocast_adds_are_replayed_as_host_work(bert_shapes):
     """BERT-base under the Trainer, its TF32 step recorded with shapes on a host-bound H100:
     bf16=True made the step 4.57 ms slower there (its bf16 trace held 425 more aten::_to_copy a
     step). The prediction replays the casts autocast adds as host work: each of the 74 linears'
@@ -137,8 +143,8 @@ def test_the_casts_autocast_adds_are_replayed_as_host_work():
     The activations' casts are said as not counted."""
     counted = {}
     # (the first set's at its measured step has no finding: the saving's interval holds 0)
-    for run, folder, bare in (("hf_bert.tf32.shapes", THIRD / "shapes", 42.91), ("hf_bert.tf32", THIRD, None)):
-        trace = proflab.load(folder / run / "traces" / f"{run}.pt.trace.json.xz")
+    first = proflab.load(THIRD / "hf_bert.tf32" / "traces" / "hf_bert.tf32.pt.trace.json.xz")
+    for run, trace, bare in (("hf_bert.tf32.shapes", bert_shapes, 42.91), ("hf_bert.tf32", first, None)):
         f = next(f for f in proflab.analyze(trace, bare_step_ms=bare).findings if f.id == "tensor_cores_tf32")
         counted[run] = f.evidence["autocast_casts_per_step_at_least"]
         assert f"autocast's own casts are replayed as host work: {counted[run]} a step" in f.assumption
@@ -146,12 +152,11 @@ def test_the_casts_autocast_adds_are_replayed_as_host_work():
         assert "bf16 autocast: its casts" in f.prediction["fixes"]
     assert counted == {"hf_bert.tf32.shapes": 296, "hf_bert.tf32": 148}
     bf16 = proflab.load(THIRD / "shapes" / "hf_bert.bf16.shapes" / "traces" / "hf_bert.bf16.shapes.pt.trace.json.xz")
-    tf32 = proflab.load(THIRD / "shapes" / "hf_bert.tf32.shapes" / "traces" / "hf_bert.tf32.shapes.pt.trace.json.xz")
-    added = [t.cpu.filter(pl.col("name") == "aten::_to_copy").height / t.steps.height for t in (bf16, tf32)]
+    added = [t.cpu.filter(pl.col("name") == "aten::_to_copy").height / t.steps.height for t in (bf16, bert_shapes)]
     assert added[0] - added[1] >= counted["hf_bert.tf32.shapes"]  # (a lower bound: the FP32 activations come on top)
 
 
-def test_each_cast_costs_the_host_the_steps_median_launch():
+def test_each_cast_costs_the_host_the_steps_median_launch(bert_shapes):
     """``add_casts`` on BERT's TF32 step: each matmul's launch is preceded by its share of the
     casts, each at the bare plan's median launch (dispatch and call); nothing else moves, and the
     host-bound step replays longer for them."""
@@ -163,8 +168,7 @@ def test_each_cast_costs_the_host_the_steps_median_launch():
     from proflab.analysis.whatif.graph import LAUNCH
     from proflab.analysis.whatif.replay import replay
 
-    trace = proflab.load(THIRD / "shapes" / "hf_bert.tf32.shapes" / "traces" / "hf_bert.tf32.shapes.pt.trace.json.xz")
-    w = Context(trace, bare_step_ms=42.91).whatif
+    w = Context(bert_shapes, bare_step_ms=42.91).whatif
     g, base = w.graph, w.bare_plan()
     fix = Fix("add_casts", tensor_cores._TF32_MATMUL_KERNEL, factor=0.5)
     q = apply(g, base, fix)
