@@ -125,6 +125,12 @@ THIRD_ROWS = (
     # second H100, named before they were analysed
     ThirdRow("hf_bert", "tf32", "bf16", "tensor_cores_tf32", half="report", folder="shapes"),
     ThirdRow("hf_llama", "tf32", "bf16", "tensor_cores_tf32", half="report", folder="shapes"),
+    # the report half's fourth set: Trainer programs at Pythia-160M's and Qwen2.5-0.5B's shapes, with
+    # shapes, on an H100, each named before the recording (base -> tf32, tf32 -> bf16, bf16 -> bf16-compile);
+    # the time limit cut hf_neox's bf16 trace and hf_qwen2's base trace short, so four of the six rows
+    # have bare timings (``later/truth.json``) and no trace: hf_neox bf16 -> bf16-compile, hf_qwen2's three
+    ThirdRow("hf_neox", "base", "tf32", "tensor_cores_unused", half="report", folder="later"),
+    ThirdRow("hf_neox", "tf32", "bf16", "tensor_cores_tf32", half="report", folder="later"),
 )
 
 
