@@ -83,7 +83,7 @@ THIRD_PARTY_MISSES = {
     "hf_gpt2 / bf16 -> bf16-compile": "GPU-bound bf16 GPT-2: the row reads launch_bound, which needs a launch-bound "
     "step; unfused_elementwise predicts compile's fusion at 8.14 (0.38-15.77) ms against 19.17 measured of 39.59",
     "lightning_lm / high -> bf16": "a trace without shapes: the BF16 gain is the range 0 to the datasheet ratio, "
-    "its middle 9.45 ms against 15.88 measured",
+    "its middle 9.44 ms against 15.88 measured",
     "tv_resnet / workers -> amp": "a trace without shapes: bf16 autocast with channels_last is the cuDNN transposes "
     "gone and a range (4.13-15.94 ms) for the TF32 and FP32-data kernels, its middle 11.96 ms against 18.47 measured "
     "(all of them halved)",

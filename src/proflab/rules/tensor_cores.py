@@ -286,7 +286,8 @@ def tensor_cores_tf32(trace: Trace, ctx: Context) -> list[Finding]:
     layout_ns = _layout_ns(ctx)
     conv = (Fix("speed_ops", _LAYOUT_KERNEL, factor=0.0, label="channels_last: no layout transposes"),) if layout_ns else ()
 
-    # the casts' host dispatch, beside the TF32 matmuls' launches (as many a matmul as the step has)
+    # the casts' host dispatch, shared among the TF32 matmuls' launches: the casts a step over the
+    # matmul kernels a step (both counted over the whole trace)
     gemms = int(_kernels_matching(ctx, _TF32_MATMUL_KERNEL)["count"].sum())
     cast = (Fix("add_casts", _TF32_MATMUL_KERNEL, factor=casts[1] * steps_in_window(ctx) / gemms,
                 label="bf16 autocast: its casts"),) if casts and gemms else ()  # fmt: skip
