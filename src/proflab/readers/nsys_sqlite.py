@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import sqlite3
 import tempfile
 import threading
@@ -1074,20 +1075,29 @@ def _operator_only(names: pl.Series) -> pl.Series:
     """torch.autograd.profiler.emit_nvtx names ranges "aten::addmm, seq = 47595, op_id = 999269,
     sizes = [...]": the operator is the name; the rest would make every range unique. Applied
     to each distinct text once (StringIds), or to each row of inline text (``text_codes``).
-    The key is found (``str.find``: a byte offset) and the bytes before it kept (``bin.head``,
-    bytes too: ``str.head`` would count characters, and "é, seq = 4" come out "é,"), 35 ms
-    for 524 k texts where replacing the key and the rest by a pattern took 50. Text of a
-    damaged export that is not UTF-8 cannot be cut as bytes and be text again: there, the
-    pattern (which keeps such text as it was read, for the reader's checks)."""
+    The key is found (``str.find``) and the text before it kept, 35 ms for 524 k texts where
+    replacing the key and the rest by a pattern took 50. ``str.find`` counts bytes in polars
+    up to 2.1 and characters from 2.2 ("é, seq = 4": 2, then 1): the cut takes the offset in
+    the unit this polars counts (``_find_counts_bytes``), bytes kept by ``bin.head`` or
+    characters by ``str.head``. Text of a damaged export that is not UTF-8 cannot be cut as
+    bytes and be text again: there, the pattern (which keeps such text as it was read, for the
+    reader's checks)."""
     v = pl.col("value")
     at = v.str.find(_EMIT_NVTX_KEY)
     # (cut before the key's ", ": a character boundary, so the bytes kept are text)
-    fast = pl.when(at.is_null()).then(v).otherwise(v.cast(pl.Binary).bin.head(at).cast(pl.String))
+    head = v.cast(pl.Binary).bin.head(at).cast(pl.String) if _find_counts_bytes() else v.str.head(at)
+    fast = pl.when(at.is_null()).then(v).otherwise(head)
     frame = names.rename("value").to_frame()
     try:
         return frame.select(fast).to_series()
     except pl.exceptions.ComputeError:
         return frame.select(v.str.replace(_EMIT_NVTX_KEY + ".*$", "")).to_series()
+
+
+@functools.cache
+def _find_counts_bytes() -> bool:
+    """Whether this polars' ``str.find`` gives byte offsets (up to 2.1) or characters (2.2 on)."""
+    return pl.select(pl.lit("é,").str.find(",")).item() == 2
 
 
 def _is_utf8(b: bytes) -> bool:
