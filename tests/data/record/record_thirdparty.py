@@ -68,6 +68,7 @@ PROGRAMS = {
 }
 SKIP = 15  # steps left out of each process's bare times
 LOG = [Path(os.devnull)]  # the programs' output (--out/programs.log)
+XZ_PRESET = [9 | lzma.PRESET_EXTREME]  # the traces' compression (--xz-preset: a faster one on a timed lease)
 
 
 def child(script: str, out: str, args: list[str]) -> None:
@@ -113,7 +114,8 @@ def _bare(script: Path, variant: str, steps: int, tmp: Path) -> dict:
 
 def _scrub(src: Path, dst: Path) -> None:
     """A trace as committed: host names dropped, the file named for what it holds, xz-compressed
-    (about half the bytes of gzip's best)."""
+    (about half the bytes of gzip's best; ``xz -9e`` afterwards gives the committed bytes of a
+    trace written with a faster ``--xz-preset``)."""
     data = json.loads(gzip.open(src, "rt").read()) if src.suffix == ".gz" else json.loads(src.read_text())
     for key in ("hostname", "host_name"):
         data.pop(key, None)
@@ -121,7 +123,7 @@ def _scrub(src: Path, dst: Path) -> None:
     if isinstance(dist, dict):
         dist.pop("hostname", None)
     data["traceName"] = dst.name
-    with lzma.open(dst, "wt", preset=9 | lzma.PRESET_EXTREME) as f:
+    with lzma.open(dst, "wt", preset=XZ_PRESET[0]) as f:
         json.dump(data, f, separators=(",", ":"))
 
 
@@ -170,17 +172,19 @@ def keep_run(run: Path, name: str, out: Path, options: list[str] = ()) -> dict:
 
 
 def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None,
-            options: tuple = ()) -> dict:
+            options: tuple = (), traces_only: bool = False) -> dict:
     """One program's truth; ``save`` gets it as it grows (after the bare runs, after each trace):
-    a recording cut short keeps what it measured. ``options``: ``proflab run``'s for the traces."""
+    a recording cut short keeps what it measured. ``options``: ``proflab run``'s for the traces.
+    ``traces_only``: no bare runs, only the traces (of variants whose bare times a recording cut
+    short already measured; merged into that recording's ``truth.json`` by hand)."""
     script_name, variants, traced, steps = PROGRAMS[name]
     if only_variants:
         variants = tuple(v for v in variants if v in only_variants)
         traced = tuple(v for v in traced if v in only_variants)
     script = HERE / "thirdparty" / script_name
-    per: dict[str, list[dict]] = {v: [] for v in variants}
+    per: dict[str, list[dict]] = {} if traces_only else {v: [] for v in variants}
     t0 = time.monotonic()
-    for _ in range(rounds):
+    for _ in range(0 if traces_only else rounds):
         for v in variants:
             per[v].append(_bare(script, v, steps, tmp))
             print(f"{name} {v}: {statistics.median(per[v][-1]['gpu_step_ms']):.2f} ms", flush=True)
@@ -210,6 +214,10 @@ def main(argv=None) -> int:
                     help="the traces record the operators' input shapes (<program>.<variant>.shapes/)")
     ap.add_argument("--no-monitor", action="store_true",
                     help="the traces without the GPU monitor's samples (a machine without polars)")
+    ap.add_argument("--traces-only", action="store_true",
+                    help="no bare runs: only the traces of --variants (their bare times measured before)")
+    ap.add_argument("--xz-preset", type=int, default=None,
+                    help="the traces' xz preset (default 9 extreme; recompress with xz -9e to commit)")
     ap.add_argument("--child")
     ap.add_argument("--json")
     ap.add_argument("rest", nargs="*")
@@ -229,6 +237,8 @@ def main(argv=None) -> int:
                               "torch": torch.__version__, "python": sys.version.split()[0],
                               "packages": _versions(("transformers", "torchvision", "lightning", "accelerate"))}
     LOG[0] = out / "programs.log"
+    if a.xz_preset is not None:
+        XZ_PRESET[0] = a.xz_preset
     options = tuple(o for o, on in (("--record-shapes", a.record_shapes), ("--no-monitor", a.no_monitor)) if on)
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.only or list(PROGRAMS):
@@ -237,7 +247,7 @@ def main(argv=None) -> int:
                 truth["programs"][name] = entry
                 truth_file.write_text(json.dumps(truth, indent=1))
 
-            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, options))
+            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, options, a.traces_only))
     return 0
 
 
