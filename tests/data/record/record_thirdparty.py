@@ -172,15 +172,18 @@ def keep_run(run: Path, name: str, out: Path, options: list[str] = ()) -> dict:
 
 
 def measure(name: str, out: Path, rounds: int, tmp: Path, only_variants=None, save=lambda entry: None,
-            options: tuple = (), traces_only: bool = False) -> dict:
+            options: tuple = (), traces_only: bool = False, bare_only: bool = False) -> dict:
     """One program's truth; ``save`` gets it as it grows (after the bare runs, after each trace):
     a recording cut short keeps what it measured. ``options``: ``proflab run``'s for the traces.
     ``traces_only``: no bare runs, only the traces (of variants whose bare times a recording cut
-    short already measured; merged into that recording's ``truth.json`` by hand)."""
+    short already measured; merged into that recording's ``truth.json`` by hand). ``bare_only``: the
+    bare runs alone (a program timed again, all its variants in one session)."""
     script_name, variants, traced, steps = PROGRAMS[name]
     if only_variants:
         variants = tuple(v for v in variants if v in only_variants)
         traced = tuple(v for v in traced if v in only_variants)
+    if bare_only:
+        traced = ()
     script = HERE / "thirdparty" / script_name
     per: dict[str, list[dict]] = {} if traces_only else {v: [] for v in variants}
     t0 = time.monotonic()
@@ -216,6 +219,7 @@ def main(argv=None) -> int:
                     help="the traces without the GPU monitor's samples (a machine without polars)")
     ap.add_argument("--traces-only", action="store_true",
                     help="no bare runs: only the traces of --variants (their bare times measured before)")
+    ap.add_argument("--bare-only", action="store_true", help="the bare runs alone, no traces")
     ap.add_argument("--xz-preset", type=int, default=None,
                     help="the traces' xz preset (default 9 extreme; recompress with xz -9e to commit)")
     ap.add_argument("--child")
@@ -247,7 +251,7 @@ def main(argv=None) -> int:
                 truth["programs"][name] = entry
                 truth_file.write_text(json.dumps(truth, indent=1))
 
-            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, options, a.traces_only))
+            save(measure(name, out, a.rounds, Path(tmp), a.variants, save, options, a.traces_only, a.bare_only))
     return 0
 
 
