@@ -29,6 +29,8 @@ Usage::
 
     python tests/data/record/record_thirdparty.py --out DIR [--only PROGRAM ...] [--rounds 2]
     python tests/data/record/record_thirdparty.py --out DIR --only hf_gpt2 --variants tf32 bf16 --record-shapes --no-monitor
+    python tests/data/record/record_thirdparty.py --out DIR --only hf_qwen2 --variants base tf32 --traces-only --record-shapes --no-monitor --xz-preset 3
+    python tests/data/record/record_thirdparty.py --out DIR --only hf_neox hf_qwen2 --bare-only   # timed again, no traces
     python tests/data/record/record_thirdparty.py --child SCRIPT --json F -- --fix X   # one process
 """
 
