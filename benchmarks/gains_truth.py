@@ -296,10 +296,10 @@ def third_truth(folder: Path = THIRD) -> dict:
 
 
 def _timing(program: dict, *variants: str) -> dict:
-    """The bare timing that holds ``variants``, timed in turn in one session: the program's later
-    timing (``timed_again``) where it holds them all, else its first."""
-    again = (program.get("timed_again") or {}).get("bare") or {}
-    return again if all(v in again for v in variants) else program["bare"]
+    """The bare timing that holds ``variants``, timed in turn in one session: the program's latest
+    timing (``timed_again``, oldest first) that holds them all, else its first."""
+    later = [t["bare"] for t in program.get("timed_again", ())]
+    return next((bare for bare in reversed(later) if all(v in bare for v in variants)), program["bare"])
 
 
 def predict_third(row: ThirdRow, *, measured_bare: bool = True) -> dict:
