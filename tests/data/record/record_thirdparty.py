@@ -219,9 +219,10 @@ def main(argv=None) -> int:
                     help="the traces record the operators' input shapes (<program>.<variant>.shapes/)")
     ap.add_argument("--no-monitor", action="store_true",
                     help="the traces without the GPU monitor's samples (a machine without polars)")
-    ap.add_argument("--traces-only", action="store_true",
-                    help="no bare runs: only the traces of --variants (their bare times measured before)")
-    ap.add_argument("--bare-only", action="store_true", help="the bare runs alone, no traces")
+    only = ap.add_mutually_exclusive_group()  # (both would record nothing)
+    only.add_argument("--traces-only", action="store_true",
+                      help="no bare runs: only the traces of --variants (their bare times measured before)")
+    only.add_argument("--bare-only", action="store_true", help="the bare runs alone, no traces")
     ap.add_argument("--xz-preset", type=int, default=None,
                     help="the traces' xz preset (default 9 extreme; recompress with xz -9e to commit)")
     ap.add_argument("--child")
